@@ -1,0 +1,136 @@
+"""The event catalog: which events exist, their `.avsc` files, and writer schemas by fingerprint.
+
+A reader decodes with the schema the event was *written* with (found by its fingerprint) and
+resolves it to the current schema, so events written by any older version stay readable.
+Older versions of a schema live in `history/` beside the current files; nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema
+from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+
+from . import cluster, jobs, kvstate, slots, tasks, timers
+from .avro import full_name, named_schema, record_schema, referenced_types
+from .model import Event
+
+SCHEMA_DIR = Path(__file__).resolve().parent
+HISTORY_DIR = SCHEMA_DIR / "history"
+
+EVENT_TYPES: tuple[type[Event], ...] = tuple(
+    cls
+    for module in (cluster, slots, jobs, tasks, kvstate, timers)
+    for cls in vars(module).values()
+    if isinstance(cls, type) and issubclass(cls, Event) and cls.__module__ == module.__name__
+)
+EVENTS_BY_NAME: dict[str, type[Event]] = {cls.type_name(): cls for cls in EVENT_TYPES}
+NAMED_TYPES: tuple[type, ...] = tuple(
+    dict.fromkeys(named for cls in EVENT_TYPES for named in referenced_types(cls))
+)
+
+
+def avsc_path(cls: type) -> Path:
+    return SCHEMA_DIR / f"{full_name(cls)}.avsc"
+
+
+def generated_files() -> dict[Path, dict[str, Any]]:
+    """What `jobledger schemas write` puts on disk: one file per event and per named type."""
+    files = {avsc_path(cls): record_schema(cls) for cls in EVENT_TYPES}
+    files.update({avsc_path(cls): named_schema(cls) for cls in NAMED_TYPES})
+    return files
+
+
+def write_files() -> list[Path]:
+    """Regenerate the `.avsc` files from the models (a developer command, never at runtime)."""
+    written = []
+    for path, schema in generated_files().items():
+        path.write_text(json.dumps(schema, indent=2) + "\n")
+        written.append(path)
+    return written
+
+
+class UnknownSchemaError(LookupError):
+    """No writer schema with this fingerprint is known to the catalog."""
+
+
+@dataclass(frozen=True)
+class WriterSchema:
+    """A schema some event was written with, resolved against its current reader schema."""
+
+    event_type: type[Event]
+    parsed: dict[str, Any]
+    fingerprint: bytes
+    is_current: bool
+
+
+def schema_fingerprint(parsed: dict[str, Any]) -> bytes:
+    """CRC-64-AVRO of the Parsing Canonical Form, little-endian, as single-object encoding uses."""
+    digest = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    return bytes.fromhex(digest)[::-1]
+
+
+class SchemaCatalog:
+    """Current reader schemas of every event, plus every known writer schema by fingerprint."""
+
+    def __init__(self, history_dirs: tuple[Path, ...] = (HISTORY_DIR,)) -> None:
+        self._readers: dict[type[Event], dict[str, Any]] = {}
+        self._writers: dict[bytes, WriterSchema] = {}
+        for cls in EVENT_TYPES:
+            parsed = load_schema(str(avsc_path(cls)), _write_hint=False)
+            self._readers[cls] = parsed
+            self._add_writer(cls, parsed, is_current=True)
+        for directory in history_dirs:
+            for path in sorted(directory.glob("*.avsc")) if directory.is_dir() else ():
+                self.register_writer_schema(json.loads(path.read_text()))
+
+    def register_writer_schema(self, schema: dict[str, Any]) -> WriterSchema:
+        """Make an older (or foreign) version of an event's schema decodable."""
+        parsed = parse_schema(schema, _write_hint=False)
+        name = parsed["name"].rsplit(".", 1)[-1]
+        if name not in EVENTS_BY_NAME:
+            raise UnknownSchemaError(f"schema {parsed['name']!r} is not an event of the catalog")
+        return self._add_writer(EVENTS_BY_NAME[name], parsed, is_current=False)
+
+    def _add_writer(
+        self, cls: type[Event], parsed: dict[str, Any], is_current: bool
+    ) -> WriterSchema:
+        fp = schema_fingerprint(parsed)
+        writer = WriterSchema(cls, parsed, fp, is_current)
+        self._writers.setdefault(fp, writer)
+        return self._writers[fp]
+
+    def reader(self, cls: type[Event]) -> dict[str, Any]:
+        return self._readers[cls]
+
+    def current_fingerprint(self, cls: type[Event]) -> bytes:
+        return self._current_fingerprints[cls]
+
+    @cached_property
+    def _current_fingerprints(self) -> dict[type[Event], bytes]:
+        return {w.event_type: fp for fp, w in self._writers.items() if w.is_current}
+
+    def writer(self, fp: bytes) -> WriterSchema:
+        try:
+            return self._writers[fp]
+        except KeyError:
+            raise UnknownSchemaError(
+                f"no schema with fingerprint {fp.hex()} in the catalog"
+            ) from None
+
+    def schema_json(self, cls: type[Event]) -> str:
+        """The event's full schema as one standalone JSON document (for a schema registry)."""
+        return json.dumps(_strip_fastavro_keys(self._readers[cls]))
+
+
+def _strip_fastavro_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_fastavro_keys(v) for k, v in value.items() if not k.startswith("__")}
+    if isinstance(value, list):
+        return [_strip_fastavro_keys(v) for v in value]
+    return value

@@ -1,0 +1,145 @@
+"""Event <-> bytes in the two wire formats jobledger speaks.
+
+- Avro single-object encoding (default): `C3 01`, the writer schema's CRC-64-AVRO fingerprint
+  (8 bytes, little-endian), then the Avro body. Needs no registry: any client holding the
+  `.avsc` files can compute the fingerprints itself.
+- Confluent wire format (`00`, 4-byte schema id, body) through confluent-kafka's schema
+  registry Avro serdes, when a registry URL is configured. Subjects are named after the
+  record (`record_subject_name_strategy`) because one topic carries many event types.
+
+Decoding recognizes both by their first byte, so a topic may hold a mix.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import schemaless_reader, schemaless_writer
+from pydantic import ValidationError
+
+from .catalog import EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaError
+from .model import Event
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = 0
+_FINGERPRINT_END = len(SINGLE_OBJECT_MAGIC) + 8
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a decodable event; the message says why (for the dead-letter topic)."""
+
+
+def event_from_avro_dict(cls: type[Event], record: dict[str, Any]) -> Event:
+    """Build the model from a decoded Avro record (already schema-valid, so lax typing)."""
+    try:
+        return cls.model_validate(record, strict=False)
+    except ValidationError as exc:
+        raise DecodeError(f"{cls.type_name()} does not validate: {exc}") from exc
+
+
+class SingleObjectSerde:
+    """Avro single-object encoding with writer schemas looked up in the catalog."""
+
+    def __init__(self, catalog: SchemaCatalog) -> None:
+        self.catalog = catalog
+
+    def encode(self, event: Event) -> bytes:
+        cls = type(event)
+        out = io.BytesIO()
+        out.write(SINGLE_OBJECT_MAGIC)
+        out.write(self.catalog.current_fingerprint(cls))
+        schemaless_writer(out, self.catalog.reader(cls), event.model_dump(mode="json"))
+        return out.getvalue()
+
+    def decode(self, data: bytes) -> Event:
+        if len(data) < _FINGERPRINT_END or not data.startswith(SINGLE_OBJECT_MAGIC):
+            raise DecodeError("not Avro single-object encoded (no C3 01 header)")
+        try:
+            writer = self.catalog.writer(bytes(data[2:_FINGERPRINT_END]))
+        except UnknownSchemaError as exc:
+            raise DecodeError(str(exc)) from exc
+        reader = None if writer.is_current else self.catalog.reader(writer.event_type)
+        body = io.BytesIO(data[_FINGERPRINT_END:])
+        try:
+            record = schemaless_reader(body, writer.parsed, reader)
+        except Exception as exc:  # fastavro raises many types on corrupt bodies
+            raise DecodeError(f"corrupt {writer.event_type.type_name()} body: {exc!r}") from exc
+        if body.tell() != len(data) - _FINGERPRINT_END:
+            raise DecodeError(f"{writer.event_type.type_name()} body has trailing bytes")
+        return event_from_avro_dict(writer.event_type, record)
+
+
+class ConfluentSerde:
+    """Confluent wire format through confluent-kafka's schema-registry Avro serdes."""
+
+    def __init__(self, catalog: SchemaCatalog, registry_url: str) -> None:
+        self.catalog = catalog
+        self.client = SchemaRegistryClient.new_client({"url": registry_url})
+        self._serializers: dict[type[Event], AvroSerializer] = {}
+        self._deserializers: dict[type[Event], AvroDeserializer] = {}
+
+    def encode(self, event: Event, topic: str) -> bytes:
+        cls = type(event)
+        if cls not in self._serializers:
+            self._serializers[cls] = AvroSerializer(
+                self.client,
+                self.catalog.schema_json(cls),
+                to_dict=lambda ev, _ctx: ev.model_dump(mode="json"),
+                conf={"subject.name.strategy": record_subject_name_strategy},
+            )
+        return self._serializers[cls](event, SerializationContext(topic, MessageField.VALUE))
+
+    def decode(self, data: bytes, topic: str) -> Event:
+        if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
+            raise DecodeError("not in the Confluent wire format (no 00 + schema id header)")
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        try:
+            writer = self.client.get_schema(schema_id)
+        except Exception as exc:  # the registry client raises its own error types
+            raise DecodeError(f"schema id {schema_id} not in the registry: {exc}") from exc
+        cls = self._event_type_named(writer.schema_str)
+        if cls not in self._deserializers:
+            self._deserializers[cls] = AvroDeserializer(self.client, self.catalog.schema_json(cls))
+        try:
+            record = self._deserializers[cls](data, SerializationContext(topic, MessageField.VALUE))
+        except Exception as exc:  # fastavro / serde errors on corrupt bodies
+            raise DecodeError(f"corrupt {cls.type_name()} body: {exc!r}") from exc
+        return event_from_avro_dict(cls, record)
+
+    @staticmethod
+    def _event_type_named(schema_str: str) -> type[Event]:
+        schema = json.loads(schema_str)
+        name = schema.get("name", "") if isinstance(schema, dict) else ""
+        cls = EVENTS_BY_NAME.get(name.rsplit(".", 1)[-1])
+        if cls is None:
+            raise DecodeError(f"registry schema {name!r} is not an event of the catalog")
+        return cls
+
+
+class EventSerde:
+    """Encodes in the configured format; decodes either format by its magic byte."""
+
+    def __init__(self, catalog: SchemaCatalog | None = None, registry_url: str | None = None):
+        self.catalog = catalog or SchemaCatalog()
+        self.single_object = SingleObjectSerde(self.catalog)
+        self.confluent = ConfluentSerde(self.catalog, registry_url) if registry_url else None
+
+    def encode(self, event: Event, topic: str) -> bytes:
+        if self.confluent is not None:
+            return self.confluent.encode(event, topic)
+        return self.single_object.encode(event)
+
+    def decode(self, data: bytes | None, topic: str) -> Event:
+        if not data:
+            raise DecodeError("empty message value")
+        if data[0] == CONFLUENT_MAGIC:
+            if self.confluent is None:
+                raise DecodeError("Confluent wire format but no schema registry is configured")
+            return self.confluent.decode(data, topic)
+        return self.single_object.decode(data)

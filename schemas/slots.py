@@ -1,0 +1,191 @@
+"""Slot requests, allocations and offers between SlotPool, ResourceManager and TaskExecutor."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .model import Event, Int32
+from .topics import TopicRole
+from .types import ResourceProfile
+
+_SLOT_POOL = "the job's SlotPool"
+_TASK_EXECUTOR = "the TaskExecutor's slot table"
+
+
+class SlotRequested(Event):
+    """The SlotPool asks the ResourceManager for a new slot under a fresh AllocationID."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    slot_request_id: str = Field(description="SlotRequestId of the pending request.")
+    allocation_id: str = Field(description="AllocationID the slot will carry.")
+    resource_profile: ResourceProfile = Field(description="Resources the slot must have.")
+    batch_request: bool = Field(
+        default=False, description="Batch requests ignore allocation failures and time out later."
+    )
+    timeout_ms: int = Field(description="Time the request may stay pending.")
+
+
+class SlotRequestCancelled(Event):
+    """A pending slot request was withdrawn; the ResourceManager forgets it."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    slot_request_id: str = Field(description="SlotRequestId.")
+    allocation_id: str = Field(description="AllocationID of the request.")
+    cause: str = Field(description="Why it was cancelled.")
+
+
+class SlotAllocationRequested(Event):
+    """The ResourceManager asks a TaskExecutor to allocate one of its slots for a job."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the ResourceManager"
+
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="Slot to allocate.")
+    allocation_id: str = Field(description="AllocationID to allocate it under.")
+    job_id: str = Field(description="JobID the slot is for.")
+    resource_profile: ResourceProfile = Field(description="Resources requested.")
+    resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
+
+
+class SlotAllocated(Event):
+    """The TaskExecutor allocated the slot for the job (it will offer it next)."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "resource_id"
+    produced_by = _TASK_EXECUTOR
+
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="The slot.")
+    allocation_id: str = Field(description="AllocationID.")
+    job_id: str = Field(description="JobID.")
+
+
+class SlotAllocationFailed(Event):
+    """The TaskExecutor refused an allocation, e.g. the slot is occupied by another job."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "resource_id"
+    produced_by = _TASK_EXECUTOR
+
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="The slot.")
+    allocation_id: str = Field(description="AllocationID that was refused.")
+    job_id: str = Field(description="JobID.")
+    reason: str = Field(description="Why.")
+
+
+class SlotOffered(Event):
+    """A TaskExecutor offers an allocated slot to the job's SlotPool (Flink's SlotOffer)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _TASK_EXECUTOR
+
+    job_id: str = Field(description="JobID.")
+    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    resource_id: str = Field(description="ResourceID of the offering TaskExecutor.")
+    slot_index: Int32 = Field(description="Index of the slot; with resource_id its SlotID.")
+    allocation_id: str = Field(description="AllocationID the slot is allocated under.")
+    resource_profile: ResourceProfile = Field(description="Resources of the slot.")
+
+
+class SlotOfferAccepted(Event):
+    """The SlotPool accepted the offer; the TaskExecutor marks the slot ACTIVE."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="The slot.")
+    allocation_id: str = Field(description="AllocationID.")
+
+
+class SlotOfferRejected(Event):
+    """The SlotPool rejected the offer; the TaskExecutor frees the slot."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="The slot.")
+    allocation_id: str = Field(description="AllocationID.")
+    reason: str = Field(description="Why the offer was rejected.")
+
+
+class AllocationFailed(Event):
+    """An allocation failed (Flink's failAllocation): its request or slot is given up."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the ResourceManager or a TaskExecutor"
+
+    job_id: str = Field(description="JobID.")
+    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    allocation_id: str = Field(description="The failed AllocationID.")
+    cause: str = Field(description="Why it failed.")
+
+
+class SlotReleaseRequested(Event):
+    """The SlotPool gives a slot back: the TaskExecutor frees it (Flink's freeSlot call)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    allocation_id: str = Field(description="AllocationID of the slot.")
+    cause: str = Field(description="Why the slot is released.")
+
+
+class SlotFreed(Event):
+    """A TaskExecutor freed a slot; the ResourceManager may hand it out again."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "resource_id"
+    produced_by = _TASK_EXECUTOR
+
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    slot_index: Int32 = Field(description="The slot.")
+    allocation_id: str = Field(description="AllocationID it was allocated under.")
+    job_id: str | None = Field(default=None, description="JobID it was allocated to.")
+    cause: str = Field(description="Why it was freed.")
+
+
+class SlotRequestTimedOut(Event):
+    """A pending slot request was not fulfilled in time (decided on a TimerFired)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    slot_request_id: str = Field(description="SlotRequestId.")
+    allocation_id: str = Field(description="AllocationID of the request.")
+
+
+class IdleSlotTimedOut(Event):
+    """An available slot stayed unused past the idle timeout and is released."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    allocation_id: str = Field(description="AllocationID of the idle slot.")

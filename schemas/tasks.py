@@ -1,0 +1,78 @@
+"""Task deployment, submission checks, execution state updates and cancellation."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .model import Event, Int32
+from .topics import TopicRole
+from .types import ExecutionState, InputGateDeploymentDescriptor, OperatorSpec
+
+
+class TaskDeploymentRequested(Event):
+    """The JobMaster deploys an execution attempt into a slot (the task deployment descriptor)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: str = Field(description="JobID.")
+    job_master_id: str = Field(description="JobMasterId of the deploying leader.")
+    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    vertex_id: str = Field(description="JobVertexID.")
+    subtask_index: Int32 = Field(description="Index of the subtask.")
+    attempt_number: Int32 = Field(description="0 for the first attempt, +1 per restart.")
+    number_of_subtasks: Int32 = Field(description="Parallelism of the vertex.")
+    max_parallelism: Int32 = Field(description="Number of key groups of the vertex.")
+    allocation_id: str = Field(description="AllocationID of the target slot.")
+    resource_id: str = Field(description="ResourceID of the target TaskExecutor.")
+    slot_index: Int32 = Field(description="Index of the target slot.")
+    invokable_class_name: str = Field(description="The code the task runs.")
+    operators: list[OperatorSpec] = Field(
+        default_factory=list, description="The vertex's operator chain."
+    )
+    inputs: list[InputGateDeploymentDescriptor] = Field(
+        default_factory=list, description="The result partitions the task consumes."
+    )
+
+
+class TaskSubmissionRejected(Event):
+    """The TaskExecutor refused a deployment (no JobManager connection, JobMasterId mismatch,
+    slot not active, duplicate attempt)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the TaskExecutor"
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    allocation_id: str = Field(description="AllocationID of the target slot.")
+    reason: str = Field(description="Why.")
+
+
+class TaskExecutionStateChanged(Event):
+    """An execution attempt changed state (Flink's TaskExecutionState update)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the task runner (Spark) or the TaskExecutor"
+
+    job_id: str = Field(description="JobID.")
+    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    execution_state: ExecutionState = Field(description="The new state.")
+    error: str | None = Field(default=None, description="Failure text when FAILED.")
+    resource_id: str | None = Field(default=None, description="Where the attempt runs.")
+
+
+class TaskCancellationRequested(Event):
+    """The JobMaster asks the TaskExecutor to cancel an execution attempt."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: str = Field(description="JobID.")
+    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    execution_attempt_id: str = Field(description="ExecutionAttemptID.")

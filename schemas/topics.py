@@ -1,0 +1,50 @@
+"""The topics of a jobledger cluster and the partition key of each.
+
+Topics are inboxes partitioned by owner (DESIGN.md rule 4): an event is written to the topic
+of the reducer that consumes it, keyed by the id of the owner instance, so one partition holds
+everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps several clusters
+(or tests) apart on one broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class TopicRole(str, Enum):
+    """What a topic holds. The value is the topic's name after the prefix."""
+
+    JOB = "job"
+    RESOURCE_MANAGER = "resourcemanager"
+    TASK_EXECUTOR = "taskexecutor"
+    DEAD_LETTER = "deadletter"
+    SNAPSHOT = "snapshot"
+
+
+DEFAULT_PREFIX = "jobledger."
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """How a topic is created: nothing relies on broker auto-creation."""
+
+    role: TopicRole
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(partitions: int) -> list[TopicSpec]:
+    """Every topic of a cluster. The ResourceManager is a single owner: one partition."""
+    compacted = {"cleanup.policy": "compact"}
+    return [
+        TopicSpec(TopicRole.JOB, partitions, {}),
+        TopicSpec(TopicRole.RESOURCE_MANAGER, 1, {}),
+        TopicSpec(TopicRole.TASK_EXECUTOR, partitions, {}),
+        TopicSpec(TopicRole.DEAD_LETTER, partitions, {}),
+        TopicSpec(TopicRole.SNAPSHOT, partitions, compacted),
+    ]
+
+
+def topic_name(role: TopicRole, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}{role.value}"

@@ -1,0 +1,233 @@
+"""The `jobledger` command line: one entry point, a subcommand per job to be done."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+
+from jobledger.schemas import EVENTS_BY_NAME, EventSerde
+from jobledger.schemas.catalog import avsc_path, generated_files, write_files
+
+from . import broker, kafka
+from .produce import produce_lines
+from .tail import tail
+
+
+def _connection_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap",
+        help=f"Kafka bootstrap servers (default: ${kafka.BOOTSTRAP_ENV}, else the embedded broker)",
+    )
+    common.add_argument(
+        "--topic-prefix",
+        help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, else 'jobledger.')",
+    )
+    return common
+
+
+def _registry_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schema-registry",
+        default=os.environ.get(kafka.REGISTRY_ENV),
+        help="schema registry URL: write the Confluent wire format instead of Avro "
+        f"single-object encoding (default: ${kafka.REGISTRY_ENV})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobledger",
+        description="Flink's cluster control plane as an event-sourced state machine over Kafka.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _connection_options()
+
+    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker on loopback")
+    p.add_argument("--port", type=int, default=broker.DEFAULT_PORT, help="port (default 9092)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--detach", action="store_true", help="start in the background and return")
+    mode.add_argument("--stop", action="store_true", help="stop the background broker")
+    mode.add_argument("--status", action="store_true", help="say whether one is running")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("topics", help="manage the cluster's topics")
+    topics = p.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    c = topics.add_parser("create", parents=[common], help="create every topic explicitly")
+    c.add_argument("--partitions", type=int, default=8, help="partitions per owner topic")
+    c.add_argument("--replication-factor", type=int, default=1, help="replicas per partition")
+    c.set_defaults(func=cmd_topics_create)
+    c = topics.add_parser("list", parents=[common], help="list the cluster's topics")
+    c.set_defaults(func=cmd_topics_list)
+
+    p = sub.add_parser(
+        "produce", parents=[common], help="append JSON events (one per line) to their topics"
+    )
+    p.add_argument("file", nargs="?", default="-", help="JSON lines file, or - for stdin")
+    _registry_option(p)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("tail", parents=[common], help="print a topic's events as JSON lines")
+    p.add_argument("topic", help="a topic name, or a role: job, resourcemanager, taskexecutor")
+    p.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
+    p.add_argument("--max", type=int, dest="max_events", help="stop after N events")
+    p.add_argument(
+        "--exit-at-end", action="store_true", help="stop once every partition is read to its end"
+    )
+    _registry_option(p)
+    p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("schemas", help="the Avro event catalog")
+    schemas = p.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
+    c = schemas.add_parser("list", help="list the event types")
+    c.set_defaults(func=cmd_schemas_list)
+    c = schemas.add_parser("show", help="print an event's .avsc")
+    c.add_argument("type", help="event type, e.g. SlotOffered")
+    c.set_defaults(func=cmd_schemas_show)
+    c = schemas.add_parser("write", help="regenerate the .avsc files from the models")
+    c.add_argument("--check", action="store_true", help="fail if the files are out of date")
+    c.set_defaults(func=cmd_schemas_write)
+    return parser
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    if args.status:
+        record = broker.read_record()
+        print(f"running on {record.bootstrap} (pid {record.pid})" if record else "not running")
+        return 0 if record else 1
+    if args.stop:
+        record = broker.stop()
+        print(f"stopped the broker on {record.bootstrap}" if record else "no broker was running")
+        return 0
+    if args.detach:
+        record = broker.read_record() or broker.start_detached(args.port)
+        print(f"embedded broker listening on {record.bootstrap} (pid {record.pid})")
+        print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
+        return 0
+    return _run_broker_in_foreground(args.port)
+
+
+def _run_broker_in_foreground(port: int) -> int:
+    log_path = broker.state_file().with_name(f"broker-{port}.log")
+    proc = broker.spawn(port, log_path, detach=False)
+    record = broker.BrokerRecord(pid=proc.pid, port=port, log=str(log_path))
+    broker.write_record(record)
+    print(f"embedded broker listening on {record.bootstrap} (log: {log_path})", flush=True)
+    print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+    finally:
+        broker.clear_record(proc.pid)
+
+
+def cmd_topics_create(args: argparse.Namespace) -> int:
+    bootstrap = kafka.resolve_bootstrap(args.bootstrap)
+    results = kafka.create_topics(
+        bootstrap, kafka.resolve_prefix(args.topic_prefix), args.partitions,
+        args.replication_factor,
+    )
+    for r in results:
+        state = "created" if r.created else f"failed: {r.error}" if r.error else "exists"
+        print(f"{r.topic}\t{r.partitions} partitions\t{state}")
+    return 1 if any(r.error for r in results) else 0
+
+
+def cmd_topics_list(args: argparse.Namespace) -> int:
+    prefix = kafka.resolve_prefix(args.topic_prefix)
+    with ExitStack() as stack:
+        consumer = kafka.read_committed_consumer(kafka.resolve_bootstrap(args.bootstrap))
+        stack.callback(consumer.close)
+        metadata = consumer.list_topics(timeout=10)
+    for name in sorted(t for t in metadata.topics if t.startswith(prefix)):
+        print(f"{name}\t{len(metadata.topics[name].partitions)} partitions")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    bootstrap = kafka.resolve_bootstrap(args.bootstrap)
+    serde = EventSerde(registry_url=args.schema_registry)
+    producer = kafka.transactional_producer(bootstrap, "cli")
+    with ExitStack() as stack:
+        lines = sys.stdin if args.file == "-" else stack.enter_context(open(args.file))
+        report = produce_lines(lines, producer, serde, kafka.resolve_prefix(args.topic_prefix))
+    for rejected in report.rejected:
+        print(f"line {rejected.line_number}: {rejected.reason}", file=sys.stderr)
+    print(f"wrote {report.written} events, rejected {len(report.rejected)} lines", file=sys.stderr)
+    return 1 if report.rejected else 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    bootstrap = kafka.resolve_bootstrap(args.bootstrap)
+    topic = kafka.resolve_topic(args.topic, kafka.resolve_prefix(args.topic_prefix))
+    consumer = kafka.read_committed_consumer(bootstrap)
+    try:
+        tail(
+            consumer, topic, EventSerde(registry_url=args.schema_registry),
+            args.from_beginning, args.max_events, args.exit_at_end,
+        )
+    except LookupError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    return 0
+
+
+def cmd_schemas_list(args: argparse.Namespace) -> int:
+    for name, cls in EVENTS_BY_NAME.items():
+        role, key = cls.topic_role.value, cls.key_field
+        print(f"{name}\t{role}\tkey={key}")
+    return 0
+
+
+def cmd_schemas_show(args: argparse.Namespace) -> int:
+    cls = EVENTS_BY_NAME.get(args.type)
+    if cls is None:
+        print(f"unknown event type {args.type!r}; see `jobledger schemas list`", file=sys.stderr)
+        return 1
+    print(avsc_path(cls).read_text(), end="")
+    return 0
+
+
+def cmd_schemas_write(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = [
+            path for path, schema in generated_files().items()
+            if not path.exists() or json.loads(path.read_text()) != schema
+        ]
+        for path in stale:
+            print(f"out of date: {path.name}", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write_files():
+        print(Path(path).name)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except broker.BrokerError as exc:
+        print(f"jobledger: {exc}", file=sys.stderr)
+        return 2
+    except KafkaException as exc:
+        print(f"jobledger: Kafka error: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
