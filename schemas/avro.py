@@ -124,4 +124,3 @@ def _avro_default(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return value
-

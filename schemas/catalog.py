@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema
-from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+from fastavro.schema import UnknownType, fingerprint, load_schema, to_parsing_canonical_form
 
 from . import cluster, jobs, kvstate, slots, tasks, timers
 from .avro import full_name, named_schema, record_schema, referenced_types
@@ -90,8 +90,15 @@ class SchemaCatalog:
                 self.register_writer_schema(json.loads(path.read_text()))
 
     def register_writer_schema(self, schema: dict[str, Any]) -> WriterSchema:
-        """Make an older (or foreign) version of an event's schema decodable."""
-        parsed = parse_schema(schema, _write_hint=False)
+        """Make an older (or foreign) version of an event's schema decodable.
+
+        The schema must be standalone (named types inlined, as `schema_json` writes it): nested
+        types evolve too, so an old version cannot borrow today's definitions.
+        """
+        try:
+            parsed = parse_schema(schema, _write_hint=False)
+        except UnknownType as exc:
+            raise UnknownSchemaError(f"writer schema is not standalone: {exc}") from None
         name = parsed["name"].rsplit(".", 1)[-1]
         if name not in EVENTS_BY_NAME:
             raise UnknownSchemaError(f"schema {parsed['name']!r} is not an event of the catalog")

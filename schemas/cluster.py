@@ -32,9 +32,7 @@ class TaskManagerHeartbeat(Event):
     produced_by = _TASK_EXECUTOR
 
     resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_report: list[SlotStatus] = Field(
-        default_factory=list, description="Status of every slot."
-    )
+    slot_report: list[SlotStatus] = Field(default_factory=list, description="Status of every slot.")
 
 
 class TaskManagerLost(Event):

@@ -54,7 +54,6 @@ def event_from_json(text: str) -> Event:
 
 def _describe(type_name: str, exc: ValidationError) -> str:
     problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or '(event)'}: {err['msg']}"
-        for err in exc.errors()
+        f"{'.'.join(str(p) for p in err['loc']) or '(event)'}: {err['msg']}" for err in exc.errors()
     )
     return f"invalid {type_name}: {problems}"

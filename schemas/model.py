@@ -14,7 +14,7 @@ Conventions that the Avro generator (`avro.py`) relies on:
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,7 +31,7 @@ class AvroInt:
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1), AvroInt()]
 
 
-class CatalogEnum(str, Enum):
+class CatalogEnum(StrEnum):
     """An Avro enum. `UNKNOWN` is the default symbol readers fall back to."""
 
 

