@@ -82,7 +82,7 @@ class SchemaCatalog:
         self._readers: dict[type[Event], dict[str, Any]] = {}
         self._writers: dict[bytes, WriterSchema] = {}
         for cls in EVENT_TYPES:
-            parsed = load_schema(str(avsc_path(cls)), _write_hint=False)
+            parsed = load_schema(str(avsc_path(cls)))
             self._readers[cls] = parsed
             self._add_writer(cls, parsed, is_current=True)
         for directory in history_dirs:
@@ -96,7 +96,7 @@ class SchemaCatalog:
         types evolve too, so an old version cannot borrow today's definitions.
         """
         try:
-            parsed = parse_schema(schema, _write_hint=False)
+            parsed = parse_schema(schema)
         except UnknownType as exc:
             raise UnknownSchemaError(f"writer schema is not standalone: {exc}") from None
         name = parsed["name"].rsplit(".", 1)[-1]

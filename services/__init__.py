@@ -1,0 +1,1 @@
+"""Reducers (pure), the service runtime (Kafka I/O) and the `jobledger` command line."""

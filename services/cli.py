@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = _connection_options()
 
     p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker on loopback")
-    p.add_argument("--port", type=int, default=broker.DEFAULT_PORT, help="port (default 9092)")
+    p.add_argument(
+        "--port", type=int, help="port (default 9092; --detach picks a free one if it is taken)"
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--detach", action="store_true", help="start in the background and return")
     mode.add_argument("--stop", action="store_true", help="stop the background broker")
@@ -111,7 +113,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print(f"embedded broker listening on {record.bootstrap} (pid {record.pid})")
         print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
         return 0
-    return _run_broker_in_foreground(args.port)
+    return _run_broker_in_foreground(args.port or broker.DEFAULT_PORT)
 
 
 def _run_broker_in_foreground(port: int) -> int:

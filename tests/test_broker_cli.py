@@ -1,0 +1,324 @@
+"""`jobledger topics / produce / tail / broker` over a real broker."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from jobledger.schemas import EventSerde, event_from_json, topic_name
+from jobledger.schemas.topics import TopicRole
+from jobledger.services import broker
+from jobledger.services.kafka import (
+    create_topics,
+    read_committed_consumer,
+    read_topic,
+    transactional_producer,
+)
+from jobledger.services.produce import produce_lines
+from jobledger.services.tail import tail
+
+pytestmark = pytest.mark.broker
+
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+
+REGISTERED = {
+    "type": "TaskManagerRegistered", "event_id": "ev-1", "event_time": 1700000000000,
+    "producer": "test", "cause_event_id": None, "resource_id": "tm-1",
+    "address": "127.0.0.1:6121", "number_of_slots": 4,
+    "resource_profile": {"kind": "SPECIFIED", "cpu_cores": 1.5,
+                         "task_heap_memory_mb": 512, "managed_memory_mb": 128},
+}  # fmt: skip
+OFFERED = {
+    "type": "SlotOffered", "event_id": "ev-2", "event_time": 1700000000001,
+    "producer": "test", "cause_event_id": None, "job_id": "job-1", "job_master_id": "jm-1",
+    "resource_id": "tm-1", "slot_index": 2, "allocation_id": "alloc-1",
+    "resource_profile": {"kind": "ANY", "cpu_cores": 0.0,
+                         "task_heap_memory_mb": 0, "managed_memory_mb": 0},
+}  # fmt: skip
+STATE = {
+    "type": "TaskExecutionStateChanged", "event_id": "ev-3", "event_time": 1700000000002,
+    "producer": "test", "cause_event_id": None, "job_id": "job-1", "job_master_id": None,
+    "execution_attempt_id": "att-1", "execution_state": "FAILED",
+    "error": "java.lang.RuntimeException: boom", "resource_id": "tm-1",
+}  # fmt: skip
+
+
+def jobledger(cluster, tmp_path, *args, stdin: str | None = None, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "jobledger.services.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or cluster.env(str(tmp_path)),
+    )
+
+
+def tail_all(cluster, tmp_path, role: str) -> list[dict]:
+    result = jobledger(cluster, tmp_path, "tail", role, "--from-beginning", "--exit-at-end")
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_produce_then_tail_round_trips_every_event_to_its_topic(cluster, tmp_path):
+    lines = "\n".join(json.dumps(e) for e in (REGISTERED, OFFERED, STATE)) + "\n"
+    result = jobledger(cluster, tmp_path, "produce", "-", stdin=lines)
+    assert result.returncode == 0, result.stderr
+    assert "wrote 3 events, rejected 0 lines" in result.stderr
+
+    assert tail_all(cluster, tmp_path, "resourcemanager") == [REGISTERED]
+    assert sorted(tail_all(cluster, tmp_path, "job"), key=lambda e: e["event_id"]) == [
+        OFFERED,
+        STATE,
+    ]
+    assert tail_all(cluster, tmp_path, "taskexecutor") == []
+
+
+def test_events_are_keyed_by_their_owner(cluster):
+    serde = EventSerde()
+    producer = transactional_producer(cluster.bootstrap, "test")
+    lines = [
+        json.dumps({**OFFERED, "event_id": f"o{i}", "job_id": f"job-{i % 3}"}) for i in range(9)
+    ]
+    report = produce_lines(lines, producer, serde, cluster.prefix)
+    assert report.written == 9
+    consumer = read_committed_consumer(cluster.bootstrap)
+    topic = topic_name(TopicRole.JOB, cluster.prefix)
+    seen: dict[str, set[int]] = {}
+    for msg in read_topic(consumer, topic, from_beginning=True, stop_at_end=True):
+        event = serde.decode(msg.value(), topic)
+        assert msg.key() == event.job_id.encode()
+        assert dict(msg.headers())["jobledger.type"] == b"SlotOffered"
+        seen.setdefault(event.job_id, set()).add(msg.partition())
+    consumer.close()
+    assert len(seen) == 3 and all(len(parts) == 1 for parts in seen.values())
+
+
+BAD_LINES = [
+    ("this is not json", "not JSON"),
+    ('{"type": "NoSuchEvent", "job_id": "j"}', "unknown event type 'NoSuchEvent'"),
+    ('{"job_id": "j"}', "missing string field 'type'"),
+    ('[1, 2, 3]', "expected a JSON object"),
+    (json.dumps({k: v for k, v in OFFERED.items() if k != "allocation_id"}),
+     "allocation_id: Field required"),
+    (json.dumps({**OFFERED, "slot_index": "two"}), "slot_index: Input should be a valid integer"),
+    (json.dumps({**OFFERED, "resource_profile": {"kind": "HUGE"}}), "resource_profile.kind"),
+    (json.dumps({**OFFERED, "slot_indx": 2}), "slot_indx: Extra inputs are not permitted"),
+    (json.dumps({**OFFERED, "slot_index": 2**40}), "slot_index: Input should be less than"),
+]  # fmt: skip
+
+
+def test_bad_lines_are_reported_with_number_and_reason_and_good_lines_still_go(cluster, tmp_path):
+    good = [{**OFFERED, "event_id": f"good-{i}"} for i in range(2)]
+    lines = [json.dumps(good[0])] + [line for line, _ in BAD_LINES] + ["", json.dumps(good[1])]
+    source = tmp_path / "events.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+
+    result = jobledger(cluster, tmp_path, "produce", str(source))
+
+    assert result.returncode == 1
+    for number, (_, reason) in enumerate(BAD_LINES, start=2):
+        assert any(
+            line.startswith(f"line {number}: ") and reason in line
+            for line in result.stderr.splitlines()
+        ), (number, reason, result.stderr)
+    assert f"wrote 2 events, rejected {len(BAD_LINES)} lines" in result.stderr
+    assert tail_all(cluster, tmp_path, "job") == good
+
+
+def test_header_fields_are_filled_in_when_a_person_leaves_them_out(cluster, tmp_path):
+    line = {k: v for k, v in OFFERED.items() if k not in ("event_id", "event_time", "producer")}
+    assert jobledger(cluster, tmp_path, "produce", stdin=json.dumps(line)).returncode == 0
+    [event] = tail_all(cluster, tmp_path, "job")
+    assert event["producer"] == "cli" and event["event_id"] and event["event_time"] > 0
+    assert {k: event[k] for k in line} == line
+
+
+def test_tail_max_stops_after_n_events(cluster, tmp_path):
+    lines = "\n".join(json.dumps({**REGISTERED, "event_id": f"r{i}"}) for i in range(5))
+    jobledger(cluster, tmp_path, "produce", stdin=lines)
+    result = jobledger(
+        cluster, tmp_path, "tail", "resourcemanager", "--from-beginning", "--max", "2"
+    )
+    assert [json.loads(x)["event_id"] for x in result.stdout.splitlines()] == ["r0", "r1"]
+
+
+def test_tail_skips_undecodable_records_with_their_position_and_goes_on(cluster, tmp_path):
+    topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    serde = EventSerde()
+    producer = transactional_producer(cluster.bootstrap, "test")
+    producer.begin_transaction()
+    producer.produce(topic, key=b"tm-1", value=b"\xde\xad\xbe\xef garbage")
+    producer.produce(
+        topic, key=b"tm-1", value=serde.encode(event_from_json(json.dumps(REGISTERED)), topic)
+    )
+    producer.commit_transaction(30)
+
+    result = jobledger(
+        cluster, tmp_path, "tail", "resourcemanager", "--from-beginning", "--exit-at-end"
+    )
+
+    assert result.returncode == 0
+    assert [json.loads(x) for x in result.stdout.splitlines()] == [REGISTERED]
+    assert f"{topic}/0@0: skipped: not Avro single-object encoded" in result.stderr
+
+
+def test_confluent_wire_format_over_the_broker(cluster):
+    serde = EventSerde(registry_url="mock://broker-test")
+    producer = transactional_producer(cluster.bootstrap, "test")
+    report = produce_lines([json.dumps(STATE)], producer, serde, cluster.prefix)
+    assert report.written == 1
+
+    out, err = io.StringIO(), io.StringIO()
+    consumer = read_committed_consumer(cluster.bootstrap)
+    topic = topic_name(TopicRole.JOB, cluster.prefix)
+    assert tail(consumer, topic, serde, True, None, True, out=out, err=err) == 1
+    consumer.close()
+    assert json.loads(out.getvalue()) == STATE
+    raw = next(read_topic(read_committed_consumer(cluster.bootstrap), topic, True, True))
+    assert raw.value()[0] == 0, "Confluent magic byte"
+
+
+def test_a_client_with_only_the_avsc_files_and_fastavro_decodes_what_produce_wrote(
+    cluster, tmp_path
+):
+    assert jobledger(cluster, tmp_path, "produce", stdin=json.dumps(OFFERED)).returncode == 0
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    for avsc in SCHEMA_DIR.glob("*.avsc"):
+        (schemas / avsc.name).write_text(avsc.read_text())
+    client = tmp_path / "foreign_client.py"
+    client.write_text(FOREIGN_CLIENT)
+
+    result = subprocess.run(
+        [sys.executable, str(client), cluster.bootstrap, topic_name(TopicRole.JOB, cluster.prefix),
+         str(schemas)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    name, record = json.loads(result.stdout)
+    assert name == "jobledger.SlotOffered"
+    assert record == {k: v for k, v in OFFERED.items() if k != "type"}
+
+
+FOREIGN_CLIENT = r'''
+"""A consumer that knows Kafka, Avro and the .avsc files, and nothing of jobledger."""
+import io, json, struct, sys
+from pathlib import Path
+
+sys.modules["jobledger"] = None  # any attempt to import jobledger now fails
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from fastavro import schemaless_reader
+from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+
+bootstrap, topic, schema_dir = sys.argv[1:]
+schemas = {}
+for path in Path(schema_dir).glob("*.avsc"):
+    schema = load_schema(str(path))
+    if schema.get("type") == "record":
+        fp = fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")
+        schemas[bytes.fromhex(fp)[::-1]] = schema
+
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "foreign",
+                     "isolation.level": "read_committed", "enable.partition.eof": True})
+parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+consumer.assign([TopicPartition(topic, p, -2) for p in parts])
+done = set()
+while len(done) < len(parts):
+    msg = consumer.poll(1)
+    if msg is None:
+        continue
+    if msg.error():
+        if msg.error().code() == KafkaError._PARTITION_EOF:
+            done.add(msg.partition())
+        continue
+    value = msg.value()
+    assert value[:2] == b"\xc3\x01", value[:2]
+    writer = schemas[value[2:10]]
+    record = schemaless_reader(io.BytesIO(value[10:]), writer, None)
+    print(json.dumps([writer["name"], record]))
+assert "jobledger" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
+'''
+
+
+def test_end_of_partition_is_found_without_trusting_watermarks(cluster):
+    """Tansu under-reports the high watermark after a plain multi-record batch; code that stops
+    at the watermark would miss records here, `enable.partition.eof` does not."""
+    topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    serde = EventSerde()
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 50})
+    for i in range(6):
+        event = event_from_json(json.dumps({**REGISTERED, "event_id": f"plain-{i}"}))
+        producer.produce(topic, key=b"tm-1", value=serde.encode(event, topic), partition=0)
+    assert producer.flush(30) == 0
+
+    consumer = read_committed_consumer(cluster.bootstrap)
+    ids = [
+        serde.decode(m.value(), topic).event_id
+        for m in read_topic(consumer, topic, from_beginning=True, stop_at_end=True)
+    ]
+    consumer.close()
+    assert ids == [f"plain-{i}" for i in range(6)]
+
+
+def test_topics_create_is_explicit_idempotent_and_compacts_snapshots(cluster, tmp_path):
+    result = jobledger(cluster, tmp_path, "topics", "create", "--partitions", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\texists") == 5
+    again = create_topics(cluster.bootstrap, cluster.prefix, partitions=3)
+    assert not any(r.created or r.error for r in again)
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    snapshot = ConfigResource("topic", topic_name(TopicRole.SNAPSHOT, cluster.prefix))
+    config = admin.describe_configs([snapshot])[snapshot].result()
+    assert config["cleanup.policy"].value == "compact"
+
+    listed = jobledger(cluster, tmp_path, "topics", "list").stdout
+    assert f"{topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)}\t1 partitions" in listed
+    assert f"{topic_name(TopicRole.JOB, cluster.prefix)}\t3 partitions" in listed
+
+
+def test_tail_of_a_missing_topic_says_so(cluster, tmp_path):
+    result = jobledger(cluster, tmp_path, "tail", "no-such-topic", "--exit-at-end")
+    assert result.returncode == 1
+    assert "topic 'no-such-topic' not found" in result.stderr
+
+
+def test_without_bootstrap_commands_use_the_embedded_broker(tmp_path):
+    try:
+        broker.tansu_binary()
+    except broker.BrokerError as exc:
+        pytest.skip(str(exc))
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env.update(JOBLEDGER_HOME=str(tmp_path), JOBLEDGER_TOPIC_PREFIX="embedded.")
+    port = str(broker.free_port())
+
+    def run(*args, stdin=None):
+        return subprocess.run(
+            [sys.executable, "-m", "jobledger.services.cli", *args],
+            input=stdin, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+
+    started = run("broker", "--detach", "--port", port)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"listening on 127.0.0.1:{port}" in started.stdout
+        assert run("broker", "--status").stdout.startswith(f"running on 127.0.0.1:{port}")
+        assert run("topics", "create", "--partitions", "1").returncode == 0
+        assert run("produce", stdin=json.dumps(REGISTERED)).returncode == 0
+        tailed = run("tail", "resourcemanager", "--from-beginning", "--exit-at-end")
+        assert [json.loads(x) for x in tailed.stdout.splitlines()] == [REGISTERED]
+    finally:
+        stopped = run("broker", "--stop")
+    assert f"stopped the broker on 127.0.0.1:{port}" in stopped.stdout
+    assert run("broker", "--status").returncode == 1
