@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +80,11 @@ class SchemaCatalog:
     def __init__(self, history_dirs: tuple[Path, ...] = (HISTORY_DIR,)) -> None:
         self._readers: dict[type[Event], dict[str, Any]] = {}
         self._writers: dict[bytes, WriterSchema] = {}
+        self._current: dict[type[Event], bytes] = {}
         for cls in EVENT_TYPES:
             parsed = load_schema(str(avsc_path(cls)))
             self._readers[cls] = parsed
-            self._add_writer(cls, parsed, is_current=True)
+            self._current[cls] = self._add_writer(cls, parsed, is_current=True).fingerprint
         for directory in history_dirs:
             for path in sorted(directory.glob("*.avsc")) if directory.is_dir() else ():
                 self.register_writer_schema(json.loads(path.read_text()))
@@ -116,11 +116,7 @@ class SchemaCatalog:
         return self._readers[cls]
 
     def current_fingerprint(self, cls: type[Event]) -> bytes:
-        return self._current_fingerprints[cls]
-
-    @cached_property
-    def _current_fingerprints(self) -> dict[type[Event], bytes]:
-        return {w.event_type: fp for fp, w in self._writers.items() if w.is_current}
+        return self._current[cls]
 
     def writer(self, fp: bytes) -> WriterSchema:
         try:

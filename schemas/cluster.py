@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .ids import JobID, ResourceID
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import ResourceProfile, SlotStatus
@@ -18,7 +19,7 @@ class TaskManagerRegistered(Event):
     key_field = "resource_id"
     produced_by = _TASK_EXECUTOR
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    resource_id: ResourceID
     address: str = Field(description="Address the TaskExecutor is reached at.")
     number_of_slots: Int32 = Field(description="Slots in its slot table.")
     resource_profile: ResourceProfile = Field(description="Resources of each slot.")
@@ -31,7 +32,7 @@ class TaskManagerHeartbeat(Event):
     key_field = "resource_id"
     produced_by = _TASK_EXECUTOR
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
+    resource_id: ResourceID
     slot_report: list[SlotStatus] = Field(default_factory=list, description="Status of every slot.")
 
 
@@ -42,7 +43,7 @@ class TaskManagerLost(Event):
     key_field = "resource_id"
     produced_by = "the ResourceManager (heartbeat timeout) or an operator"
 
-    resource_id: str = Field(description="ResourceID of the lost TaskExecutor.")
+    resource_id: ResourceID
     cause: str = Field(description="Why it is considered lost.")
 
 
@@ -53,7 +54,7 @@ class ResourceManagerConnected(Event):
     key_field = "job_id"
     produced_by = "the ResourceManager"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
 
 
@@ -64,6 +65,6 @@ class ResourceManagerDisconnected(Event):
     key_field = "job_id"
     produced_by = "the ResourceManager or the JobMaster"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     cause: str = Field(description="Why the connection ended.")

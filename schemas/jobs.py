@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .ids import JobID
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import JobStatus, JobVertex, RestartStrategy, ScheduleMode
@@ -18,7 +19,7 @@ class JobSubmitted(Event):
     key_field = "job_id"
     produced_by = "a client"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     job_name: str = Field(description="Name of the job.")
     vertices: list[JobVertex] = Field(description="The JobGraph's vertices.")
     schedule_mode: ScheduleMode = Field(
@@ -36,7 +37,7 @@ class JobMasterLeadershipGranted(Event):
     key_field = "job_id"
     produced_by = "leader election (the service runtime)"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     job_master_id: str = Field(description="The new JobMasterId.")
 
 
@@ -47,7 +48,7 @@ class JobMasterLeadershipRevoked(Event):
     key_field = "job_id"
     produced_by = "leader election (the service runtime)"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     job_master_id: str = Field(description="The revoked JobMasterId.")
 
 
@@ -58,7 +59,7 @@ class JobStatusChanged(Event):
     key_field = "job_id"
     produced_by = _JOB_MASTER
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     from_status: JobStatus = Field(description="Status before.")
     to_status: JobStatus = Field(description="Status after.")
     cause: str | None = Field(default=None, description="Failure cause, if any.")
@@ -71,7 +72,7 @@ class JobCancellationRequested(Event):
     key_field = "job_id"
     produced_by = "a client"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
 
 
 class RescaleRequested(Event):
@@ -81,6 +82,6 @@ class RescaleRequested(Event):
     key_field = "job_id"
     produced_by = "a client"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     new_parallelism: Int32 = Field(description="Requested parallelism; must be > 0.")
     vertex_id: str | None = Field(default=None, description="One vertex, or null for all.")

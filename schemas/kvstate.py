@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .ids import JobID, JobMasterFencingToken
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import KeyGroupRange
@@ -18,8 +19,8 @@ class KvStateRegistered(Event):
     key_field = "job_id"
     produced_by = _RUNNER
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
     job_vertex_id: str = Field(description="JobVertexID of the registering operator.")
     key_group_range: KeyGroupRange = Field(description="Key groups the instance holds.")
     registration_name: str = Field(description="Name the state is queried by.")
@@ -35,8 +36,8 @@ class KvStateUnregistered(Event):
     key_field = "job_id"
     produced_by = _RUNNER
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
     job_vertex_id: str = Field(description="JobVertexID of the operator.")
     key_group_range: KeyGroupRange = Field(description="Key groups unregistered.")
     registration_name: str = Field(description="Name of the state.")
@@ -50,7 +51,7 @@ class KvStateRegistrationRejected(Event):
     key_field = "job_id"
     produced_by = "the JobMaster's KvStateLocationRegistry"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     job_vertex_id: str = Field(description="JobVertexID named by the refused event.")
     registration_name: str = Field(description="Name of the state.")
     reason: str = Field(description="Why.")

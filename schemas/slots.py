@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .model import Event, Int32
+from .ids import AllocationID, JobID, JobMasterFencingToken, ResourceID, SlotIndex, SlotRequestId
+from .model import Event
 from .topics import TopicRole
 from .types import ResourceProfile
 
@@ -19,10 +20,10 @@ class SlotRequested(Event):
     key_field = "job_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
-    slot_request_id: str = Field(description="SlotRequestId of the pending request.")
-    allocation_id: str = Field(description="AllocationID the slot will carry.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    slot_request_id: SlotRequestId
+    allocation_id: AllocationID
     resource_profile: ResourceProfile = Field(description="Resources the slot must have.")
     batch_request: bool = Field(
         default=False, description="Batch requests ignore allocation failures and time out later."
@@ -37,9 +38,9 @@ class SlotRequestCancelled(Event):
     key_field = "job_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    slot_request_id: str = Field(description="SlotRequestId.")
-    allocation_id: str = Field(description="AllocationID of the request.")
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    allocation_id: AllocationID
     cause: str = Field(description="Why it was cancelled.")
 
 
@@ -50,10 +51,10 @@ class SlotAllocationRequested(Event):
     key_field = "resource_id"
     produced_by = "the ResourceManager"
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="Slot to allocate.")
-    allocation_id: str = Field(description="AllocationID to allocate it under.")
-    job_id: str = Field(description="JobID the slot is for.")
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
+    job_id: JobID
     resource_profile: ResourceProfile = Field(description="Resources requested.")
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
 
@@ -65,10 +66,10 @@ class SlotAllocated(Event):
     key_field = "resource_id"
     produced_by = _TASK_EXECUTOR
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="The slot.")
-    allocation_id: str = Field(description="AllocationID.")
-    job_id: str = Field(description="JobID.")
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
+    job_id: JobID
 
 
 class SlotAllocationFailed(Event):
@@ -78,10 +79,10 @@ class SlotAllocationFailed(Event):
     key_field = "resource_id"
     produced_by = _TASK_EXECUTOR
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="The slot.")
-    allocation_id: str = Field(description="AllocationID that was refused.")
-    job_id: str = Field(description="JobID.")
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
+    job_id: JobID
     reason: str = Field(description="Why.")
 
 
@@ -92,11 +93,11 @@ class SlotOffered(Event):
     key_field = "job_id"
     produced_by = _TASK_EXECUTOR
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
-    resource_id: str = Field(description="ResourceID of the offering TaskExecutor.")
-    slot_index: Int32 = Field(description="Index of the slot; with resource_id its SlotID.")
-    allocation_id: str = Field(description="AllocationID the slot is allocated under.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
     resource_profile: ResourceProfile = Field(description="Resources of the slot.")
 
 
@@ -107,10 +108,10 @@ class SlotOfferAccepted(Event):
     key_field = "resource_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="The slot.")
-    allocation_id: str = Field(description="AllocationID.")
+    job_id: JobID
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
 
 
 class SlotOfferRejected(Event):
@@ -120,10 +121,10 @@ class SlotOfferRejected(Event):
     key_field = "resource_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="The slot.")
-    allocation_id: str = Field(description="AllocationID.")
+    job_id: JobID
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
     reason: str = Field(description="Why the offer was rejected.")
 
 
@@ -134,9 +135,9 @@ class AllocationFailed(Event):
     key_field = "job_id"
     produced_by = "the ResourceManager or a TaskExecutor"
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
-    allocation_id: str = Field(description="The failed AllocationID.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    allocation_id: AllocationID
     cause: str = Field(description="Why it failed.")
 
 
@@ -147,9 +148,9 @@ class SlotReleaseRequested(Event):
     key_field = "resource_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    allocation_id: str = Field(description="AllocationID of the slot.")
+    job_id: JobID
+    resource_id: ResourceID
+    allocation_id: AllocationID
     cause: str = Field(description="Why the slot is released.")
 
 
@@ -160,9 +161,9 @@ class SlotFreed(Event):
     key_field = "resource_id"
     produced_by = _TASK_EXECUTOR
 
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    slot_index: Int32 = Field(description="The slot.")
-    allocation_id: str = Field(description="AllocationID it was allocated under.")
+    resource_id: ResourceID
+    slot_index: SlotIndex
+    allocation_id: AllocationID
     job_id: str | None = Field(default=None, description="JobID it was allocated to.")
     cause: str = Field(description="Why it was freed.")
 
@@ -174,9 +175,9 @@ class SlotRequestTimedOut(Event):
     key_field = "job_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    slot_request_id: str = Field(description="SlotRequestId.")
-    allocation_id: str = Field(description="AllocationID of the request.")
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    allocation_id: AllocationID
 
 
 class IdleSlotTimedOut(Event):
@@ -186,6 +187,6 @@ class IdleSlotTimedOut(Event):
     key_field = "job_id"
     produced_by = _SLOT_POOL
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    allocation_id: str = Field(description="AllocationID of the idle slot.")
+    job_id: JobID
+    resource_id: ResourceID
+    allocation_id: AllocationID

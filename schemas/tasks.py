@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .ids import (
+    AllocationID,
+    ExecutionAttemptID,
+    JobID,
+    JobMasterFencingToken,
+    ResourceID,
+    SlotIndex,
+)
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import ExecutionState, InputGateDeploymentDescriptor, OperatorSpec
@@ -16,17 +24,17 @@ class TaskDeploymentRequested(Event):
     key_field = "resource_id"
     produced_by = "the JobMaster"
 
-    job_id: str = Field(description="JobID.")
+    job_id: JobID
     job_master_id: str = Field(description="JobMasterId of the deploying leader.")
-    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    execution_attempt_id: ExecutionAttemptID
     vertex_id: str = Field(description="JobVertexID.")
     subtask_index: Int32 = Field(description="Index of the subtask.")
     attempt_number: Int32 = Field(description="0 for the first attempt, +1 per restart.")
     number_of_subtasks: Int32 = Field(description="Parallelism of the vertex.")
     max_parallelism: Int32 = Field(description="Number of key groups of the vertex.")
-    allocation_id: str = Field(description="AllocationID of the target slot.")
-    resource_id: str = Field(description="ResourceID of the target TaskExecutor.")
-    slot_index: Int32 = Field(description="Index of the target slot.")
+    allocation_id: AllocationID
+    resource_id: ResourceID
+    slot_index: SlotIndex
     invokable_class_name: str = Field(description="The code the task runs.")
     operators: list[OperatorSpec] = Field(
         default_factory=list, description="The vertex's operator chain."
@@ -44,10 +52,10 @@ class TaskSubmissionRejected(Event):
     key_field = "job_id"
     produced_by = "the TaskExecutor"
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
-    allocation_id: str = Field(description="AllocationID of the target slot.")
+    job_id: JobID
+    resource_id: ResourceID
+    execution_attempt_id: ExecutionAttemptID
+    allocation_id: AllocationID
     reason: str = Field(description="Why.")
 
 
@@ -58,9 +66,9 @@ class TaskExecutionStateChanged(Event):
     key_field = "job_id"
     produced_by = "the task runner (Spark) or the TaskExecutor"
 
-    job_id: str = Field(description="JobID.")
-    job_master_id: str | None = Field(default=None, description="JobMasterId fencing token.")
-    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    execution_attempt_id: ExecutionAttemptID
     execution_state: ExecutionState = Field(description="The new state.")
     error: str | None = Field(default=None, description="Failure text when FAILED.")
     resource_id: str | None = Field(default=None, description="Where the attempt runs.")
@@ -73,6 +81,6 @@ class TaskCancellationRequested(Event):
     key_field = "resource_id"
     produced_by = "the JobMaster"
 
-    job_id: str = Field(description="JobID.")
-    resource_id: str = Field(description="ResourceID of the TaskExecutor.")
-    execution_attempt_id: str = Field(description="ExecutionAttemptID.")
+    job_id: JobID
+    resource_id: ResourceID
+    execution_attempt_id: ExecutionAttemptID

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .ids import SlotIndex
 from .model import CatalogEnum, Int32, Record
 
 
@@ -30,7 +31,7 @@ class ResourceProfile(Record):
 class SlotStatus(Record):
     """One slot in a TaskExecutor's slot report (Flink's SlotStatus)."""
 
-    slot_index: Int32 = Field(description="Index of the slot in the TaskExecutor's slot table.")
+    slot_index: SlotIndex
     resource_profile: ResourceProfile = Field(description="The slot's resources.")
     allocation_id: str | None = Field(default=None, description="Allocation, if allocated.")
     job_id: str | None = Field(default=None, description="Job the slot is allocated to, if any.")

@@ -149,10 +149,11 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     prefix = kafka.resolve_prefix(args.topic_prefix)
-    with ExitStack() as stack:
-        consumer = kafka.read_committed_consumer(kafka.resolve_bootstrap(args.bootstrap))
-        stack.callback(consumer.close)
+    consumer = kafka.read_committed_consumer(kafka.resolve_bootstrap(args.bootstrap))
+    try:
         metadata = consumer.list_topics(timeout=10)
+    finally:
+        consumer.close()
     for name in sorted(t for t in metadata.topics if t.startswith(prefix)):
         print(f"{name}\t{len(metadata.topics[name].partitions)} partitions")
     return 0
