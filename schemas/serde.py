@@ -83,6 +83,7 @@ class ConfluentSerde:
         self.client = SchemaRegistryClient.new_client({"url": registry_url})
         self._serializers: dict[type[Event], AvroSerializer] = {}
         self._deserializers: dict[type[Event], AvroDeserializer] = {}
+        self._event_types: dict[int, type[Event]] = {}
 
     def encode(self, event: Event, topic: str) -> bytes:
         cls = type(event)
@@ -99,11 +100,7 @@ class ConfluentSerde:
         if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
             raise DecodeError("not in the Confluent wire format (no 00 + schema id header)")
         (schema_id,) = struct.unpack(">I", data[1:5])
-        try:
-            writer = self.client.get_schema(schema_id)
-        except Exception as exc:  # the registry client raises its own error types
-            raise DecodeError(f"schema id {schema_id} not in the registry: {exc}") from exc
-        cls = self._event_type_named(writer.schema_str)
+        cls = self._event_type_of(schema_id)
         if cls not in self._deserializers:
             self._deserializers[cls] = AvroDeserializer(self.client, self.catalog.schema_json(cls))
         try:
@@ -112,14 +109,20 @@ class ConfluentSerde:
             raise DecodeError(f"corrupt {cls.type_name()} body: {exc!r}") from exc
         return event_from_avro_dict(cls, record)
 
-    @staticmethod
-    def _event_type_named(schema_str: str) -> type[Event]:
-        schema = json.loads(schema_str)
-        name = schema.get("name", "") if isinstance(schema, dict) else ""
-        cls = EVENTS_BY_NAME.get(name.rsplit(".", 1)[-1])
-        if cls is None:
-            raise DecodeError(f"registry schema {name!r} is not an event of the catalog")
-        return cls
+    def _event_type_of(self, schema_id: int) -> type[Event]:
+        """The event a registry schema id stands for, looked up once per id."""
+        if schema_id not in self._event_types:
+            try:
+                writer = self.client.get_schema(schema_id)
+            except Exception as exc:  # the registry client raises its own error types
+                raise DecodeError(f"schema id {schema_id} not in the registry: {exc}") from exc
+            schema = json.loads(writer.schema_str)
+            name = schema.get("name", "") if isinstance(schema, dict) else ""
+            cls = EVENTS_BY_NAME.get(name.rsplit(".", 1)[-1])
+            if cls is None:
+                raise DecodeError(f"registry schema {name!r} is not an event of the catalog")
+            self._event_types[schema_id] = cls
+        return self._event_types[schema_id]
 
 
 class EventSerde:

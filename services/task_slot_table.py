@@ -66,6 +66,9 @@ class TaskSlotTable:
     def __init__(self, number_of_slots: int, default_slot_profile: ResourceProfile) -> None:
         self.number_of_slots = number_of_slots
         self.default_slot_profile = default_slot_profile
+        self.total_budget = ZERO
+        for _ in range(number_of_slots):
+            self.total_budget = merge(self.total_budget, default_slot_profile)
         self.slots: dict[str, TaskSlot] = {}
         self._static: dict[int, str] = {}
         self._task_slot: dict[str, str] = {}
@@ -103,14 +106,8 @@ class TaskSlotTable:
             return requested
         return self.default_slot_profile
 
-    def total_budget(self) -> ResourceProfile:
-        total = ZERO
-        for _ in range(self.number_of_slots):
-            total = merge(total, self.default_slot_profile)
-        return total
-
     def remaining_budget(self) -> ResourceProfile:
-        remaining = self.total_budget()
+        remaining = self.total_budget
         for slot in self.slots.values():
             remaining = subtract(remaining, slot.resource_profile)
         return remaining
