@@ -15,7 +15,7 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.schema import UnknownType, fingerprint, load_schema, to_parsing_canonical_form
 
-from . import cluster, jobs, kvstate, slots, tasks, timers
+from . import cluster, jobs, kvstate, rejections, slots, tasks, timers
 from .avro import full_name, named_schema, record_schema, referenced_types
 from .model import Event
 
@@ -24,7 +24,7 @@ HISTORY_DIR = SCHEMA_DIR / "history"
 
 EVENT_TYPES: tuple[type[Event], ...] = tuple(
     cls
-    for module in (cluster, slots, jobs, tasks, kvstate, timers)
+    for module in (cluster, slots, jobs, tasks, kvstate, timers, rejections)
     for cls in vars(module).values()
     if isinstance(cls, type) and issubclass(cls, Event) and cls.__module__ == module.__name__
 )
@@ -45,8 +45,16 @@ def generated_files() -> dict[Path, dict[str, Any]]:
     return files
 
 
+def stray_files() -> list[Path]:
+    """`.avsc` files beside the models that no model generates (a renamed or removed type)."""
+    return sorted(set(SCHEMA_DIR.glob("*.avsc")) - set(generated_files()))
+
+
 def write_files() -> list[Path]:
-    """Regenerate the `.avsc` files from the models (a developer command, never at runtime)."""
+    """Regenerate the `.avsc` files from the models and delete stray ones (a developer command,
+    never run at runtime). Old versions of changed events belong in `history/` first."""
+    for path in stray_files():
+        path.unlink()
     written = []
     for path, schema in generated_files().items():
         path.write_text(json.dumps(schema, indent=2) + "\n")

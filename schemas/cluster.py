@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .ids import JobID, ResourceID
+from .ids import JobID, JobMasterFencingToken, ResourceID
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import ResourceProfile, SlotStatus
@@ -68,3 +68,79 @@ class ResourceManagerDisconnected(Event):
     job_id: JobID
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     cause: str = Field(description="Why the connection ended.")
+
+
+class TaskManagerRegistrationAccepted(Event):
+    """The ResourceManager registered the TaskExecutor; it may now take slot requests (TE-1)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the ResourceManager"
+
+    resource_id: ResourceID
+    resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
+    number_of_slots: Int32 = Field(description="Slots of the TaskExecutor's slot table.")
+    resource_profile: ResourceProfile = Field(description="Default profile of each slot.")
+
+
+class JobMasterRegistrationRequested(Event):
+    """A TaskExecutor holding slots for the job registers at its JobMaster (registerTaskManager)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the TaskExecutor"
+
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    resource_id: ResourceID
+    address: str = Field(default="", description="Address of the TaskExecutor.")
+
+
+class JobMasterRegistrationAccepted(Event):
+    """The JobMaster registered the TaskExecutor: the TaskExecutor offers its slots for the job."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    job_master_id: str = Field(description="JobMasterId the TaskExecutor is now connected to.")
+    resource_id: ResourceID
+
+
+class JobMasterRegistrationDeclined(Event):
+    """The JobMaster refused the TaskExecutor's registration (no leader, stale JobMasterId)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    resource_id: ResourceID
+    reason: str = Field(description="Why.")
+
+
+class TaskManagerDisconnected(Event):
+    """The job lost a TaskManager (heartbeat timeout, TaskExecutor lost): its slots are released
+    and the tasks on them fail (disconnectTaskManager -> releaseTaskManager)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the ResourceManager or the TaskExecutor"
+
+    job_id: JobID
+    resource_id: ResourceID
+    cause: str = Field(description="Why.")
+
+
+class JobManagerDisconnected(Event):
+    """The job's JobMaster dropped its connection to the TaskExecutor (lost leadership)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    job_master_id: str = Field(description="The JobMasterId that disconnected.")
+    resource_id: ResourceID
+    cause: str = Field(description="Why.")

@@ -85,3 +85,15 @@ class RescaleRequested(Event):
     job_id: JobID
     new_parallelism: Int32 = Field(description="Requested parallelism; must be > 0.")
     vertex_id: str | None = Field(default=None, description="One vertex, or null for all.")
+
+
+class JobMasterStopped(Event):
+    """The JobMaster stopped (job terminal or shut down): its SlotPool closes, cancelling pending
+    requests and releasing every TaskManager."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    cause: str = Field(description="Why it stopped.")

@@ -57,6 +57,7 @@ class SlotAllocationRequested(Event):
     job_id: JobID
     resource_profile: ResourceProfile = Field(description="Resources requested.")
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
+    job_master_id: JobMasterFencingToken = None
 
 
 class SlotAllocated(Event):
@@ -109,6 +110,7 @@ class SlotOfferAccepted(Event):
     produced_by = _SLOT_POOL
 
     job_id: JobID
+    job_master_id: JobMasterFencingToken = None
     resource_id: ResourceID
     slot_index: SlotIndex
     allocation_id: AllocationID
@@ -122,6 +124,7 @@ class SlotOfferRejected(Event):
     produced_by = _SLOT_POOL
 
     job_id: JobID
+    job_master_id: JobMasterFencingToken = None
     resource_id: ResourceID
     slot_index: SlotIndex
     allocation_id: AllocationID
@@ -139,9 +142,12 @@ class AllocationFailed(Event):
     job_master_id: JobMasterFencingToken = None
     allocation_id: AllocationID
     cause: str = Field(description="Why it failed.")
+    unfulfillable: bool = Field(
+        default=False, description="The request can never be met; fails batch requests too."
+    )
 
 
-class SlotReleaseRequested(Event):
+class SlotFreeRequested(Event):
     """The SlotPool gives a slot back: the TaskExecutor frees it (Flink's freeSlot call)."""
 
     topic_role = TopicRole.TASK_EXECUTOR
@@ -190,3 +196,98 @@ class IdleSlotTimedOut(Event):
     job_id: JobID
     resource_id: ResourceID
     allocation_id: AllocationID
+
+
+class NewAllocatedSlotRequested(Event):
+    """The scheduler asks the job's SlotPool for a new slot (Flink's requestNewAllocatedSlot,
+    or requestNewAllocatedBatchSlot when `batch_request`)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster's scheduler"
+
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    resource_profile: ResourceProfile = Field(
+        default_factory=ResourceProfile, description="Resources the slot must have."
+    )
+    batch_request: bool = Field(
+        default=False, description="Batch requests time out only while no slot could serve them."
+    )
+    timeout_ms: int = Field(
+        default=300_000, description="Streaming requests fail when pending this long."
+    )
+
+
+class AvailableSlotAllocationRequested(Event):
+    """The scheduler takes an available slot of the pool for a request (allocateAvailableSlot)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster's scheduler"
+
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    allocation_id: AllocationID
+
+
+class SlotRequestReleased(Event):
+    """The scheduler gives up a request (releaseSlot): a pending one is cancelled, a fulfilled
+    one returns its slot to the pool for the next waiting request."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster's scheduler"
+
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    cause: str = Field(default="released by the scheduler", description="Why.")
+
+
+class SlotRequestFulfilled(Event):
+    """A request of the pool got its slot."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    allocation_id: AllocationID
+    resource_id: ResourceID
+    slot_index: SlotIndex
+
+
+class SlotRequestFailed(Event):
+    """A request of the pool failed: its allocation failed, or it was released while pending."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: JobID
+    slot_request_id: SlotRequestId
+    allocation_id: str | None = Field(default=None, description="Its AllocationID, if it had one.")
+    cause: str = Field(description="Why.")
+
+
+class BatchSlotRequestTimeoutCheckDisabled(Event):
+    """Someone else took over the batch request timeout check
+    (disableBatchSlotRequestTimeoutCheck)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster's scheduler"
+
+    job_id: JobID
+
+
+class LastSlotOfTaskManagerFreed(Event):
+    """The pool holds no slot of this TaskManager any more (failAllocation's Optional.of(tm))."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = _SLOT_POOL
+
+    job_id: JobID
+    resource_id: ResourceID

@@ -6,12 +6,12 @@ from pydantic import Field
 
 from .model import Event
 from .topics import TopicRole
-from .types import TimerScope
+from .types import OwnerKind
 
-_TOPIC_OF_SCOPE = {
-    TimerScope.JOB: TopicRole.JOB,
-    TimerScope.RESOURCE_MANAGER: TopicRole.RESOURCE_MANAGER,
-    TimerScope.TASK_EXECUTOR: TopicRole.TASK_EXECUTOR,
+TOPIC_OF_OWNER = {
+    OwnerKind.JOB: TopicRole.JOB,
+    OwnerKind.RESOURCE_MANAGER: TopicRole.RESOURCE_MANAGER,
+    OwnerKind.TASK_EXECUTOR: TopicRole.TASK_EXECUTOR,
 }
 
 
@@ -25,10 +25,10 @@ class TimerFired(Event):
     key_field = "owner_id"
     produced_by = "the service runtime's clock"
 
-    scope: TimerScope = Field(description="Kind of owner: JOB, RESOURCE_MANAGER, TASK_EXECUTOR.")
+    scope: OwnerKind = Field(description="Kind of owner: JOB, RESOURCE_MANAGER, TASK_EXECUTOR.")
     owner_id: str = Field(description="JobID, ResourceManager id or ResourceID of the owner.")
     timer_key: str | None = Field(default=None, description="One timer, or null for a tick.")
 
     def route(self) -> tuple[TopicRole, str]:
         """Timers go to their owner's inbox; an UNKNOWN scope falls back to the job topic."""
-        return _TOPIC_OF_SCOPE.get(self.scope, TopicRole.JOB), self.owner_id
+        return TOPIC_OF_OWNER.get(self.scope, TopicRole.JOB), self.owner_id

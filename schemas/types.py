@@ -172,8 +172,8 @@ class KeyGroupRange(Record):
     end_key_group: Int32 = Field(description="Last key group, inclusive.")
 
 
-class TimerScope(CatalogEnum):
-    """Which kind of owner a timer belongs to; selects the topic it is written to."""
+class OwnerKind(CatalogEnum):
+    """Which kind of reducer owns a timer or a rejection; selects the topic it is written to."""
 
     JOB = "JOB"
     RESOURCE_MANAGER = "RESOURCE_MANAGER"

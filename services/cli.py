@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from confluent_kafka import KafkaException
 
 from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
-from jobledger.schemas.catalog import avsc_path, generated_files, write_files
+from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, write_files
 
 from . import broker, kafka
 from .produce import produce_lines
@@ -219,6 +219,7 @@ def cmd_schemas_write(args: argparse.Namespace) -> int:
             for path, schema in generated_files().items()
             if not path.exists() or json.loads(path.read_text()) != schema
         ]
+        stale.extend(f"{path.name} (no model generates it)" for path in stray_files())
         if docs.readme_with_table(readme) != readme:
             stale.append(docs.README.name)
         for name in stale:
