@@ -183,7 +183,9 @@ class SlotRequestTimedOut(Event):
 
     job_id: JobID
     slot_request_id: SlotRequestId
-    allocation_id: AllocationID
+    allocation_id: str | None = Field(
+        default=None, description="Its AllocationID; null if it never reached the RM."
+    )
 
 
 class IdleSlotTimedOut(Event):

@@ -189,10 +189,13 @@ class TaskSlotTable:
     def allocated_slots(self, job_id: str) -> list[TaskSlot]:
         """The job's slots in state ALLOCATED, by index: what an offer contains (TE-13)."""
         return sorted(
-            (s for s in self.slots.values()
-             if s.job_id == job_id and s.state is TaskSlotState.ALLOCATED),
+            (
+                s
+                for s in self.slots.values()
+                if s.job_id == job_id and s.state is TaskSlotState.ALLOCATED
+            ),
             key=lambda s: (s.index < 0, s.index, s.allocation_id),
-        )  # fmt: skip
+        )
 
     def active_allocation_ids(self, job_id: str | None = None) -> set[str]:
         return {
@@ -209,9 +212,10 @@ class TaskSlotTable:
         return [
             s.allocation_id
             for s in self.slots.values()
-            if s.state is TaskSlotState.ALLOCATED and s.timeout_at is not None
+            if s.state is TaskSlotState.ALLOCATED
+            and s.timeout_at is not None
             and s.timeout_at <= now
-        ]  # fmt: skip
+        ]
 
     def slot_report(self) -> list[SlotStatus]:
         """One status per static index, then one per dynamic slot (TST-8)."""

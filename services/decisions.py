@@ -1,0 +1,55 @@
+"""Building the events a reducer derives from one input.
+
+A derived event's id is a function of its cause's id and its position among the cause's
+derived events, its time is the cause's event time, and it names the cause: the same log in
+gives the same decisions out, bit for bit (DESIGN.md rule 2).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeVar
+
+from jobledger.schemas import Event
+from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.types import OwnerKind
+
+_NAMESPACE = uuid.UUID("5b0d2c8e-62a4-4a51-9a59-0b5f1d1c7e10")
+
+E = TypeVar("E", bound=Event)
+
+
+def derived_id(cause_event_id: str, tag: str) -> str:
+    """A stable id for something derived from `cause_event_id` (an event, an AllocationID)."""
+    return uuid.uuid5(_NAMESPACE, f"{cause_event_id}/{tag}").hex
+
+
+class Decisions:
+    """The derived events of one input, in the order they were decided."""
+
+    def __init__(self, cause: Event, producer: str) -> None:
+        self.cause = cause
+        self.producer = producer
+        self.events: list[Event] = []
+
+    def emit(self, cls: type[E], **fields: Any) -> E:
+        event = cls(
+            event_id=derived_id(self.cause.event_id, str(len(self.events))),
+            event_time=self.cause.event_time,
+            producer=self.producer,
+            cause_event_id=self.cause.event_id,
+            **fields,
+        )
+        self.events.append(event)
+        return event
+
+    def reject(self, scope: OwnerKind, owner_id: str, reason: str) -> EventRejected:
+        """Refuse the cause: nothing changed, and the log says why."""
+        return self.emit(
+            EventRejected,
+            scope=scope,
+            owner_id=owner_id,
+            rejected_event_id=self.cause.event_id,
+            rejected_event_type=self.cause.type_name(),
+            reason=reason,
+        )

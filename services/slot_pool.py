@@ -1,0 +1,633 @@
+"""SlotPool: the slots one job holds, as Flink's SlotPoolImpl (<= 1.10, seed 002) keeps them.
+
+Invariants:
+- an AllocationID is held by at most one slot, and that slot is either *available* or
+  *allocated* to exactly one request, never both;
+- a request is *stashed* (no ResourceManager yet, no AllocationID), *pending* at the
+  ResourceManager under one AllocationID, or fulfilled by one allocated slot;
+- only slots of registered TaskManagers enter the pool; a slot is identified by its SlotID
+  (ResourceID, slot index);
+- nothing happens without a JobMaster leader: a pool that is not started refuses everything
+  but leadership.
+
+Every input is one event and every decision a derived event (DESIGN.md rules 2 and 3); time
+is the event time of the input, timeouts fire on TimerFired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobledger.schemas import Event
+from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
+    JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
+    JobMasterRegistrationRequested,
+    ResourceManagerConnected,
+    ResourceManagerDisconnected,
+    TaskManagerDisconnected,
+)
+from jobledger.schemas.jobs import (
+    JobMasterLeadershipGranted,
+    JobMasterLeadershipRevoked,
+    JobMasterStopped,
+)
+from jobledger.schemas.slots import (
+    AllocationFailed,
+    AvailableSlotAllocationRequested,
+    BatchSlotRequestTimeoutCheckDisabled,
+    IdleSlotTimedOut,
+    LastSlotOfTaskManagerFreed,
+    NewAllocatedSlotRequested,
+    SlotFreeRequested,
+    SlotOfferAccepted,
+    SlotOffered,
+    SlotOfferRejected,
+    SlotRequestCancelled,
+    SlotRequested,
+    SlotRequestFailed,
+    SlotRequestFulfilled,
+    SlotRequestReleased,
+    SlotRequestTimedOut,
+)
+from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.types import OwnerKind, ResourceProfile
+
+from .decisions import Decisions, derived_id
+from .resource_profile import is_matching
+
+PRODUCER = "slotpool"
+
+
+@dataclass(frozen=True)
+class SlotPoolConfig:
+    """Flink's `slot.idle.timeout` and `slot.request.timeout` (for batch requests)."""
+
+    idle_slot_timeout_ms: int = 50_000
+    batch_slot_timeout_ms: int = 300_000
+
+
+@dataclass
+class PendingRequest:
+    slot_request_id: str
+    resource_profile: ResourceProfile
+    batch: bool
+    deadline: int | None
+    allocation_id: str | None = None
+    unfulfillable_since: int | None = None
+
+
+@dataclass
+class AllocatedSlot:
+    allocation_id: str
+    resource_id: str
+    slot_index: int
+    resource_profile: ResourceProfile
+
+    @property
+    def slot_id(self) -> tuple[str, int]:
+        return self.resource_id, self.slot_index
+
+
+@dataclass
+class SlotPool:
+    """One job's pool. `apply` takes an input event and returns the derived events."""
+
+    job_id: str
+    config: SlotPoolConfig = field(default_factory=SlotPoolConfig)
+    job_master_id: str | None = None
+    resource_manager_id: str | None = None
+    batch_timeout_check_enabled: bool = True
+    registered_task_managers: dict[str, None] = field(default_factory=dict)
+    waiting_for_resource_manager: dict[str, PendingRequest] = field(default_factory=dict)
+    pending_requests: dict[str, PendingRequest] = field(default_factory=dict)
+    allocated_slots: dict[str, AllocatedSlot] = field(default_factory=dict)
+    request_of_allocation: dict[str, str] = field(default_factory=dict)
+    available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
+
+    def apply(self, event: Event) -> list[Event]:
+        out = Decisions(event, PRODUCER)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, out)
+        return out.events
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self.job_master_id is not None
+
+    def slot_of_request(self, slot_request_id: str) -> AllocatedSlot | None:
+        return self.allocated_slots.get(slot_request_id)
+
+    def holds(self, allocation_id: str) -> AllocatedSlot | None:
+        if allocation_id in self.available_slots:
+            return self.available_slots[allocation_id][0]
+        request = self.request_of_allocation.get(allocation_id)
+        return self.allocated_slots[request] if request is not None else None
+
+    def slots_of(self, resource_id: str) -> list[AllocatedSlot]:
+        available = [s for s, _ in self.available_slots.values() if s.resource_id == resource_id]
+        allocated = [s for s in self.allocated_slots.values() if s.resource_id == resource_id]
+        return available + allocated
+
+    def create_allocated_slot_report(self, resource_id: str) -> list[tuple[int, str]]:
+        """(slot index, AllocationID) of every slot of the TaskManager in the pool (SP-35)."""
+        return [(s.slot_index, s.allocation_id) for s in self.slots_of(resource_id)]
+
+    def available_slots_information(self) -> list[dict[str, Any]]:
+        """Available slots with their TaskManager's utilization, allocated / all (SP-36)."""
+        info = []
+        for slot, since in self.available_slots.values():
+            available = sum(
+                1 for s, _ in self.available_slots.values() if s.resource_id == slot.resource_id
+            )
+            allocated = sum(
+                1 for s in self.allocated_slots.values() if s.resource_id == slot.resource_id
+            )
+            info.append(
+                {
+                    "allocation_id": slot.allocation_id,
+                    "resource_id": slot.resource_id,
+                    "slot_index": slot.slot_index,
+                    "available_since": since,
+                    "task_executor_utilization": allocated / (allocated + available),
+                }
+            )
+        return info
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state as plain data (for replay output and tests)."""
+        return {
+            "job_id": self.job_id,
+            "job_master_id": self.job_master_id,
+            "resource_manager_id": self.resource_manager_id,
+            "batch_timeout_check_enabled": self.batch_timeout_check_enabled,
+            "registered_task_managers": list(self.registered_task_managers),
+            "waiting_for_resource_manager": [
+                _plain(r) for r in self.waiting_for_resource_manager.values()
+            ],
+            "pending_requests": [_plain(r) for r in self.pending_requests.values()],
+            "allocated_slots": {req: _plain(s) for req, s in self.allocated_slots.items()},
+            "available_slots": {
+                a: {**_plain(s), "since": t} for a, (s, t) in self.available_slots.items()
+            },
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _reject(self, out: Decisions, reason: str) -> None:
+        out.reject(OwnerKind.JOB, self.job_id, reason)
+
+    def _refuse_unless_started(self, out: Decisions) -> bool:
+        if self.started:
+            return False
+        self._reject(out, f"job {self.job_id} has no started SlotPool (no JobMaster leader)")
+        return True
+
+    def on_leadership_granted(self, event: JobMasterLeadershipGranted, out: Decisions) -> None:
+        """start(jobMasterId): the same id again is a no-op; a new id suspends the old one."""
+        if event.job_master_id == self.job_master_id:
+            return
+        if self.started:
+            self._suspend(out, f"leadership passed to {event.job_master_id}")
+        self.job_master_id = event.job_master_id
+
+    def on_leadership_revoked(self, event: JobMasterLeadershipRevoked, out: Decisions) -> None:
+        if event.job_master_id != self.job_master_id:
+            self._reject(out, f"JobMasterId {event.job_master_id} is not the leader's")
+            return
+        self._suspend(out, "leadership revoked")
+
+    def _suspend(self, out: Decisions, cause: str) -> None:
+        """Cancel pending requests at the RM, forget every slot without freeing it (SP-34)."""
+        self._cancel_pending_at_resource_manager(out, cause)
+        for resource_id in self.registered_task_managers:
+            out.emit(
+                JobManagerDisconnected,
+                job_id=self.job_id,
+                job_master_id=self.job_master_id,
+                resource_id=resource_id,
+                cause=cause,
+            )
+        self._clear()
+
+    def on_stopped(self, event: JobMasterStopped, out: Decisions) -> None:
+        """close(): cancel pending requests, release every TaskManager (SP-33)."""
+        if self._refuse_unless_started(out):
+            return
+        self._cancel_pending_at_resource_manager(out, event.cause)
+        for resource_id in list(self.registered_task_managers):
+            self._release_task_manager(resource_id, f"SlotPool stopped: {event.cause}", out)
+        self._clear()
+
+    def _cancel_pending_at_resource_manager(self, out: Decisions, cause: str) -> None:
+        if self.resource_manager_id is None:
+            return
+        for request in self.pending_requests.values():
+            out.emit(
+                SlotRequestCancelled,
+                job_id=self.job_id,
+                slot_request_id=request.slot_request_id,
+                allocation_id=request.allocation_id,
+                cause=cause,
+            )
+
+    def _clear(self) -> None:
+        self.job_master_id = None
+        self.resource_manager_id = None
+        self.registered_task_managers.clear()
+        self.waiting_for_resource_manager.clear()
+        self.pending_requests.clear()
+        self.allocated_slots.clear()
+        self.request_of_allocation.clear()
+        self.available_slots.clear()
+
+    # -- ResourceManager connection ------------------------------------------------------
+
+    def on_resource_manager_connected(
+        self, event: ResourceManagerConnected, out: Decisions
+    ) -> None:
+        """Send the stashed requests in stash order, each under a fresh AllocationID (SP-24)."""
+        if self._refuse_unless_started(out):
+            return
+        self.resource_manager_id = event.resource_manager_id
+        stashed = list(self.waiting_for_resource_manager.values())
+        self.waiting_for_resource_manager.clear()
+        for request in stashed:
+            self._request_from_resource_manager(request, out)
+
+    def on_resource_manager_disconnected(
+        self, event: ResourceManagerDisconnected, out: Decisions
+    ) -> None:
+        """Only the connection goes; requests already sent stay pending (SP-26)."""
+        if self._refuse_unless_started(out):
+            return
+        self.resource_manager_id = None
+
+    def _request_from_resource_manager(self, request: PendingRequest, out: Decisions) -> None:
+        request.allocation_id = derived_id(out.cause.event_id, f"alloc/{request.slot_request_id}")
+        self.pending_requests[request.slot_request_id] = request
+        out.emit(
+            SlotRequested,
+            job_id=self.job_id,
+            job_master_id=self.job_master_id,
+            slot_request_id=request.slot_request_id,
+            allocation_id=request.allocation_id,
+            resource_profile=request.resource_profile,
+            batch_request=request.batch,
+            timeout_ms=(request.deadline - out.cause.event_time)
+            if request.deadline is not None
+            else 0,
+        )
+
+    # -- requests from the scheduler -----------------------------------------------------
+
+    def on_new_slot_requested(self, event: NewAllocatedSlotRequested, out: Decisions) -> None:
+        """requestNewAllocatedSlot / requestNewAllocatedBatchSlot (SP-1, SP-22)."""
+        if self._refuse_unless_started(out):
+            return
+        if self._knows_request(event.slot_request_id):
+            self._reject(out, f"slot request {event.slot_request_id} already exists")
+            return
+        request = PendingRequest(
+            event.slot_request_id,
+            event.resource_profile,
+            event.batch_request,
+            deadline=None if event.batch_request else event.event_time + event.timeout_ms,
+        )
+        if self.resource_manager_id is None:
+            self.waiting_for_resource_manager[request.slot_request_id] = request
+        else:
+            self._request_from_resource_manager(request, out)
+
+    def _knows_request(self, slot_request_id: str) -> bool:
+        return (
+            slot_request_id in self.pending_requests
+            or slot_request_id in self.waiting_for_resource_manager
+            or slot_request_id in self.allocated_slots
+        )
+
+    def on_allocate_available(
+        self, event: AvailableSlotAllocationRequested, out: Decisions
+    ) -> None:
+        """allocateAvailableSlot: move an available slot to the request (SP-28)."""
+        if self._refuse_unless_started(out):
+            return
+        if self._knows_request(event.slot_request_id):
+            self._reject(out, f"slot request {event.slot_request_id} already exists")
+            return
+        entry = self.available_slots.pop(event.allocation_id, None)
+        if entry is None:
+            self._reject(out, f"allocation {event.allocation_id} is not an available slot")
+            return
+        self._allocate(event.slot_request_id, entry[0], out)
+
+    def _allocate(self, slot_request_id: str, slot: AllocatedSlot, out: Decisions) -> None:
+        self.allocated_slots[slot_request_id] = slot
+        self.request_of_allocation[slot.allocation_id] = slot_request_id
+        out.emit(
+            SlotRequestFulfilled,
+            job_id=self.job_id,
+            slot_request_id=slot_request_id,
+            allocation_id=slot.allocation_id,
+            resource_id=slot.resource_id,
+            slot_index=slot.slot_index,
+        )
+
+    def on_request_released(self, event: SlotRequestReleased, out: Decisions) -> None:
+        """releaseSlot: cancel a waiting request (SP-11) or return a slot to the pool (SP-10)."""
+        if self._refuse_unless_started(out):
+            return
+        request_id = event.slot_request_id
+        if request_id in self.waiting_for_resource_manager or request_id in self.pending_requests:
+            reason = f"Pending slot request with SlotRequestId {request_id} has been released."
+            self._fail_request(request_id, reason, out)
+        elif request_id in self.allocated_slots:
+            slot = self.allocated_slots.pop(request_id)
+            del self.request_of_allocation[slot.allocation_id]
+            self._fulfill_or_make_available(slot, out)
+        else:
+            self._reject(out, f"slot request {request_id} is unknown to the pool")
+
+    def _fail_request(self, slot_request_id: str, cause: str, out: Decisions) -> None:
+        """Fail a waiting request; one sent to the RM is cancelled there too."""
+        request = self.waiting_for_resource_manager.pop(slot_request_id, None)
+        if request is None:
+            request = self.pending_requests.pop(slot_request_id)
+        out.emit(
+            SlotRequestFailed,
+            job_id=self.job_id,
+            slot_request_id=slot_request_id,
+            allocation_id=request.allocation_id,
+            cause=cause,
+        )
+        if request.allocation_id is not None and self.resource_manager_id is not None:
+            out.emit(
+                SlotRequestCancelled,
+                job_id=self.job_id,
+                slot_request_id=slot_request_id,
+                allocation_id=request.allocation_id,
+                cause=cause,
+            )
+
+    def on_batch_check_disabled(
+        self, event: BatchSlotRequestTimeoutCheckDisabled, out: Decisions
+    ) -> None:
+        """disableBatchSlotRequestTimeoutCheck (SP-43)."""
+        if self._refuse_unless_started(out):
+            return
+        self.batch_timeout_check_enabled = False
+
+    # -- TaskManagers and their slots ----------------------------------------------------
+
+    def on_registration_requested(
+        self, event: JobMasterRegistrationRequested, out: Decisions
+    ) -> None:
+        """registerTaskManager: set semantics, a repeat is acknowledged again (SP-29, JM-2)."""
+        reason = None
+        if not self.started:
+            reason = f"job {self.job_id} has no JobMaster leader"
+        elif event.job_master_id not in (None, self.job_master_id):
+            reason = f"JobMasterId {event.job_master_id} is not the leader's"
+        if reason is not None:
+            out.emit(
+                JobMasterRegistrationDeclined,
+                job_id=self.job_id,
+                resource_id=event.resource_id,
+                reason=reason,
+            )
+            return
+        self.registered_task_managers[event.resource_id] = None
+        out.emit(
+            JobMasterRegistrationAccepted,
+            job_id=self.job_id,
+            job_master_id=self.job_master_id,
+            resource_id=event.resource_id,
+        )
+
+    def on_task_manager_disconnected(self, event: TaskManagerDisconnected, out: Decisions) -> None:
+        """releaseTaskManager: its slots are freed, their requests fail; pending stay (SP-30)."""
+        if self._refuse_unless_started(out):
+            return
+        if event.resource_id not in self.registered_task_managers:
+            self._reject(out, f"TaskManager {event.resource_id} is not registered")
+            return
+        self._release_task_manager(event.resource_id, event.cause, out)
+
+    def _release_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
+        self.registered_task_managers.pop(resource_id, None)
+        for slot in self.slots_of(resource_id):
+            self._drop_slot(slot, cause, out)
+
+    def _drop_slot(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
+        """Remove a held slot, free it on its TaskExecutor and fail the request using it."""
+        if self.available_slots.pop(slot.allocation_id, None) is None:
+            request_id = self.request_of_allocation.pop(slot.allocation_id)
+            del self.allocated_slots[request_id]
+            out.emit(
+                SlotRequestFailed,
+                job_id=self.job_id,
+                slot_request_id=request_id,
+                allocation_id=slot.allocation_id,
+                cause=cause,
+            )
+        out.emit(
+            SlotFreeRequested,
+            job_id=self.job_id,
+            resource_id=slot.resource_id,
+            allocation_id=slot.allocation_id,
+            cause=cause,
+        )
+
+    def on_slot_offered(self, event: SlotOffered, out: Decisions) -> None:
+        """offerSlot, exactly as the seed: registered TM, repeated offer, AllocationID clash,
+        the request waiting on the AllocationID, the first matching request, else available."""
+        reason = self._offer_refusal(event)
+        if reason is not None:
+            self._answer_offer(event, out, reason)
+            return
+        existing = self.holds(event.allocation_id)
+        if existing is not None:
+            if existing.slot_id == (event.resource_id, event.slot_index):
+                self._answer_offer(event, out, None)
+            else:
+                self._answer_offer(
+                    event,
+                    out,
+                    f"allocation {event.allocation_id} is already held by slot "
+                    f"{existing.slot_index} of {existing.resource_id}",
+                )
+            return
+        slot = AllocatedSlot(
+            event.allocation_id, event.resource_id, event.slot_index, event.resource_profile
+        )
+        self._answer_offer(event, out, None)
+        waiting = next(
+            (r for r in self.pending_requests.values() if r.allocation_id == slot.allocation_id),
+            None,
+        )
+        if waiting is not None:
+            del self.pending_requests[waiting.slot_request_id]
+            self._allocate(waiting.slot_request_id, slot, out)
+        else:
+            self._fulfill_or_make_available(slot, out)
+
+    def _offer_refusal(self, event: SlotOffered) -> str | None:
+        if not self.started:
+            return f"job {self.job_id} has no JobMaster leader"
+        if event.job_master_id not in (None, self.job_master_id):
+            return f"JobMasterId {event.job_master_id} is not the leader's"
+        if event.resource_id not in self.registered_task_managers:
+            return f"TaskManager {event.resource_id} is not registered at the job"
+        return None
+
+    def _answer_offer(self, event: SlotOffered, out: Decisions, reason: str | None) -> None:
+        common = dict(
+            job_id=self.job_id,
+            job_master_id=self.job_master_id,
+            resource_id=event.resource_id,
+            slot_index=event.slot_index,
+            allocation_id=event.allocation_id,
+        )
+        if reason is None:
+            out.emit(SlotOfferAccepted, **common)
+        else:
+            out.emit(SlotOfferRejected, **common, reason=reason)
+
+    def _fulfill_or_make_available(self, slot: AllocatedSlot, out: Decisions) -> None:
+        """tryFulfillSlotRequestOrMakeAvailable: sent requests first, then stashed (SP-37)."""
+        for waiting in (self.pending_requests, self.waiting_for_resource_manager):
+            for request in waiting.values():
+                if is_matching(slot.resource_profile, request.resource_profile):
+                    del waiting[request.slot_request_id]
+                    self._allocate(request.slot_request_id, slot, out)
+                    return
+        self.available_slots[slot.allocation_id] = (slot, out.cause.event_time)
+
+    def on_allocation_failed(self, event: AllocationFailed, out: Decisions) -> None:
+        """failAllocation: a pending request fails (a batch one ignores ordinary failures), a
+        held slot is freed and its TaskManager reported once the pool holds none of its slots."""
+        if self._refuse_unless_started(out):
+            return
+        pending = next(
+            (r for r in self.pending_requests.values() if r.allocation_id == event.allocation_id),
+            None,
+        )
+        if pending is not None:
+            if not (pending.batch and not event.unfulfillable):
+                self._fail_request(pending.slot_request_id, event.cause, out)
+            return
+        slot = self.holds(event.allocation_id)
+        if slot is None:
+            self._reject(out, f"allocation {event.allocation_id} is unknown to the pool")
+            return
+        self._drop_slot(slot, event.cause, out)
+        if not self.slots_of(slot.resource_id):
+            out.emit(LastSlotOfTaskManagerFreed, job_id=self.job_id, resource_id=slot.resource_id)
+
+    # -- time ----------------------------------------------------------------------------
+
+    def on_timer(self, event: TimerFired, out: Decisions) -> None:
+        if not self.started:
+            return
+        now = event.event_time
+        self._time_out_requests(now, out)
+        self._release_idle_slots(now, out)
+        if self.batch_timeout_check_enabled:
+            self._check_batch_requests(now, out)
+
+    def _time_out_requests(self, now: int, out: Decisions) -> None:
+        """A streaming request fails once its timeout passed (SP-21, SP-22)."""
+        for waiting in (self.waiting_for_resource_manager, self.pending_requests):
+            for request in [r for r in waiting.values() if r.deadline is not None]:
+                if request.deadline <= now:
+                    self._time_out(request, waiting, out)
+
+    def _time_out(
+        self, request: PendingRequest, waiting: dict[str, PendingRequest], out: Decisions
+    ) -> None:
+        del waiting[request.slot_request_id]
+        out.emit(
+            SlotRequestTimedOut,
+            job_id=self.job_id,
+            slot_request_id=request.slot_request_id,
+            allocation_id=request.allocation_id,
+        )
+        if request.allocation_id is not None and self.resource_manager_id is not None:
+            out.emit(
+                SlotRequestCancelled,
+                job_id=self.job_id,
+                slot_request_id=request.slot_request_id,
+                allocation_id=request.allocation_id,
+                cause="slot request timed out",
+            )
+
+    def _release_idle_slots(self, now: int, out: Decisions) -> None:
+        """Available slots idle for more than the idle timeout go back (strict >, SP-31/32)."""
+        idle = [
+            slot
+            for slot, since in self.available_slots.values()
+            if now - since > self.config.idle_slot_timeout_ms
+        ]
+        for slot in idle:
+            del self.available_slots[slot.allocation_id]
+            out.emit(
+                IdleSlotTimedOut,
+                job_id=self.job_id,
+                resource_id=slot.resource_id,
+                allocation_id=slot.allocation_id,
+            )
+            out.emit(
+                SlotFreeRequested,
+                job_id=self.job_id,
+                resource_id=slot.resource_id,
+                allocation_id=slot.allocation_id,
+                cause="slot idle for too long",
+            )
+
+    def _check_batch_requests(self, now: int, out: Decisions) -> None:
+        """A batch request times out once no held slot could serve it for the batch timeout
+        (SP-38, SP-39, SP-42)."""
+        held = [s.resource_profile for s, _ in self.available_slots.values()]
+        held += [s.resource_profile for s in self.allocated_slots.values()]
+        for waiting in (self.pending_requests, self.waiting_for_resource_manager):
+            for request in [r for r in waiting.values() if r.batch]:
+                if any(is_matching(profile, request.resource_profile) for profile in held):
+                    request.unfulfillable_since = None
+                elif request.unfulfillable_since is None:
+                    request.unfulfillable_since = now
+                if (
+                    request.unfulfillable_since is not None
+                    and request.unfulfillable_since + self.config.batch_slot_timeout_ms <= now
+                ):
+                    self._time_out(request, waiting, out)
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    data = dict(vars(value))
+    if "resource_profile" in data:
+        data["resource_profile"] = data["resource_profile"].model_dump(mode="json")
+    return data
+
+
+_HANDLERS = {
+    JobMasterLeadershipGranted: SlotPool.on_leadership_granted,
+    JobMasterLeadershipRevoked: SlotPool.on_leadership_revoked,
+    JobMasterStopped: SlotPool.on_stopped,
+    ResourceManagerConnected: SlotPool.on_resource_manager_connected,
+    ResourceManagerDisconnected: SlotPool.on_resource_manager_disconnected,
+    NewAllocatedSlotRequested: SlotPool.on_new_slot_requested,
+    AvailableSlotAllocationRequested: SlotPool.on_allocate_available,
+    SlotRequestReleased: SlotPool.on_request_released,
+    BatchSlotRequestTimeoutCheckDisabled: SlotPool.on_batch_check_disabled,
+    JobMasterRegistrationRequested: SlotPool.on_registration_requested,
+    TaskManagerDisconnected: SlotPool.on_task_manager_disconnected,
+    SlotOffered: SlotPool.on_slot_offered,
+    AllocationFailed: SlotPool.on_allocation_failed,
+    TimerFired: SlotPool.on_timer,
+}
+INPUT_TYPES = frozenset(_HANDLERS)
