@@ -17,7 +17,7 @@ is the event time of the input, timeouts fire on TimerFired.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
@@ -107,7 +107,10 @@ class SlotPool:
     request_of_allocation: dict[str, str] = field(default_factory=dict)
     available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
 
+    producer: ClassVar[str] = PRODUCER
+
     def apply(self, event: Event) -> list[Event]:
+        """Reduce one input; returns the decisions derived from it, in order."""
         out = Decisions(event, PRODUCER)
         handler = _HANDLERS.get(type(event))
         if handler is not None:

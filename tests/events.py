@@ -32,9 +32,7 @@ class Clock:
     def __call__(self, cls: type[E], at: int | None = None, **fields: Any) -> E:
         self.count += 1
         self.now = at if at is not None else self.now + 1
-        return cls(
-            event_id=f"in-{self.count}", event_time=self.now, producer="test", **fields
-        )
+        return cls(event_id=f"in-{self.count}", event_time=self.now, producer="test", **fields)
 
 
 def types(events: list[Event]) -> list[str]:

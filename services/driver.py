@@ -1,0 +1,75 @@
+"""Runs the reducers the way the topics partition them, in one process and without a broker.
+
+Every event goes to the owner of its (topic, key): the job's SlotPool, the ResourceManager or
+the TaskExecutor. A reducer never consumes its own decisions (they land on its inbox as a
+record, not as input). Used by tests and offline replay; the service runtime feeds the same
+`process` from Kafka.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from jobledger.schemas import Event
+from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
+from jobledger.schemas.jobs import JobMasterLeadershipGranted
+from jobledger.schemas.topics import TopicRole
+
+from .resource_manager import ResourceManager, ResourceManagerConfig
+from .slot_pool import SlotPool, SlotPoolConfig
+from .task_executor import TaskExecutor, TaskExecutorConfig
+
+Reducer = SlotPool | ResourceManager | TaskExecutor
+
+
+@dataclass
+class ReducerDriver:
+    """Owners of every partition key, created when their first state-creating event arrives."""
+
+    pool_config: SlotPoolConfig = field(default_factory=SlotPoolConfig)
+    task_executor_config: TaskExecutorConfig = field(default_factory=TaskExecutorConfig)
+    resource_manager: ResourceManager = field(default_factory=ResourceManager)
+    pools: dict[str, SlotPool] = field(default_factory=dict)
+    task_executors: dict[str, TaskExecutor] = field(default_factory=dict)
+
+    @classmethod
+    def with_resource_manager(cls, config: ResourceManagerConfig, **kwargs) -> ReducerDriver:
+        return cls(resource_manager=ResourceManager(config), **kwargs)
+
+    def owner(self, event: Event) -> Reducer | None:
+        """The reducer owning `event`'s partition key. Keys that own nothing yet get a
+        throwaway reducer, so their events are answered (rejected) without growing state."""
+        role, key = event.route()
+        if role is TopicRole.RESOURCE_MANAGER:
+            return self.resource_manager
+        if role is TopicRole.JOB:
+            if key not in self.pools and isinstance(event, JobMasterLeadershipGranted):
+                self.pools[key] = SlotPool(key, self.pool_config)
+            return self.pools.get(key) or SlotPool(key, self.pool_config)
+        if role is TopicRole.TASK_EXECUTOR:
+            if key not in self.task_executors and isinstance(
+                event, TaskManagerRegistrationAccepted
+            ):
+                self.task_executors[key] = TaskExecutor(key, self.task_executor_config)
+            return self.task_executors.get(key) or TaskExecutor(key, self.task_executor_config)
+        return None
+
+    def process(self, event: Event) -> list[Event]:
+        """Reduce one event at its owner; its own decisions coming back are records only."""
+        reducer = self.owner(event)
+        if reducer is None or event.producer == reducer.producer:
+            return []
+        return reducer.apply(event)
+
+    def run(self, events: Iterable[Event]) -> list[Event]:
+        """Process inputs and everything they lead to until nothing is left; returns the whole
+        log in the order it was processed."""
+        queue = deque(events)
+        log: list[Event] = []
+        while queue:
+            event = queue.popleft()
+            log.append(event)
+            queue.extend(self.process(event))
+        return log

@@ -1,0 +1,350 @@
+"""ResourceManager: registered TaskExecutors, their slots, and the slot requests of every job
+(Flink's ResourceManager with its SlotManager).
+
+Invariants:
+- a slot is FREE, PENDING for exactly one requested allocation (asked of its TaskExecutor,
+  not yet confirmed), ALLOCATED to one allocation, or OCCUPIED by an allocation the
+  ResourceManager did not make;
+- a request is waiting or pending at exactly one slot, until its TaskExecutor confirms it;
+- waiting requests are served in the order they arrived, each by the first slot that
+  matches it; a request re-queued after a failure keeps its place.
+
+There is one ResourceManager; its inputs are the `resourcemanager` topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from jobledger.schemas import Event
+from jobledger.schemas.cluster import (
+    TaskManagerDisconnected,
+    TaskManagerHeartbeat,
+    TaskManagerLost,
+    TaskManagerRegistered,
+    TaskManagerRegistrationAccepted,
+)
+from jobledger.schemas.slots import (
+    SlotAllocated,
+    SlotAllocationFailed,
+    SlotAllocationRequested,
+    SlotFreed,
+    SlotRequestCancelled,
+    SlotRequested,
+)
+from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.types import OwnerKind, ResourceProfile
+
+from .decisions import Decisions
+from .resource_profile import is_matching
+
+PRODUCER = "resourcemanager"
+
+
+class SlotPlacement(StrEnum):
+    """SPREAD picks the least used TaskExecutor, PACK fills one before the next
+    (Flink's `cluster.evenly-spread-out-slots`)."""
+
+    SPREAD = "SPREAD"
+    PACK = "PACK"
+
+
+@dataclass(frozen=True)
+class ResourceManagerConfig:
+    resource_manager_id: str = "resourcemanager"
+    placement: SlotPlacement = SlotPlacement.SPREAD
+    heartbeat_timeout_ms: int = 50_000
+
+
+class SlotState(StrEnum):
+    FREE = "FREE"
+    PENDING = "PENDING"
+    ALLOCATED = "ALLOCATED"
+    OCCUPIED = "OCCUPIED"
+
+
+@dataclass
+class Slot:
+    state: SlotState = SlotState.FREE
+    allocation_id: str | None = None
+    job_id: str | None = None
+
+
+@dataclass
+class RegisteredTaskExecutor:
+    resource_id: str
+    address: str
+    resource_profile: ResourceProfile
+    slots: list[Slot]
+    last_heartbeat: int
+
+    def used(self) -> int:
+        return sum(1 for s in self.slots if s.state is not SlotState.FREE)
+
+
+@dataclass
+class SlotRequest:
+    job_id: str
+    slot_request_id: str
+    allocation_id: str
+    resource_profile: ResourceProfile
+    job_master_id: str | None
+    arrival: int
+    assigned: tuple[str, int] | None = None
+
+
+@dataclass
+class ResourceManager:
+    config: ResourceManagerConfig = field(default_factory=ResourceManagerConfig)
+    task_executors: dict[str, RegisteredTaskExecutor] = field(default_factory=dict)
+    requests: dict[str, SlotRequest] = field(default_factory=dict)
+    arrivals: int = 0
+
+    producer: ClassVar[str] = PRODUCER
+
+    def apply(self, event: Event) -> list[Event]:
+        """Reduce one input; returns the decisions derived from it, in order."""
+        out = Decisions(event, PRODUCER)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, out)
+        return out.events
+
+    # -- queries -------------------------------------------------------------------------
+
+    def waiting(self) -> list[SlotRequest]:
+        """Requests no slot has been picked for, in arrival order."""
+        return sorted(
+            (r for r in self.requests.values() if r.assigned is None), key=lambda r: r.arrival
+        )
+
+    def free_slots(self) -> int:
+        return sum(
+            1 for te in self.task_executors.values() for s in te.slots if s.state is SlotState.FREE
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource_manager_id": self.config.resource_manager_id,
+            "task_executors": {
+                rid: [
+                    {"state": s.state.value, "allocation_id": s.allocation_id, "job_id": s.job_id}
+                    for s in te.slots
+                ]
+                for rid, te in self.task_executors.items()
+            },
+            "requests": {
+                a: {
+                    "job_id": r.job_id,
+                    "slot_request_id": r.slot_request_id,
+                    "assigned": list(r.assigned) if r.assigned else None,
+                }
+                for a, r in self.requests.items()
+            },
+        }
+
+    def _reject(self, out: Decisions, reason: str) -> None:
+        out.reject(OwnerKind.RESOURCE_MANAGER, self.config.resource_manager_id, reason)
+
+    def _task_executor(self, resource_id: str, out: Decisions) -> RegisteredTaskExecutor | None:
+        te = self.task_executors.get(resource_id)
+        if te is None:
+            self._reject(out, f"TaskExecutor {resource_id} is not registered")
+        return te
+
+    # -- TaskExecutors -------------------------------------------------------------------
+
+    def on_registered(self, event: TaskManagerRegistered, out: Decisions) -> None:
+        """A new TaskExecutor brings free slots; a repeated registration is acknowledged again."""
+        if event.resource_id not in self.task_executors:
+            self.task_executors[event.resource_id] = RegisteredTaskExecutor(
+                event.resource_id,
+                event.address,
+                event.resource_profile,
+                [Slot() for _ in range(event.number_of_slots)],
+                event.event_time,
+            )
+        te = self.task_executors[event.resource_id]
+        te.last_heartbeat = event.event_time
+        out.emit(
+            TaskManagerRegistrationAccepted,
+            resource_id=te.resource_id,
+            resource_manager_id=self.config.resource_manager_id,
+            number_of_slots=len(te.slots),
+            resource_profile=te.resource_profile,
+        )
+        self._serve_waiting(out)
+
+    def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
+        te = self._task_executor(event.resource_id, out)
+        if te is not None:
+            te.last_heartbeat = event.event_time
+
+    def on_lost(self, event: TaskManagerLost, out: Decisions) -> None:
+        if self._task_executor(event.resource_id, out) is not None:
+            self._lose(event.resource_id, event.cause, out)
+
+    def _lose(self, resource_id: str, cause: str, out: Decisions) -> None:
+        """Requests in flight to the lost TaskExecutor are re-requested elsewhere; jobs holding
+        its slots are told it is gone."""
+        te = self.task_executors.pop(resource_id)
+        jobs: list[str] = []
+        for slot in te.slots:
+            if slot.state is SlotState.PENDING:
+                self._requeue_pending(slot)
+            elif slot.state is SlotState.ALLOCATED and slot.job_id not in jobs:
+                jobs.append(slot.job_id)
+        for job_id in jobs:
+            out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
+        self._serve_waiting(out)
+
+    def on_timer(self, event: TimerFired, out: Decisions) -> None:
+        """TaskExecutors silent for longer than the heartbeat timeout are lost."""
+        timeout = self.config.heartbeat_timeout_ms
+        silent = [
+            te.resource_id
+            for te in self.task_executors.values()
+            if event.event_time - te.last_heartbeat > timeout
+        ]
+        for resource_id in silent:
+            cause = f"heartbeat of TaskExecutor {resource_id} timed out"
+            out.emit(TaskManagerLost, resource_id=resource_id, cause=cause)
+            self._lose(resource_id, cause, out)
+
+    # -- slot requests -------------------------------------------------------------------
+
+    def on_slot_requested(self, event: SlotRequested, out: Decisions) -> None:
+        if event.allocation_id in self.requests or self._slot_holding(event.allocation_id):
+            self._reject(out, f"allocation {event.allocation_id} was already requested")
+            return
+        self.arrivals += 1
+        self.requests[event.allocation_id] = SlotRequest(
+            event.job_id,
+            event.slot_request_id,
+            event.allocation_id,
+            event.resource_profile,
+            event.job_master_id,
+            self.arrivals,
+        )
+        self._serve_waiting(out)
+
+    def on_request_cancelled(self, event: SlotRequestCancelled, out: Decisions) -> None:
+        request = self.requests.pop(event.allocation_id, None)
+        if request is None:
+            self._reject(out, f"allocation {event.allocation_id} has no open request")
+            return
+        if request.assigned is not None:
+            resource_id, index = request.assigned
+            self.task_executors[resource_id].slots[index] = Slot()
+            self._serve_waiting(out)
+
+    def on_slot_allocated(self, event: SlotAllocated, out: Decisions) -> None:
+        """The TaskExecutor confirmed: the slot is the allocation's until it is freed. A request
+        the slot was meanwhile picked for goes back to wait."""
+        te = self._task_executor(event.resource_id, out)
+        if te is None or not self._valid_index(te, event.slot_index, out):
+            return
+        self._requeue_pending(te.slots[event.slot_index], keep=event.allocation_id)
+        self.requests.pop(event.allocation_id, None)
+        te.slots[event.slot_index] = Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
+        self._serve_waiting(out)
+
+    def on_allocation_failed(self, event: SlotAllocationFailed, out: Decisions) -> None:
+        """The TaskExecutor refused: the slot holds something we did not place there, and the
+        request goes back to wait in its place."""
+        te = self._task_executor(event.resource_id, out)
+        if te is None or not self._valid_index(te, event.slot_index, out):
+            return
+        slot = te.slots[event.slot_index]
+        if slot.state is SlotState.PENDING and slot.allocation_id == event.allocation_id:
+            self._requeue_pending(slot)
+            te.slots[event.slot_index] = Slot(SlotState.OCCUPIED)
+        self._serve_waiting(out)
+
+    def on_slot_freed(self, event: SlotFreed, out: Decisions) -> None:
+        te = self._task_executor(event.resource_id, out)
+        if te is None or not self._valid_index(te, event.slot_index, out):
+            return
+        slot = te.slots[event.slot_index]
+        if slot.state is SlotState.PENDING and slot.allocation_id != event.allocation_id:
+            self._reject(
+                out,
+                f"slot {event.slot_index} of {te.resource_id} is being allocated "
+                f"for {slot.allocation_id}, not {event.allocation_id}",
+            )
+            return
+        self.requests.pop(event.allocation_id, None)
+        te.slots[event.slot_index] = Slot()
+        self._serve_waiting(out)
+
+    def _requeue_pending(self, slot: Slot, keep: str | None = None) -> None:
+        """A request pending at `slot` (other than `keep`) waits again, keeping its place."""
+        if slot.state is SlotState.PENDING and slot.allocation_id != keep:
+            request = self.requests.get(slot.allocation_id)
+            if request is not None:
+                request.assigned = None
+
+    def _valid_index(self, te: RegisteredTaskExecutor, index: int, out: Decisions) -> bool:
+        if 0 <= index < len(te.slots):
+            return True
+        self._reject(out, f"TaskExecutor {te.resource_id} has no slot {index}")
+        return False
+
+    def _slot_holding(self, allocation_id: str) -> Slot | None:
+        for te in self.task_executors.values():
+            for slot in te.slots:
+                if slot.allocation_id == allocation_id:
+                    return slot
+        return None
+
+    def _serve_waiting(self, out: Decisions) -> None:
+        """Give each waiting request, oldest first, the first free slot that matches it."""
+        for request in self.waiting():
+            picked = self._pick_slot(request.resource_profile)
+            if picked is None:
+                continue
+            te, index = picked
+            te.slots[index] = Slot(SlotState.PENDING, request.allocation_id, request.job_id)
+            request.assigned = (te.resource_id, index)
+            out.emit(
+                SlotAllocationRequested,
+                resource_id=te.resource_id,
+                slot_index=index,
+                allocation_id=request.allocation_id,
+                job_id=request.job_id,
+                resource_profile=request.resource_profile,
+                resource_manager_id=self.config.resource_manager_id,
+                job_master_id=request.job_master_id,
+            )
+
+    def _pick_slot(self, profile: ResourceProfile) -> tuple[RegisteredTaskExecutor, int] | None:
+        candidates = [
+            te
+            for te in self.task_executors.values()
+            if is_matching(te.resource_profile, profile)
+            and any(s.state is SlotState.FREE for s in te.slots)
+        ]
+        if not candidates:
+            return None
+        if self.config.placement is SlotPlacement.SPREAD:
+            te = min(candidates, key=lambda t: t.used() / len(t.slots))
+        else:
+            te = max(candidates, key=lambda t: t.used() / len(t.slots))
+        index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
+        return te, index
+
+
+_HANDLERS = {
+    TaskManagerRegistered: ResourceManager.on_registered,
+    TaskManagerHeartbeat: ResourceManager.on_heartbeat,
+    TaskManagerLost: ResourceManager.on_lost,
+    TimerFired: ResourceManager.on_timer,
+    SlotRequested: ResourceManager.on_slot_requested,
+    SlotRequestCancelled: ResourceManager.on_request_cancelled,
+    SlotAllocated: ResourceManager.on_slot_allocated,
+    SlotAllocationFailed: ResourceManager.on_allocation_failed,
+    SlotFreed: ResourceManager.on_slot_freed,
+}
+INPUT_TYPES = frozenset(_HANDLERS)

@@ -1,0 +1,360 @@
+"""TaskExecutor: one TaskManager's slot table and its connections (seed 004, rules TE-*).
+
+Invariants:
+- slots are allocated only while registered at the ResourceManager that asks (TE-1, TE-2);
+- a slot is offered to its job only over an established JobManager connection, and only while
+  ALLOCATED (TE-13); an accepted offer makes it ACTIVE, a rejected one frees it (TE-7);
+- a task runs only in an ACTIVE slot of its job, submitted by the connected JobMaster
+  leader, once per ExecutionAttemptID (TE-22);
+- every freed static slot is reported to the ResourceManager (TE-14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from jobledger.schemas import Event
+from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
+    JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
+    JobMasterRegistrationRequested,
+    TaskManagerRegistrationAccepted,
+)
+from jobledger.schemas.slots import (
+    AllocationFailed,
+    SlotAllocated,
+    SlotAllocationFailed,
+    SlotAllocationRequested,
+    SlotFreed,
+    SlotFreeRequested,
+    SlotOfferAccepted,
+    SlotOffered,
+    SlotOfferRejected,
+)
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskSubmissionRejected,
+)
+from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.types import ExecutionState, OwnerKind
+
+from .decisions import Decisions
+from .task_slot_table import TaskSlotState, TaskSlotTable
+
+PRODUCER = "taskexecutor"
+
+
+@dataclass(frozen=True)
+class TaskExecutorConfig:
+    """Flink's `taskmanager.slot.timeout`: how long an allocated slot may wait to be used."""
+
+    slot_timeout_ms: int = 10_000
+
+
+@dataclass
+class TaskExecutor:
+    resource_id: str
+    config: TaskExecutorConfig = field(default_factory=TaskExecutorConfig)
+    resource_manager_id: str | None = None
+    table: TaskSlotTable | None = None
+    job_masters: dict[str, str] = field(default_factory=dict)
+    registering: dict[str, str] = field(default_factory=dict)
+
+    producer: ClassVar[str] = PRODUCER
+
+    def apply(self, event: Event) -> list[Event]:
+        """Reduce one input; returns the decisions derived from it, in order."""
+        out = Decisions(event, PRODUCER)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, out)
+        return out.events
+
+    def to_dict(self) -> dict[str, Any]:
+        slots = self.table.slots.values() if self.table is not None else ()
+        return {
+            "resource_id": self.resource_id,
+            "resource_manager_id": self.resource_manager_id,
+            "job_masters": dict(self.job_masters),
+            "slots": {
+                s.allocation_id: {
+                    "index": s.index,
+                    "job_id": s.job_id,
+                    "state": s.state.value,
+                    "tasks": list(s.tasks),
+                    "timeout_at": s.timeout_at,
+                }
+                for s in slots
+            },
+        }
+
+    def _reject(self, out: Decisions, reason: str) -> None:
+        out.reject(OwnerKind.TASK_EXECUTOR, self.resource_id, reason)
+
+    def _registered_table(self, out: Decisions) -> TaskSlotTable | None:
+        if self.table is None:
+            self._reject(out, f"TaskExecutor {self.resource_id} is not registered")
+        return self.table
+
+    # -- ResourceManager -----------------------------------------------------------------
+
+    def on_registration_accepted(
+        self, event: TaskManagerRegistrationAccepted, out: Decisions
+    ) -> None:
+        self.resource_manager_id = event.resource_manager_id
+        if self.table is None:
+            self.table = TaskSlotTable(event.number_of_slots, event.resource_profile)
+
+    def on_slot_allocation_requested(self, event: SlotAllocationRequested, out: Decisions) -> None:
+        """requestSlot: TE-1..TE-6, then offer at once or register at the job's JobMaster."""
+        reason = self._allocation_refusal(event)
+        if reason is not None:
+            out.emit(
+                SlotAllocationFailed,
+                resource_id=self.resource_id,
+                slot_index=event.slot_index,
+                allocation_id=event.allocation_id,
+                job_id=event.job_id,
+                reason=reason,
+            )
+            return
+        out.emit(
+            SlotAllocated,
+            resource_id=self.resource_id,
+            slot_index=event.slot_index,
+            allocation_id=event.allocation_id,
+            job_id=event.job_id,
+        )
+        if event.job_id in self.job_masters:
+            self._offer_slots(event.job_id, out)
+        elif event.job_id not in self.registering and event.job_master_id is not None:
+            self.registering[event.job_id] = event.job_master_id
+            out.emit(
+                JobMasterRegistrationRequested,
+                job_id=event.job_id,
+                job_master_id=event.job_master_id,
+                resource_id=self.resource_id,
+            )
+
+    def _allocation_refusal(self, event: SlotAllocationRequested) -> str | None:
+        """Why the slot cannot be allocated, or None once it is (or already was, TE-5)."""
+        table = self.table
+        if table is None or event.resource_manager_id != self.resource_manager_id:
+            return (
+                f"TaskManager is not connected to the resource manager {event.resource_manager_id}."
+            )
+        if event.slot_index >= table.number_of_slots:
+            return f"The slot index {event.slot_index} is out of range."
+        if table.is_allocated(event.slot_index, event.job_id, event.allocation_id):
+            return None
+        owner = table.owner_of_index(event.slot_index) if event.slot_index >= 0 else None
+        if owner is not None:
+            return (
+                f"The slot {event.slot_index} has already been allocated for a different job: "
+                f"allocation {owner.allocation_id} of job {owner.job_id}."
+            )
+        timeout_at = event.event_time + self.config.slot_timeout_ms
+        if not table.allocate_slot(
+            event.slot_index,
+            event.job_id,
+            event.allocation_id,
+            event.resource_profile,
+            timeout_at,
+        ):
+            return "Could not allocate slot."
+        return None
+
+    # -- JobMaster -----------------------------------------------------------------------
+
+    def on_job_master_registration_accepted(
+        self, event: JobMasterRegistrationAccepted, out: Decisions
+    ) -> None:
+        """The JobManager connection is established: offer the job's ALLOCATED slots (TE-13)."""
+        if self._registered_table(out) is None:
+            return
+        self.registering.pop(event.job_id, None)
+        self.job_masters[event.job_id] = event.job_master_id
+        self._offer_slots(event.job_id, out)
+
+    def on_job_master_registration_declined(
+        self, event: JobMasterRegistrationDeclined, out: Decisions
+    ) -> None:
+        self.registering.pop(event.job_id, None)
+
+    def _offer_slots(self, job_id: str, out: Decisions) -> None:
+        for slot in self.table.allocated_slots(job_id):
+            out.emit(
+                SlotOffered,
+                job_id=job_id,
+                job_master_id=self.job_masters[job_id],
+                resource_id=self.resource_id,
+                slot_index=slot.index,
+                allocation_id=slot.allocation_id,
+                resource_profile=slot.resource_profile,
+            )
+
+    def _stale_reply(self, job_id: str, job_master_id: str | None, out: Decisions) -> bool:
+        """A reply from a JobMaster that is no longer the connected leader is ignored (TE-11)."""
+        connected = self.job_masters.get(job_id)
+        if connected is not None and job_master_id in (None, connected):
+            return False
+        self._reject(out, f"no connection to JobMaster {job_master_id} of job {job_id}")
+        return True
+
+    def on_offer_accepted(self, event: SlotOfferAccepted, out: Decisions) -> None:
+        """Activate the slot; if it cannot be, tell the JobMaster it failed (TE-12)."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        if not table.try_mark_slot_active(event.job_id, event.allocation_id):
+            out.emit(
+                AllocationFailed,
+                job_id=event.job_id,
+                job_master_id=event.job_master_id,
+                allocation_id=event.allocation_id,
+                cause=f"Could not mark slot {event.allocation_id} active.",
+            )
+
+    def on_offer_rejected(self, event: SlotOfferRejected, out: Decisions) -> None:
+        """A rejected slot is freed and given back to the ResourceManager (TE-7)."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        self._free(event.allocation_id, f"offer rejected: {event.reason}", out)
+
+    def on_free_requested(self, event: SlotFreeRequested, out: Decisions) -> None:
+        """freeSlot (TE-14): an unknown allocation is refused with the reason."""
+        table = self._registered_table(out)
+        if table is None:
+            return
+        if event.allocation_id not in table.slots:
+            self._reject(out, f"no slot with allocation {event.allocation_id}")
+            return
+        self._free(event.allocation_id, event.cause, out)
+
+    def _free(self, allocation_id: str, cause: str, out: Decisions) -> None:
+        """Free a slot: its tasks fail first, then the RM hears of the static slot."""
+        table = self.table
+        slot = table.slots.get(allocation_id)
+        if slot is None:
+            return
+        result = table.free_slot(allocation_id)
+        for attempt_id in result.tasks_to_fail:
+            self._fail_task(slot.job_id, attempt_id, f"slot {allocation_id} freed: {cause}", out)
+        if slot.index >= 0:
+            out.emit(
+                SlotFreed,
+                resource_id=self.resource_id,
+                slot_index=slot.index,
+                allocation_id=allocation_id,
+                job_id=slot.job_id,
+                cause=cause,
+            )
+        if slot.job_id not in table.jobs():
+            self.job_masters.pop(slot.job_id, None)
+
+    def _fail_task(self, job_id: str, attempt_id: str, error: str, out: Decisions) -> None:
+        out.emit(
+            TaskExecutionStateChanged,
+            job_id=job_id,
+            job_master_id=self.job_masters.get(job_id),
+            execution_attempt_id=attempt_id,
+            execution_state=ExecutionState.FAILED,
+            error=error,
+            resource_id=self.resource_id,
+        )
+        self.table.remove_task(attempt_id)
+
+    def on_job_manager_disconnected(self, event: JobManagerDisconnected, out: Decisions) -> None:
+        """TE-16: the job's tasks fail, its ACTIVE slots go back to ALLOCATED with a timeout."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        del self.job_masters[event.job_id]
+        timeout_at = event.event_time + self.config.slot_timeout_ms
+        for slot in [s for s in table.slots.values() if s.job_id == event.job_id]:
+            for attempt_id in list(slot.tasks):
+                self._fail_task(event.job_id, attempt_id, event.cause, out)
+            table.mark_slot_inactive(slot.allocation_id, timeout_at)
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def on_deployment(self, event: TaskDeploymentRequested, out: Decisions) -> None:
+        """submitTask with Flink's checks in Flink's order (TE-22, TE-23)."""
+        reason = self._submission_refusal(event)
+        if reason is not None:
+            out.emit(
+                TaskSubmissionRejected,
+                job_id=event.job_id,
+                resource_id=self.resource_id,
+                execution_attempt_id=event.execution_attempt_id,
+                allocation_id=event.allocation_id,
+                reason=reason,
+            )
+
+    def _submission_refusal(self, event: TaskDeploymentRequested) -> str | None:
+        """Why the task cannot run here, or None once it is added. Checked before anything
+        changes, so a refused submission leaves the slot table as it was."""
+        table = self.table
+        expected = self.job_masters.get(event.job_id)
+        if table is None or expected is None:
+            return (
+                f"Could not submit task because there is no JobManager associated for the "
+                f"job {event.job_id}."
+            )
+        if event.job_master_id != expected:
+            return (
+                f"Rejecting the task submission because the job manager leader id "
+                f"{event.job_master_id} does not match the expected job manager leader id "
+                f"{expected}."
+            )
+        slot = table.slots.get(event.allocation_id)
+        if slot is None or slot.job_id != event.job_id or slot.state is TaskSlotState.RELEASING:
+            return (
+                f"No task slot allocated for job ID {event.job_id} and allocation ID "
+                f"{event.allocation_id}."
+            )
+        if event.max_parallelism <= 0:
+            return f"Could not submit task: max parallelism {event.max_parallelism} is not > 0."
+        if table.slot_of_task(event.execution_attempt_id) is not None:
+            return f"TaskManager already contains a task for id {event.execution_attempt_id}."
+        table.try_mark_slot_active(event.job_id, event.allocation_id)
+        table.add_task(event.job_id, event.allocation_id, event.execution_attempt_id)
+        return None
+
+    def on_cancellation(self, event: TaskCancellationRequested, out: Decisions) -> None:
+        """An unknown attempt cannot be cancelled (TE-24); a known one is the runner's to stop."""
+        table = self._registered_table(out)
+        if table is not None and table.slot_of_task(event.execution_attempt_id) is None:
+            self._reject(
+                out, f"Cannot find task to stop for execution {event.execution_attempt_id}."
+            )
+
+    # -- time ----------------------------------------------------------------------------
+
+    def on_timer(self, event: TimerFired, out: Decisions) -> None:
+        """Allocated slots nobody activated in time are freed (TST-11)."""
+        if self.table is None:
+            return
+        for allocation_id in self.table.timed_out(event.event_time):
+            self._free(allocation_id, "slot timed out before it was used", out)
+
+
+_HANDLERS = {
+    TaskManagerRegistrationAccepted: TaskExecutor.on_registration_accepted,
+    SlotAllocationRequested: TaskExecutor.on_slot_allocation_requested,
+    JobMasterRegistrationAccepted: TaskExecutor.on_job_master_registration_accepted,
+    JobMasterRegistrationDeclined: TaskExecutor.on_job_master_registration_declined,
+    SlotOfferAccepted: TaskExecutor.on_offer_accepted,
+    SlotOfferRejected: TaskExecutor.on_offer_rejected,
+    SlotFreeRequested: TaskExecutor.on_free_requested,
+    JobManagerDisconnected: TaskExecutor.on_job_manager_disconnected,
+    TaskDeploymentRequested: TaskExecutor.on_deployment,
+    TaskCancellationRequested: TaskExecutor.on_cancellation,
+    TimerFired: TaskExecutor.on_timer,
+}
+INPUT_TYPES = frozenset(_HANDLERS)
