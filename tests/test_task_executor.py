@@ -1,0 +1,282 @@
+"""TaskExecutor: one test per rule TE-* of flink-behavior.md that events can express."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
+    JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
+    TaskManagerRegistrationAccepted,
+)
+from jobledger.schemas.slots import (
+    SlotAllocationRequested,
+    SlotFreeRequested,
+    SlotOfferAccepted,
+    SlotOfferRejected,
+)
+from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
+from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.types import OwnerKind
+from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
+from jobledger.services.task_slot_table import TaskSlotState
+
+from .events import UNKNOWN, Clock, profile, types
+
+TM = "tm-1"
+JOB = "job-1"
+JM = "jm-1"
+DEFAULT = profile(1.0, 100)
+
+
+class TE:
+    def __init__(self, registered: bool = True, slots: int = 2) -> None:
+        self.clock = Clock()
+        self.te = TaskExecutor(TM, TaskExecutorConfig(slot_timeout_ms=1_000))
+        if registered:
+            self.apply(
+                TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=slots,
+                resource_profile=DEFAULT,
+            )  # fmt: skip
+
+    def apply(self, cls, at=None, **fields):
+        return self.te.apply(self.clock(cls, at=at, resource_id=TM, **fields))
+
+    def request(self, index, alloc, job=JOB, rm="rm", prof=UNKNOWN, at=None):
+        return self.apply(
+            SlotAllocationRequested, at=at, slot_index=index, allocation_id=alloc, job_id=job,
+            resource_profile=prof, resource_manager_id=rm, job_master_id=JM,
+        )  # fmt: skip
+
+    def connect(self, job=JOB, jm=JM):
+        return self.apply(JobMasterRegistrationAccepted, job_id=job, job_master_id=jm)
+
+    def accept(self, alloc, index=0, jm=JM):
+        return self.apply(
+            SlotOfferAccepted, job_id=JOB, job_master_id=jm, slot_index=index, allocation_id=alloc
+        )
+
+    def reject(self, alloc, index=1, jm=JM):
+        return self.apply(
+            SlotOfferRejected, job_id=JOB, job_master_id=jm, slot_index=index,
+            allocation_id=alloc, reason="not needed",
+        )  # fmt: skip
+
+    def submit(self, alloc, attempt="att-1", jm=JM, job=JOB, max_parallelism=128):
+        return self.apply(
+            TaskDeploymentRequested, job_id=job, job_master_id=jm, execution_attempt_id=attempt,
+            vertex_id="v", subtask_index=0, attempt_number=0, number_of_subtasks=1,
+            max_parallelism=max_parallelism, allocation_id=alloc, slot_index=0,
+            invokable_class_name="noop",
+        )  # fmt: skip
+
+    def state(self, alloc) -> TaskSlotState:
+        return self.te.table.slots[alloc].state
+
+
+def test_te_1_slot_requests_before_rm_registration_are_refused():
+    te = TE(registered=False)
+    [failed] = te.request(0, "a1")
+    assert failed.type_name() == "SlotAllocationFailed"
+    assert failed.reason == "TaskManager is not connected to the resource manager rm."
+
+
+def test_te_2_slot_request_from_another_rm_is_refused():
+    [failed] = TE().request(0, "a1", rm="rm-old")
+    assert failed.reason == "TaskManager is not connected to the resource manager rm-old."
+
+
+def test_te_3_a_free_slot_is_allocated_and_the_job_master_is_asked_to_register():
+    te = TE()
+    allocated, registration = te.request(0, "a1")
+    assert (allocated.type_name(), allocated.allocation_id) == ("SlotAllocated", "a1")
+    assert registration.type_name() == "JobMasterRegistrationRequested"
+    assert (registration.job_id, registration.job_master_id) == (JOB, JM)
+    assert te.state("a1") is TaskSlotState.ALLOCATED
+    assert types(te.request(1, "a2")) == ["SlotAllocated"], "registration is asked once"
+
+
+def test_te_3_with_a_job_master_connection_the_slot_is_offered_at_once():
+    te = TE()
+    te.connect()
+    _, offered = te.request(0, "a1")
+    assert offered.type_name() == "SlotOffered"
+    assert (offered.allocation_id, offered.slot_index, offered.job_master_id) == ("a1", 0, JM)
+
+
+def test_te_4_a_slot_taken_by_another_allocation_is_refused_naming_the_owner():
+    te = TE()
+    te.request(0, "a1")
+    for job in ("job-2", JOB):
+        [failed] = te.request(0, "a2", job=job)
+        assert failed.type_name() == "SlotAllocationFailed"
+        assert "allocation a1 of job job-1" in failed.reason
+
+
+def test_te_5_a_repeated_identical_request_is_acknowledged_without_change():
+    te = TE()
+    te.request(0, "a1")
+    before = te.te.to_dict()
+    assert types(te.request(0, "a1")) == ["SlotAllocated"]
+    assert te.te.to_dict() == before
+
+
+def test_te_6_the_table_refusing_gives_could_not_allocate_slot():
+    te = TE()
+    te.request(0, "a1")
+    [failed] = te.request(1, "a1")
+    assert failed.reason == "Could not allocate slot."
+    assert te.te.table.is_slot_free(1)
+
+
+def test_te_7_partial_acceptance_frees_the_rejected_slot_and_tells_the_rm():
+    te = TE()
+    te.request(0, "a1")
+    te.request(1, "a2")
+    te.connect()
+    assert te.accept("a1") == []
+    [freed] = te.reject("a2")
+    assert (freed.type_name(), freed.slot_index, freed.allocation_id) == ("SlotFreed", 1, "a2")
+    assert te.submit("a1") == []
+    [refused] = te.submit("a2", attempt="att-2")
+    assert refused.reason == "No task slot allocated for job ID job-1 and allocation ID a2."
+    assert types(te.request(1, "a2")) == ["SlotAllocated", "SlotOffered"]
+
+
+def test_te_8_a_task_submitted_before_the_offer_reply_activates_its_slot():
+    te = TE()
+    te.request(0, "a1")
+    te.request(1, "a2")
+    te.connect()
+    assert te.submit("a1") == []
+    assert te.state("a1") is TaskSlotState.ACTIVE
+    assert te.accept("a1") == []
+    assert types(te.reject("a2")) == ["SlotFreed"]
+
+
+def test_te_9_a_renewed_job_master_connection_re_offers_what_is_still_allocated():
+    te = TE()
+    te.request(0, "a1")
+    te.request(1, "a2")
+    te.connect()
+    te.accept("a1")
+    [offered] = te.connect()
+    assert offered.allocation_id == "a2"
+
+
+def test_te_10_a_declined_registration_offers_nothing_and_the_slots_time_out():
+    te = TE()
+    te.request(0, "a1", at=5_000)
+    assert te.apply(JobMasterRegistrationDeclined, job_id=JOB, reason="no leader") == []
+    tick = te.clock(TimerFired, at=6_000, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
+    [freed] = te.te.apply(tick)
+    assert (freed.type_name(), freed.allocation_id) == ("SlotFreed", "a1")
+
+
+def test_te_11_a_reply_from_a_former_leader_is_ignored():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    before = te.te.to_dict()
+    [rejected] = te.accept("a1", jm="jm-old")
+    assert rejected.reason == "no connection to JobMaster jm-old of job job-1"
+    assert te.te.to_dict() == before
+
+
+def test_te_12_an_accepted_slot_that_cannot_be_activated_is_reported_failed():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    [failed] = te.accept("gone")
+    assert failed.type_name() == "AllocationFailed"
+    assert failed.cause == "Could not mark slot gone active."
+
+
+def test_te_13_only_allocated_slots_are_offered():
+    te = TE(slots=3)
+    for i in range(3):
+        te.request(i, f"a{i}")
+    te.connect()
+    te.accept("a0")
+    te.submit("a1")
+    assert [e.allocation_id for e in te.connect()] == ["a2"]
+    te2 = TE(slots=3)
+    te2.request(0, "x")
+    assert [e.allocation_id for e in te2.connect()] == ["x"]
+
+
+def test_te_14_free_slot_tells_the_rm_drops_the_job_and_refuses_unknown_ones():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    [freed] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="idle")
+    assert (freed.type_name(), freed.cause) == ("SlotFreed", "idle")
+    assert JOB not in te.te.job_masters
+    [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="again")
+    assert rejected.reason == "no slot with allocation a1"
+
+
+def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
+    te = TE()
+    te.request(0, "a1", at=1_000)
+    te.connect()
+    te.submit("a1")
+    events = te.apply(
+        JobManagerDisconnected, at=2_000, job_id=JOB, job_master_id=JM, cause="leader lost"
+    )
+    assert types(events) == ["TaskExecutionStateChanged"]
+    assert (events[0].execution_state.value, events[0].error) == ("FAILED", "leader lost")
+    assert te.state("a1") is TaskSlotState.ALLOCATED
+    assert te.te.table.slots["a1"].timeout_at == 3_000
+    assert JOB not in te.te.job_masters
+
+
+def test_te_21_dynamic_slots_keep_their_profile_and_are_not_reported_freed():
+    te = TE()
+    te.request(-1, "dyn", prof=profile(0.5, 50))
+    assert te.te.table.slots["dyn"].resource_profile == profile(0.5, 50)
+    assert te.te.table.slot_report()[-1].slot_index == -1
+    te.connect()
+    assert te.apply(SlotFreeRequested, job_id=JOB, allocation_id="dyn", cause="done") == []
+
+
+@pytest.mark.parametrize(
+    ("setup", "kwargs", "reason"),
+    [
+        ("none", {}, "Could not submit task because there is no JobManager associated for "
+                     "the job job-1."),
+        ("connected", {"jm": "jm-2"}, "Rejecting the task submission because the job manager "
+         "leader id jm-2 does not match the expected job manager leader id jm-1."),
+        ("connected", {"alloc": "nope"},
+         "No task slot allocated for job ID job-1 and allocation ID nope."),
+        ("connected", {"max_parallelism": 0},
+         "Could not submit task: max parallelism 0 is not > 0."),
+        ("running", {}, "TaskManager already contains a task for id att-1."),
+    ],
+    ids=["te-22-1-no-job-manager", "te-22-2-job-master-id", "te-22-3-no-slot",
+         "te-23-max-parallelism", "te-22-6-duplicate"],
+)  # fmt: skip
+def test_te_22_submission_checks_in_order(setup, kwargs, reason):
+    te = TE()
+    te.request(0, "a1")
+    if setup != "none":
+        te.connect()
+    if setup == "running":
+        te.submit("a1")
+    before = te.te.to_dict()
+    [rejected] = te.submit(kwargs.pop("alloc", "a1"), **kwargs)
+    assert (rejected.type_name(), rejected.reason) == ("TaskSubmissionRejected", reason)
+    assert te.te.to_dict() == before, "a refused submission changes nothing"
+
+
+def test_te_24_cancelling_an_unknown_task_is_refused():
+    te = TE()
+    [rejected] = te.apply(TaskCancellationRequested, job_id=JOB, execution_attempt_id="ghost")
+    assert rejected.reason == "Cannot find task to stop for execution ghost."
+
+
+def test_events_for_an_unregistered_task_executor_are_rejected():
+    te = TE(registered=False)
+    [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a", cause="x")
+    assert rejected.reason == "TaskExecutor tm-1 is not registered"
