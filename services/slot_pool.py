@@ -428,20 +428,25 @@ class SlotPool:
 
     def _drop_slot(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
         """Remove a held slot, free it on its TaskExecutor and fail the request using it."""
-        if self.available_slots.pop(slot.allocation_id, None) is None:
-            request_id = self.request_of_allocation.pop(slot.allocation_id)
-            del self.allocated_slots[request_id]
-            out.emit(
-                SlotRequestFailed,
-                job_id=self.job_id,
-                slot_request_id=request_id,
-                allocation_id=slot.allocation_id,
-                cause=cause,
-            )
+        self._remove_held(slot, cause, out)
         out.emit(
             SlotFreeRequested,
             job_id=self.job_id,
             resource_id=slot.resource_id,
+            allocation_id=slot.allocation_id,
+            cause=cause,
+        )
+
+    def _remove_held(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
+        """Forget a held slot; the request it was allocated to fails with `cause`."""
+        if self.available_slots.pop(slot.allocation_id, None) is not None:
+            return
+        request_id = self.request_of_allocation.pop(slot.allocation_id)
+        del self.allocated_slots[request_id]
+        out.emit(
+            SlotRequestFailed,
+            job_id=self.job_id,
+            slot_request_id=request_id,
             allocation_id=slot.allocation_id,
             cause=cause,
         )
@@ -469,6 +474,7 @@ class SlotPool:
             event.allocation_id, event.resource_id, event.slot_index, event.resource_profile
         )
         self._answer_offer(event, out, None)
+        self._forget_superseded(slot, out)
         waiting = next(
             (r for r in self.pending_requests.values() if r.allocation_id == slot.allocation_id),
             None,
@@ -478,6 +484,17 @@ class SlotPool:
             self._allocate(waiting.slot_request_id, slot, out)
         else:
             self._fulfill_or_make_available(slot, out)
+
+    def _forget_superseded(self, slot: AllocatedSlot, out: Decisions) -> None:
+        """The TaskExecutor re-allocated this SlotID, so an older allocation the pool still
+        holds for it is gone: its request fails (a slot serves one allocation at a time)."""
+        for old in self.slots_of(slot.resource_id):
+            if old.slot_index == slot.slot_index:
+                cause = (
+                    f"slot {slot.slot_index} of {slot.resource_id} now holds allocation "
+                    f"{slot.allocation_id}"
+                )
+                self._remove_held(old, cause, out)
 
     def _offer_refusal(self, event: SlotOffered) -> str | None:
         if not self.started:

@@ -567,3 +567,14 @@ def test_a_duplicate_request_id_is_rejected(p):
     p.request("r1")
     [rejected] = p.request("r1")
     assert rejected.reason == "slot request r1 already exists"
+
+
+def test_a_slot_the_task_executor_re_allocated_supersedes_the_old_allocation(p):
+    p.request("r1")
+    a1 = p.alloc("r1")
+    p.offer(a1, index=0)
+    events = p.offer("newer", index=0)
+    assert types(events) == ["SlotOfferAccepted", "SlotRequestFailed"]
+    assert events[1].slot_request_id == "r1"
+    assert "slot 0 of tm-1 now holds allocation newer" in events[1].cause
+    assert p.pool.holds(a1) is None and "newer" in p.pool.available_slots
