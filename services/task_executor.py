@@ -20,6 +20,7 @@ from jobledger.schemas.cluster import (
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.slots import (
@@ -337,11 +338,18 @@ class TaskExecutor:
     # -- time ----------------------------------------------------------------------------
 
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
-        """Allocated slots nobody activated in time are freed (TST-11)."""
+        """Allocated slots nobody activated in time are freed (TST-11); then the heartbeat to
+        the ResourceManager carries the slot report as it is now (TE-20)."""
         if self.table is None:
             return
         for allocation_id in self.table.timed_out(event.event_time):
             self._free(allocation_id, "slot timed out before it was used", out)
+        if self.resource_manager_id is not None:
+            out.emit(
+                TaskManagerHeartbeat,
+                resource_id=self.resource_id,
+                slot_report=self.table.slot_report(),
+            )
 
 
 _HANDLERS = {

@@ -71,6 +71,11 @@ class TE:
             invokable_class_name="noop",
         )  # fmt: skip
 
+    def tick(self, at: int):
+        return self.te.apply(
+            self.clock(TimerFired, at=at, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
+        )
+
     def state(self, alloc) -> TaskSlotState:
         return self.te.table.slots[alloc].state
 
@@ -169,9 +174,9 @@ def test_te_10_a_declined_registration_offers_nothing_and_the_slots_time_out():
     te = TE()
     te.request(0, "a1", at=5_000)
     assert te.apply(JobMasterRegistrationDeclined, job_id=JOB, reason="no leader") == []
-    tick = te.clock(TimerFired, at=6_000, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
-    [freed] = te.te.apply(tick)
+    freed, heartbeat = te.tick(6_000)
     assert (freed.type_name(), freed.allocation_id) == ("SlotFreed", "a1")
+    assert heartbeat.slot_report[0].allocation_id is None
 
 
 def test_te_11_a_reply_from_a_former_leader_is_ignored():
@@ -230,6 +235,17 @@ def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
     assert te.state("a1") is TaskSlotState.ALLOCATED
     assert te.te.table.slots["a1"].timeout_at == 3_000
     assert JOB not in te.te.job_masters
+
+
+def test_te_20_the_heartbeat_carries_the_current_slot_report():
+    te = TE()
+    te.request(1, "a1", at=100)
+    [heartbeat] = te.tick(200)
+    assert heartbeat.type_name() == "TaskManagerHeartbeat"
+    assert [(s.slot_index, s.allocation_id, s.job_id) for s in heartbeat.slot_report] == [
+        (0, None, None), (1, "a1", JOB),
+    ]  # fmt: skip
+    assert TE(registered=False).tick(200) == []
 
 
 def test_te_21_dynamic_slots_keep_their_profile_and_are_not_reported_freed():
