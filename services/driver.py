@@ -17,11 +17,10 @@ from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
 from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.topics import TopicRole
 
+from .reducer import Reducer
 from .resource_manager import ResourceManager, ResourceManagerConfig
 from .slot_pool import SlotPool, SlotPoolConfig
 from .task_executor import TaskExecutor, TaskExecutorConfig
-
-Reducer = SlotPool | ResourceManager | TaskExecutor
 
 
 @dataclass

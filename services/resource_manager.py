@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
@@ -38,7 +37,9 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
 
 from .decisions import Decisions
+from .reducer import Reducer, handles
 from .resource_profile import is_matching
+from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
 
@@ -96,21 +97,13 @@ class SlotRequest:
 
 
 @dataclass
-class ResourceManager:
+class ResourceManager(Reducer):
     config: ResourceManagerConfig = field(default_factory=ResourceManagerConfig)
     task_executors: dict[str, RegisteredTaskExecutor] = field(default_factory=dict)
     requests: dict[str, SlotRequest] = field(default_factory=dict)
     arrivals: int = 0
 
     producer: ClassVar[str] = PRODUCER
-
-    def apply(self, event: Event) -> list[Event]:
-        """Reduce one input; returns the decisions derived from it, in order."""
-        out = Decisions(event, PRODUCER)
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event, out)
-        return out.events
 
     # -- queries -------------------------------------------------------------------------
 
@@ -156,8 +149,13 @@ class ResourceManager:
 
     # -- TaskExecutors -------------------------------------------------------------------
 
+    @handles(TaskManagerRegistered)
     def on_registered(self, event: TaskManagerRegistered, out: Decisions) -> None:
         """A new TaskExecutor brings free slots; a repeated registration is acknowledged again."""
+        refusal = slot_count_refusal(event.number_of_slots)
+        if refusal is not None:
+            self._reject(out, refusal)
+            return
         if event.resource_id not in self.task_executors:
             self.task_executors[event.resource_id] = RegisteredTaskExecutor(
                 event.resource_id,
@@ -177,11 +175,13 @@ class ResourceManager:
         )
         self._serve_waiting(out)
 
+    @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
         te = self._task_executor(event.resource_id, out)
         if te is not None:
             te.last_heartbeat = event.event_time
 
+    @handles(TaskManagerLost)
     def on_lost(self, event: TaskManagerLost, out: Decisions) -> None:
         if self._task_executor(event.resource_id, out) is not None:
             self._lose(event.resource_id, event.cause, out)
@@ -200,6 +200,7 @@ class ResourceManager:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
         self._serve_waiting(out)
 
+    @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         """TaskExecutors silent for longer than the heartbeat timeout are lost."""
         timeout = self.config.heartbeat_timeout_ms
@@ -215,6 +216,7 @@ class ResourceManager:
 
     # -- slot requests -------------------------------------------------------------------
 
+    @handles(SlotRequested)
     def on_slot_requested(self, event: SlotRequested, out: Decisions) -> None:
         if event.allocation_id in self.requests or self._slot_holding(event.allocation_id):
             self._reject(out, f"allocation {event.allocation_id} was already requested")
@@ -230,6 +232,7 @@ class ResourceManager:
         )
         self._serve_waiting(out)
 
+    @handles(SlotRequestCancelled)
     def on_request_cancelled(self, event: SlotRequestCancelled, out: Decisions) -> None:
         request = self.requests.pop(event.allocation_id, None)
         if request is None:
@@ -240,6 +243,7 @@ class ResourceManager:
             self.task_executors[resource_id].slots[index] = Slot()
             self._serve_waiting(out)
 
+    @handles(SlotAllocated)
     def on_slot_allocated(self, event: SlotAllocated, out: Decisions) -> None:
         """The TaskExecutor confirmed: the slot is the allocation's until it is freed. A request
         the slot was meanwhile picked for goes back to wait."""
@@ -251,6 +255,7 @@ class ResourceManager:
         te.slots[event.slot_index] = Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
         self._serve_waiting(out)
 
+    @handles(SlotAllocationFailed)
     def on_allocation_failed(self, event: SlotAllocationFailed, out: Decisions) -> None:
         """The TaskExecutor refused: the slot holds something we did not place there, and the
         request goes back to wait in its place."""
@@ -263,6 +268,7 @@ class ResourceManager:
             te.slots[event.slot_index] = Slot(SlotState.OCCUPIED)
         self._serve_waiting(out)
 
+    @handles(SlotFreed)
     def on_slot_freed(self, event: SlotFreed, out: Decisions) -> None:
         te = self._task_executor(event.resource_id, out)
         if te is None or not self._valid_index(te, event.slot_index, out):
@@ -334,17 +340,3 @@ class ResourceManager:
             te = max(candidates, key=lambda t: t.used() / len(t.slots))
         index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
         return te, index
-
-
-_HANDLERS = {
-    TaskManagerRegistered: ResourceManager.on_registered,
-    TaskManagerHeartbeat: ResourceManager.on_heartbeat,
-    TaskManagerLost: ResourceManager.on_lost,
-    TimerFired: ResourceManager.on_timer,
-    SlotRequested: ResourceManager.on_slot_requested,
-    SlotRequestCancelled: ResourceManager.on_request_cancelled,
-    SlotAllocated: ResourceManager.on_slot_allocated,
-    SlotAllocationFailed: ResourceManager.on_allocation_failed,
-    SlotFreed: ResourceManager.on_slot_freed,
-}
-INPUT_TYPES = frozenset(_HANDLERS)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
 
-ZERO = ResourceProfile(kind=ResourceProfileKind.SPECIFIED)
-
 
 def is_matching(slot: ResourceProfile, request: ResourceProfile) -> bool:
     """Whether a slot with profile `slot` can serve a request for `request` (rule SP-37)."""
@@ -26,13 +24,13 @@ def is_matching(slot: ResourceProfile, request: ResourceProfile) -> bool:
     )
 
 
-def merge(a: ResourceProfile, b: ResourceProfile) -> ResourceProfile:
-    """The sum of two specified profiles (a TaskExecutor's budget, what its slots use)."""
+def scale(profile: ResourceProfile, factor: int) -> ResourceProfile:
+    """`factor` slots of `profile` (a TaskExecutor's whole budget)."""
     return ResourceProfile(
         kind=ResourceProfileKind.SPECIFIED,
-        cpu_cores=a.cpu_cores + b.cpu_cores,
-        task_heap_memory_mb=a.task_heap_memory_mb + b.task_heap_memory_mb,
-        managed_memory_mb=a.managed_memory_mb + b.managed_memory_mb,
+        cpu_cores=profile.cpu_cores * factor,
+        task_heap_memory_mb=profile.task_heap_memory_mb * factor,
+        managed_memory_mb=profile.managed_memory_mb * factor,
     )
 
 

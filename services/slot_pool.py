@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterRegistrationAccepted,
@@ -56,6 +55,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
 
 from .decisions import Decisions, derived_id
+from .reducer import Reducer, handles
 from .resource_profile import is_matching
 
 PRODUCER = "slotpool"
@@ -92,7 +92,7 @@ class AllocatedSlot:
 
 
 @dataclass
-class SlotPool:
+class SlotPool(Reducer):
     """One job's pool. `apply` takes an input event and returns the derived events."""
 
     job_id: str
@@ -108,14 +108,6 @@ class SlotPool:
     available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
 
     producer: ClassVar[str] = PRODUCER
-
-    def apply(self, event: Event) -> list[Event]:
-        """Reduce one input; returns the decisions derived from it, in order."""
-        out = Decisions(event, PRODUCER)
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event, out)
-        return out.events
 
     # -- queries -------------------------------------------------------------------------
 
@@ -191,6 +183,7 @@ class SlotPool:
         self._reject(out, f"job {self.job_id} has no started SlotPool (no JobMaster leader)")
         return True
 
+    @handles(JobMasterLeadershipGranted)
     def on_leadership_granted(self, event: JobMasterLeadershipGranted, out: Decisions) -> None:
         """start(jobMasterId): the same id again is a no-op; a new id suspends the old one."""
         if event.job_master_id == self.job_master_id:
@@ -199,6 +192,7 @@ class SlotPool:
             self._suspend(out, f"leadership passed to {event.job_master_id}")
         self.job_master_id = event.job_master_id
 
+    @handles(JobMasterLeadershipRevoked)
     def on_leadership_revoked(self, event: JobMasterLeadershipRevoked, out: Decisions) -> None:
         if event.job_master_id != self.job_master_id:
             self._reject(out, f"JobMasterId {event.job_master_id} is not the leader's")
@@ -218,6 +212,7 @@ class SlotPool:
             )
         self._clear()
 
+    @handles(JobMasterStopped)
     def on_stopped(self, event: JobMasterStopped, out: Decisions) -> None:
         """close(): cancel pending requests, release every TaskManager (SP-33)."""
         if self._refuse_unless_started(out):
@@ -251,6 +246,7 @@ class SlotPool:
 
     # -- ResourceManager connection ------------------------------------------------------
 
+    @handles(ResourceManagerConnected)
     def on_resource_manager_connected(
         self, event: ResourceManagerConnected, out: Decisions
     ) -> None:
@@ -263,6 +259,7 @@ class SlotPool:
         for request in stashed:
             self._request_from_resource_manager(request, out)
 
+    @handles(ResourceManagerDisconnected)
     def on_resource_manager_disconnected(
         self, event: ResourceManagerDisconnected, out: Decisions
     ) -> None:
@@ -289,6 +286,7 @@ class SlotPool:
 
     # -- requests from the scheduler -----------------------------------------------------
 
+    @handles(NewAllocatedSlotRequested)
     def on_new_slot_requested(self, event: NewAllocatedSlotRequested, out: Decisions) -> None:
         """requestNewAllocatedSlot / requestNewAllocatedBatchSlot (SP-1, SP-22)."""
         if self._refuse_unless_started(out):
@@ -314,6 +312,7 @@ class SlotPool:
             or slot_request_id in self.allocated_slots
         )
 
+    @handles(AvailableSlotAllocationRequested)
     def on_allocate_available(
         self, event: AvailableSlotAllocationRequested, out: Decisions
     ) -> None:
@@ -341,6 +340,7 @@ class SlotPool:
             slot_index=slot.slot_index,
         )
 
+    @handles(SlotRequestReleased)
     def on_request_released(self, event: SlotRequestReleased, out: Decisions) -> None:
         """releaseSlot: cancel a waiting request (SP-11) or return a slot to the pool (SP-10)."""
         if self._refuse_unless_started(out):
@@ -377,6 +377,7 @@ class SlotPool:
                 cause=cause,
             )
 
+    @handles(BatchSlotRequestTimeoutCheckDisabled)
     def on_batch_check_disabled(
         self, event: BatchSlotRequestTimeoutCheckDisabled, out: Decisions
     ) -> None:
@@ -387,6 +388,7 @@ class SlotPool:
 
     # -- TaskManagers and their slots ----------------------------------------------------
 
+    @handles(JobMasterRegistrationRequested)
     def on_registration_requested(
         self, event: JobMasterRegistrationRequested, out: Decisions
     ) -> None:
@@ -412,6 +414,7 @@ class SlotPool:
             resource_id=event.resource_id,
         )
 
+    @handles(TaskManagerDisconnected)
     def on_task_manager_disconnected(self, event: TaskManagerDisconnected, out: Decisions) -> None:
         """releaseTaskManager: its slots are freed, their requests fail; pending stay (SP-30)."""
         if self._refuse_unless_started(out):
@@ -451,6 +454,7 @@ class SlotPool:
             cause=cause,
         )
 
+    @handles(SlotOffered)
     def on_slot_offered(self, event: SlotOffered, out: Decisions) -> None:
         """offerSlot, exactly as the seed: registered TM, repeated offer, AllocationID clash,
         the request waiting on the AllocationID, the first matching request, else available."""
@@ -528,6 +532,7 @@ class SlotPool:
                     return
         self.available_slots[slot.allocation_id] = (slot, out.cause.event_time)
 
+    @handles(AllocationFailed)
     def on_allocation_failed(self, event: AllocationFailed, out: Decisions) -> None:
         """failAllocation: a pending request fails (a batch one ignores ordinary failures), a
         held slot is freed and its TaskManager reported once the pool holds none of its slots."""
@@ -551,6 +556,7 @@ class SlotPool:
 
     # -- time ----------------------------------------------------------------------------
 
+    @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         if not self.started:
             return
@@ -632,22 +638,3 @@ def _plain(value: Any) -> dict[str, Any]:
     if "resource_profile" in data:
         data["resource_profile"] = data["resource_profile"].model_dump(mode="json")
     return data
-
-
-_HANDLERS = {
-    JobMasterLeadershipGranted: SlotPool.on_leadership_granted,
-    JobMasterLeadershipRevoked: SlotPool.on_leadership_revoked,
-    JobMasterStopped: SlotPool.on_stopped,
-    ResourceManagerConnected: SlotPool.on_resource_manager_connected,
-    ResourceManagerDisconnected: SlotPool.on_resource_manager_disconnected,
-    NewAllocatedSlotRequested: SlotPool.on_new_slot_requested,
-    AvailableSlotAllocationRequested: SlotPool.on_allocate_available,
-    SlotRequestReleased: SlotPool.on_request_released,
-    BatchSlotRequestTimeoutCheckDisabled: SlotPool.on_batch_check_disabled,
-    JobMasterRegistrationRequested: SlotPool.on_registration_requested,
-    TaskManagerDisconnected: SlotPool.on_task_manager_disconnected,
-    SlotOffered: SlotPool.on_slot_offered,
-    AllocationFailed: SlotPool.on_allocation_failed,
-    TimerFired: SlotPool.on_timer,
-}
-INPUT_TYPES = frozenset(_HANDLERS)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterRegistrationAccepted,
@@ -44,7 +43,8 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import ExecutionState, OwnerKind
 
 from .decisions import Decisions
-from .task_slot_table import TaskSlotState, TaskSlotTable
+from .reducer import Reducer, handles
+from .task_slot_table import TaskSlotState, TaskSlotTable, slot_count_refusal
 
 PRODUCER = "taskexecutor"
 
@@ -57,7 +57,7 @@ class TaskExecutorConfig:
 
 
 @dataclass
-class TaskExecutor:
+class TaskExecutor(Reducer):
     resource_id: str
     config: TaskExecutorConfig = field(default_factory=TaskExecutorConfig)
     resource_manager_id: str | None = None
@@ -66,14 +66,6 @@ class TaskExecutor:
     registering: dict[str, str] = field(default_factory=dict)
 
     producer: ClassVar[str] = PRODUCER
-
-    def apply(self, event: Event) -> list[Event]:
-        """Reduce one input; returns the decisions derived from it, in order."""
-        out = Decisions(event, PRODUCER)
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event, out)
-        return out.events
 
     def to_dict(self) -> dict[str, Any]:
         slots = self.table.slots.values() if self.table is not None else ()
@@ -103,13 +95,19 @@ class TaskExecutor:
 
     # -- ResourceManager -----------------------------------------------------------------
 
+    @handles(TaskManagerRegistrationAccepted)
     def on_registration_accepted(
         self, event: TaskManagerRegistrationAccepted, out: Decisions
     ) -> None:
+        refusal = slot_count_refusal(event.number_of_slots)
+        if refusal is not None:
+            self._reject(out, refusal)
+            return
         self.resource_manager_id = event.resource_manager_id
         if self.table is None:
             self.table = TaskSlotTable(event.number_of_slots, event.resource_profile)
 
+    @handles(SlotAllocationRequested)
     def on_slot_allocation_requested(self, event: SlotAllocationRequested, out: Decisions) -> None:
         """requestSlot: TE-1..TE-6, then offer at once or register at the job's JobMaster."""
         reason = self._allocation_refusal(event)
@@ -171,6 +169,7 @@ class TaskExecutor:
 
     # -- JobMaster -----------------------------------------------------------------------
 
+    @handles(JobMasterRegistrationAccepted)
     def on_job_master_registration_accepted(
         self, event: JobMasterRegistrationAccepted, out: Decisions
     ) -> None:
@@ -181,6 +180,7 @@ class TaskExecutor:
         self.job_masters[event.job_id] = event.job_master_id
         self._offer_slots(event.job_id, out)
 
+    @handles(JobMasterRegistrationDeclined)
     def on_job_master_registration_declined(
         self, event: JobMasterRegistrationDeclined, out: Decisions
     ) -> None:
@@ -206,6 +206,7 @@ class TaskExecutor:
         self._reject(out, f"no connection to JobMaster {job_master_id} of job {job_id}")
         return True
 
+    @handles(SlotOfferAccepted)
     def on_offer_accepted(self, event: SlotOfferAccepted, out: Decisions) -> None:
         """Activate the slot; if it cannot be, tell the JobMaster it failed (TE-12)."""
         table = self._registered_table(out)
@@ -220,6 +221,7 @@ class TaskExecutor:
                 cause=f"Could not mark slot {event.allocation_id} active.",
             )
 
+    @handles(SlotOfferRejected)
     def on_offer_rejected(self, event: SlotOfferRejected, out: Decisions) -> None:
         """A rejected slot is freed and given back to the ResourceManager (TE-7)."""
         table = self._registered_table(out)
@@ -227,6 +229,7 @@ class TaskExecutor:
             return
         self._free(event.allocation_id, f"offer rejected: {event.reason}", out)
 
+    @handles(SlotFreeRequested)
     def on_free_requested(self, event: SlotFreeRequested, out: Decisions) -> None:
         """freeSlot (TE-14): an unknown allocation is refused with the reason."""
         table = self._registered_table(out)
@@ -270,6 +273,7 @@ class TaskExecutor:
         )
         self.table.remove_task(attempt_id)
 
+    @handles(JobManagerDisconnected)
     def on_job_manager_disconnected(self, event: JobManagerDisconnected, out: Decisions) -> None:
         """TE-16: the job's tasks fail, its ACTIVE slots go back to ALLOCATED with a timeout."""
         table = self._registered_table(out)
@@ -284,6 +288,7 @@ class TaskExecutor:
 
     # -- tasks ---------------------------------------------------------------------------
 
+    @handles(TaskDeploymentRequested)
     def on_deployment(self, event: TaskDeploymentRequested, out: Decisions) -> None:
         """submitTask with Flink's checks in Flink's order (TE-22, TE-23)."""
         reason = self._submission_refusal(event)
@@ -327,6 +332,7 @@ class TaskExecutor:
         table.add_task(event.job_id, event.allocation_id, event.execution_attempt_id)
         return None
 
+    @handles(TaskCancellationRequested)
     def on_cancellation(self, event: TaskCancellationRequested, out: Decisions) -> None:
         """An unknown attempt cannot be cancelled (TE-24); a known one is the runner's to stop."""
         table = self._registered_table(out)
@@ -337,6 +343,7 @@ class TaskExecutor:
 
     # -- time ----------------------------------------------------------------------------
 
+    @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         """Allocated slots nobody activated in time are freed (TST-11); then the heartbeat to
         the ResourceManager carries the slot report as it is now (TE-20)."""
@@ -350,19 +357,3 @@ class TaskExecutor:
                 resource_id=self.resource_id,
                 slot_report=self.table.slot_report(),
             )
-
-
-_HANDLERS = {
-    TaskManagerRegistrationAccepted: TaskExecutor.on_registration_accepted,
-    SlotAllocationRequested: TaskExecutor.on_slot_allocation_requested,
-    JobMasterRegistrationAccepted: TaskExecutor.on_job_master_registration_accepted,
-    JobMasterRegistrationDeclined: TaskExecutor.on_job_master_registration_declined,
-    SlotOfferAccepted: TaskExecutor.on_offer_accepted,
-    SlotOfferRejected: TaskExecutor.on_offer_rejected,
-    SlotFreeRequested: TaskExecutor.on_free_requested,
-    JobManagerDisconnected: TaskExecutor.on_job_manager_disconnected,
-    TaskDeploymentRequested: TaskExecutor.on_deployment,
-    TaskCancellationRequested: TaskExecutor.on_cancellation,
-    TimerFired: TaskExecutor.on_timer,
-}
-INPUT_TYPES = frozenset(_HANDLERS)

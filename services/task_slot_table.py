@@ -18,7 +18,17 @@ from enum import StrEnum
 
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind, SlotStatus
 
-from .resource_profile import ZERO, fits_within, merge, subtract
+from .resource_profile import fits_within, scale, subtract
+
+MAX_SLOTS_PER_TASK_EXECUTOR = 4096
+"""A slot table larger than this is a mistake or an attack, not a TaskExecutor."""
+
+
+def slot_count_refusal(number_of_slots: int) -> str | None:
+    """Why a TaskExecutor cannot have `number_of_slots` slots, or None if it can."""
+    if 1 <= number_of_slots <= MAX_SLOTS_PER_TASK_EXECUTOR:
+        return None
+    return f"a TaskExecutor has 1 to {MAX_SLOTS_PER_TASK_EXECUTOR} slots, not {number_of_slots}"
 
 
 class TaskSlotState(StrEnum):
@@ -66,9 +76,7 @@ class TaskSlotTable:
     def __init__(self, number_of_slots: int, default_slot_profile: ResourceProfile) -> None:
         self.number_of_slots = number_of_slots
         self.default_slot_profile = default_slot_profile
-        self.total_budget = ZERO
-        for _ in range(number_of_slots):
-            self.total_budget = merge(self.total_budget, default_slot_profile)
+        self.total_budget = scale(default_slot_profile, number_of_slots)
         self.slots: dict[str, TaskSlot] = {}
         self._static: dict[int, str] = {}
         self._task_slot: dict[str, str] = {}

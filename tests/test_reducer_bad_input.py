@@ -26,7 +26,7 @@ def running_cluster() -> ReducerDriver:
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_event_with_any_values_never_raises(cls, data):
     driver = running_cluster()

@@ -203,3 +203,11 @@ def test_unknown_allocations_and_duplicates_are_rejected():
         SlotFreed, resource_id="tm-1", slot_index=7, allocation_id="a", cause="x"
     )
     assert bad_index.reason == "TaskExecutor tm-1 has no slot 7"
+
+
+@pytest.mark.parametrize("slots", [0, -3, 4097, 2**31 - 1])
+def test_a_task_executor_with_an_absurd_number_of_slots_is_rejected(slots):
+    rm = RM()
+    [rejected] = rm.register("tm-1", slots=slots)
+    assert rejected.reason == f"a TaskExecutor has 1 to 4096 slots, not {slots}"
+    assert rm.rm.task_executors == {}

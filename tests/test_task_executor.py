@@ -296,3 +296,13 @@ def test_events_for_an_unregistered_task_executor_are_rejected():
     te = TE(registered=False)
     [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a", cause="x")
     assert rejected.reason == "TaskExecutor tm-1 is not registered"
+
+
+def test_a_registration_with_an_absurd_number_of_slots_is_rejected():
+    te = TE(registered=False)
+    [rejected] = te.apply(
+        TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=2**31 - 1,
+        resource_profile=DEFAULT,
+    )  # fmt: skip
+    assert rejected.reason == "a TaskExecutor has 1 to 4096 slots, not 2147483647"
+    assert te.te.table is None and te.te.resource_manager_id is None

@@ -1,0 +1,50 @@
+"""What every reducer is: state plus one handler per input type, `apply(event) -> decisions`.
+
+Handlers are marked with `@handles(EventType)`; an event type a reducer has no handler for
+(its own decisions read back, events meant for other owners) derives nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from jobledger.schemas import Event
+
+from .decisions import Decisions
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def handles(event_type: type[Event]) -> Callable[[F], F]:
+    """Mark a method as the handler of `event_type`: `(self, event, out: Decisions)`."""
+
+    def mark(method: F) -> F:
+        method.handles = event_type  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+class Reducer:
+    """Base of SlotPool, ResourceManager and TaskExecutor."""
+
+    producer: ClassVar[str]
+    """The `producer` of the decisions; a reducer never consumes events it produced."""
+    handlers: ClassVar[dict[type[Event], Callable[..., None]]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.handlers = {
+            method.handles: method
+            for method in vars(cls).values()
+            if callable(method) and hasattr(method, "handles")
+        }
+
+    def apply(self, event: Event) -> list[Event]:
+        """Reduce one input; returns the decisions derived from it, in order."""
+        out = Decisions(event, self.producer)
+        handler = self.handlers.get(type(event))
+        if handler is not None:
+            handler(self, event, out)
+        return out.events
