@@ -223,16 +223,8 @@ class SlotPool(Reducer):
         self._clear()
 
     def _cancel_pending_at_resource_manager(self, out: Decisions, cause: str) -> None:
-        if self.resource_manager_id is None:
-            return
         for request in self.pending_requests.values():
-            out.emit(
-                SlotRequestCancelled,
-                job_id=self.job_id,
-                slot_request_id=request.slot_request_id,
-                allocation_id=request.allocation_id,
-                cause=cause,
-            )
+            self._cancel_at_resource_manager(request, cause, out)
 
     def _clear(self) -> None:
         self.job_master_id = None
@@ -368,11 +360,17 @@ class SlotPool(Reducer):
             allocation_id=request.allocation_id,
             cause=cause,
         )
+        self._cancel_at_resource_manager(request, cause, out)
+
+    def _cancel_at_resource_manager(
+        self, request: PendingRequest, cause: str, out: Decisions
+    ) -> None:
+        """Withdraw a request the ResourceManager has (while one is connected)."""
         if request.allocation_id is not None and self.resource_manager_id is not None:
             out.emit(
                 SlotRequestCancelled,
                 job_id=self.job_id,
-                slot_request_id=slot_request_id,
+                slot_request_id=request.slot_request_id,
                 allocation_id=request.allocation_id,
                 cause=cause,
             )
@@ -583,14 +581,7 @@ class SlotPool(Reducer):
             slot_request_id=request.slot_request_id,
             allocation_id=request.allocation_id,
         )
-        if request.allocation_id is not None and self.resource_manager_id is not None:
-            out.emit(
-                SlotRequestCancelled,
-                job_id=self.job_id,
-                slot_request_id=request.slot_request_id,
-                allocation_id=request.allocation_id,
-                cause="slot request timed out",
-            )
+        self._cancel_at_resource_manager(request, "slot request timed out", out)
 
     def _release_idle_slots(self, now: int, out: Decisions) -> None:
         """Available slots idle for more than the idle timeout go back (strict >, SP-31/32)."""
