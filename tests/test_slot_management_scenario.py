@@ -4,6 +4,7 @@ slots are re-requested and served elsewhere. In process, and over the real broke
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 
@@ -86,6 +87,12 @@ def run_scenario(run: Callable[[list[Event]], list[Event]], driver: ReducerDrive
 def test_slot_management_scenario_in_process():
     driver = ReducerDriver()
     run_scenario(driver.run, driver)
+    states = {
+        "resource_manager": driver.resource_manager.to_dict(),
+        "pools": {job: pool.to_dict() for job, pool in driver.pools.items()},
+        "task_executors": {rid: te.to_dict() for rid, te in driver.task_executors.items()},
+    }
+    assert json.loads(json.dumps(states)) == states, "state is plain data"
 
 
 @pytest.mark.broker
