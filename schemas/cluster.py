@@ -7,7 +7,7 @@ from pydantic import Field
 from .ids import JobID, JobMasterFencingToken, ResourceID
 from .model import Event, Int32
 from .topics import TopicRole
-from .types import ResourceProfile, SlotStatus
+from .types import AllocatedSlotInfo, ResourceProfile, SlotStatus
 
 _TASK_EXECUTOR = "a TaskExecutor (the Spark runner registers its own)"
 
@@ -144,3 +144,19 @@ class JobManagerDisconnected(Event):
     job_master_id: str = Field(description="The JobMasterId that disconnected.")
     resource_id: ResourceID
     cause: str = Field(description="Why.")
+
+
+class JobMasterHeartbeat(Event):
+    """The JobMaster's heartbeat to a TaskExecutor, carrying the slots it believes it holds
+    there (AllocatedSlotReport), so both sides reconcile (TE-15)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster's SlotPool"
+
+    job_id: JobID
+    job_master_id: str = Field(description="JobMasterId of the sender.")
+    resource_id: ResourceID
+    allocated_slots: list[AllocatedSlotInfo] = Field(
+        default_factory=list, description="The job's slots on this TaskExecutor."
+    )

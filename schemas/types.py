@@ -37,6 +37,13 @@ class SlotStatus(Record):
     job_id: str | None = Field(default=None, description="Job the slot is allocated to, if any.")
 
 
+class AllocatedSlotInfo(Record):
+    """One slot a JobMaster holds on a TaskExecutor (Flink's AllocatedSlotInfo)."""
+
+    slot_index: SlotIndex
+    allocation_id: str = Field(description="AllocationID of the slot.")
+
+
 class DistributionPattern(CatalogEnum):
     """How producer subtasks connect to consumer subtasks."""
 

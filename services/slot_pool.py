@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
+    JobMasterHeartbeat,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
@@ -52,7 +53,7 @@ from jobledger.schemas.slots import (
     SlotRequestTimedOut,
 )
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import OwnerKind, ResourceProfile
+from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
 from .decisions import Decisions, derived_id
 from .reducer import Reducer, handles
@@ -556,6 +557,8 @@ class SlotPool(Reducer):
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
+        """Fire every due timeout, then heartbeat each registered TaskManager with the slots
+        the pool holds there (TE-15's AllocatedSlotReport)."""
         if not self.started:
             return
         now = event.event_time
@@ -563,6 +566,17 @@ class SlotPool(Reducer):
         self._release_idle_slots(now, out)
         if self.batch_timeout_check_enabled:
             self._check_batch_requests(now, out)
+        for resource_id in self.registered_task_managers:
+            out.emit(
+                JobMasterHeartbeat,
+                job_id=self.job_id,
+                job_master_id=self.job_master_id,
+                resource_id=resource_id,
+                allocated_slots=[
+                    AllocatedSlotInfo(slot_index=index, allocation_id=allocation_id)
+                    for index, allocation_id in self.create_allocated_slot_report(resource_id)
+                ],
+            )
 
     def _time_out_requests(self, now: int, out: Decisions) -> None:
         """A streaming request fails once its timeout passed (SP-21, SP-22)."""

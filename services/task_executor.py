@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
+    JobMasterHeartbeat,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
@@ -285,6 +286,34 @@ class TaskExecutor(Reducer):
             for attempt_id in list(slot.tasks):
                 self._fail_task(event.job_id, attempt_id, event.cause, out)
             table.mark_slot_inactive(slot.allocation_id, timeout_at)
+
+    @handles(JobMasterHeartbeat)
+    def on_job_master_heartbeat(self, event: JobMasterHeartbeat, out: Decisions) -> None:
+        """TE-15: a slot the JobMaster reports but this table lacks is failed at the JobMaster;
+        an ACTIVE slot of the job the JobMaster does not report is freed."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        reported = {info.allocation_id for info in event.allocated_slots}
+        for allocation_id in sorted(reported):
+            slot = table.slots.get(allocation_id)
+            if slot is None or slot.job_id != event.job_id:
+                out.emit(
+                    AllocationFailed,
+                    job_id=event.job_id,
+                    job_master_id=event.job_master_id,
+                    allocation_id=allocation_id,
+                    cause=f"TaskExecutor {self.resource_id} holds no slot for {allocation_id}",
+                )
+        unknown_to_job_master = [
+            s.allocation_id
+            for s in table.slots.values()
+            if s.job_id == event.job_id
+            and s.state is TaskSlotState.ACTIVE
+            and s.allocation_id not in reported
+        ]
+        for allocation_id in unknown_to_job_master:
+            self._free(allocation_id, "the JobMaster no longer holds the slot", out)
 
     # -- tasks ---------------------------------------------------------------------------
 

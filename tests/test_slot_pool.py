@@ -78,8 +78,10 @@ class Pool:
             AllocationFailed, allocation_id=alloc, cause=cause, unfulfillable=unfulfillable
         )
 
-    def tick(self, at: int):
-        return self.pool.apply(self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB))
+    def tick(self, at: int, heartbeats: bool = False):
+        """The decisions of a timer tick; the heartbeats to TaskManagers only if asked."""
+        events = self.pool.apply(self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB))
+        return [e for e in events if heartbeats or e.type_name() != "JobMasterHeartbeat"]
 
 
 @pytest.fixture
@@ -578,3 +580,18 @@ def test_a_slot_the_task_executor_re_allocated_supersedes_the_old_allocation(p):
     assert events[1].slot_request_id == "r1"
     assert "slot 0 of tm-1 now holds allocation newer" in events[1].cause
     assert p.pool.holds(a1) is None and "newer" in p.pool.available_slots
+
+
+def test_te_15_every_tick_heartbeats_each_tm_with_the_slots_the_pool_holds_there(p):
+    p.register("tm-2")
+    p.request("r1")
+    a1 = p.alloc("r1")
+    p.offer(a1, index=1)
+    p.offer("spare", index=3)
+    beats = p.tick(50_000, heartbeats=True)
+    assert types(beats) == ["JobMasterHeartbeat", "JobMasterHeartbeat"]
+    assert [b.resource_id for b in beats] == [TM, "tm-2"]
+    assert {(i.slot_index, i.allocation_id) for i in beats[0].allocated_slots} == {
+        (1, a1), (3, "spare"),
+    }  # fmt: skip
+    assert beats[1].allocated_slots == [] and beats[0].job_master_id == JM

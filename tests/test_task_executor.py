@@ -6,6 +6,7 @@ import pytest
 
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
+    JobMasterHeartbeat,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     TaskManagerRegistrationAccepted,
@@ -18,7 +19,7 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import OwnerKind
+from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind
 from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
 from jobledger.services.task_slot_table import TaskSlotState
 
@@ -220,6 +221,21 @@ def test_te_14_free_slot_tells_the_rm_drops_the_job_and_refuses_unknown_ones():
     assert JOB not in te.te.job_masters
     [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="again")
     assert rejected.reason == "no slot with allocation a1"
+
+
+def test_te_15_heartbeat_sync_fails_what_the_te_lacks_and_frees_what_the_jm_forgot():
+    te = TE(slots=3)
+    for index, alloc in enumerate(["A", "C"]):
+        te.request(index, alloc)
+    te.connect()
+    te.accept("A")
+    te.accept("C", index=1)
+    report = [AllocatedSlotInfo(slot_index=0, allocation_id="A"),
+              AllocatedSlotInfo(slot_index=1, allocation_id="B")]  # fmt: skip
+    events = te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report)
+    assert types(events) == ["AllocationFailed", "SlotFreed"]
+    assert (events[0].allocation_id, events[1].allocation_id) == ("B", "C")
+    assert set(te.te.table.slots) == {"A"}
 
 
 def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
