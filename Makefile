@@ -4,8 +4,19 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint
+FLINK_VENV ?= .venv-flink
+
+.PHONY: install flink demo test lint
 install: $(VENV)/.installed
+
+# Apache Flink's own jars (from the apache-flink wheel), in a virtualenv of their own since
+# its pins clash with PySpark's; tests compare jobledger with Flink through them.
+flink: $(FLINK_VENV)/.installed
+
+$(FLINK_VENV)/.installed:
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install --quiet apache-flink
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +31,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+test: lint flink
 	$(BIN)/jobledger schemas write --check
 	$(BIN)/pytest
