@@ -1,9 +1,9 @@
 """Runs the reducers the way the topics partition them, in one process and without a broker.
 
-Every event goes to the owner of its (topic, key): the job's SlotPool, the ResourceManager or
-the TaskExecutor. A reducer never consumes its own decisions (they land on its inbox as a
-record, not as input). Used by tests and offline replay; the service runtime feeds the same
-`process` from Kafka.
+Every event goes to the owner of its (topic, key): the job's JobMaster (with its SlotPool),
+the ResourceManager or the TaskExecutor. A reducer never consumes its own decisions (they
+land on its inbox as a record, not as input). Used by tests and offline replay; the service
+runtime feeds the same `process` from Kafka.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
-from jobledger.schemas.jobs import JobMasterLeadershipGranted
+from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.topics import TopicRole
 
+from .job_master import JobMaster, JobMasterConfig
 from .reducer import Reducer
 from .resource_manager import ResourceManager, ResourceManagerConfig
-from .slot_pool import SlotPool, SlotPoolConfig
+from .slot_pool import SlotPool
 from .task_executor import TaskExecutor, TaskExecutorConfig
 
 
@@ -27,11 +28,15 @@ from .task_executor import TaskExecutor, TaskExecutorConfig
 class ReducerDriver:
     """Owners of every partition key, created when their first state-creating event arrives."""
 
-    pool_config: SlotPoolConfig = field(default_factory=SlotPoolConfig)
+    job_master_config: JobMasterConfig = field(default_factory=JobMasterConfig)
     task_executor_config: TaskExecutorConfig = field(default_factory=TaskExecutorConfig)
     resource_manager: ResourceManager = field(default_factory=ResourceManager)
-    pools: dict[str, SlotPool] = field(default_factory=dict)
+    job_masters: dict[str, JobMaster] = field(default_factory=dict)
     task_executors: dict[str, TaskExecutor] = field(default_factory=dict)
+
+    @property
+    def pools(self) -> dict[str, SlotPool]:
+        return {job: jm.pool for job, jm in self.job_masters.items()}
 
     @classmethod
     def with_resource_manager(cls, config: ResourceManagerConfig, **kwargs) -> ReducerDriver:
@@ -44,9 +49,11 @@ class ReducerDriver:
         if role is TopicRole.RESOURCE_MANAGER:
             return self.resource_manager
         if role is TopicRole.JOB:
-            if key not in self.pools and isinstance(event, JobMasterLeadershipGranted):
-                self.pools[key] = SlotPool(key, self.pool_config)
-            return self.pools.get(key) or SlotPool(key, self.pool_config)
+            if key not in self.job_masters and isinstance(
+                event, JobMasterLeadershipGranted | JobSubmitted
+            ):
+                self.job_masters[key] = JobMaster(key, self.job_master_config)
+            return self.job_masters.get(key) or JobMaster(key, self.job_master_config)
         if role is TopicRole.TASK_EXECUTOR:
             if key not in self.task_executors and isinstance(
                 event, TaskManagerRegistrationAccepted

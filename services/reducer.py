@@ -20,7 +20,8 @@ def handles(event_type: type[Event]) -> Callable[[F], F]:
     """Mark a method as the handler of `event_type`: `(self, event, out: Decisions)`."""
 
     def mark(method: F) -> F:
-        method.handles = event_type  # type: ignore[attr-defined]
+        previous = getattr(method, "handled_types", ())
+        method.handled_types = (*previous, event_type)  # type: ignore[attr-defined]
         return method
 
     return mark
@@ -36,15 +37,23 @@ class Reducer:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.handlers = {
-            method.handles: method
+            event_type: method
             for method in vars(cls).values()
-            if callable(method) and hasattr(method, "handles")
+            if callable(method)
+            for event_type in getattr(method, "handled_types", ())
         }
 
     def apply(self, event: Event) -> list[Event]:
         """Reduce one input; returns the decisions derived from it, in order."""
         out = Decisions(event, self.producer)
-        handler = self.handlers.get(type(event))
-        if handler is not None:
-            handler(self, event, out)
+        self.handle(event, out)
         return out.events
+
+    def handle(self, event: Event, out: Decisions) -> bool:
+        """Reduce `event` into another reducer's decisions (a component inside its owner);
+        False if this reducer has no handler for it."""
+        handler = self.handlers.get(type(event))
+        if handler is None:
+            return False
+        handler(self, event, out)
+        return True

@@ -31,6 +31,7 @@ from jobledger.schemas.slots import (
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind
 from jobledger.services.driver import ReducerDriver
+from jobledger.services.job_master import JobMasterConfig
 from jobledger.services.resource_manager import SlotState
 from jobledger.services.slot_pool import SlotPoolConfig
 
@@ -121,8 +122,8 @@ def to_event(step: dict, n: int, driver: ReducerDriver) -> Event:
 
 
 def run(script: list[dict], check=None) -> list[Event]:
-    driver = ReducerDriver(pool_config=SlotPoolConfig(idle_slot_timeout_ms=3_000,
-                                                      batch_slot_timeout_ms=4_000))  # fmt: skip
+    pool = SlotPoolConfig(idle_slot_timeout_ms=3_000, batch_slot_timeout_ms=4_000)
+    driver = ReducerDriver(job_master_config=JobMasterConfig(pool=pool))
     log: list[Event] = []
     for n, step in enumerate(script):
         log.extend(driver.run([to_event(step, n, driver)]))

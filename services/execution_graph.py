@@ -1,0 +1,209 @@
+"""ExecutionGraph: the JobGraph expanded to one ExecutionVertex per subtask, each with its
+current Execution attempt, in topological order (Flink's ExecutionGraph / ExecutionJobVertex).
+
+Invariants:
+- vertices are in topological order; every input names an earlier vertex; no cycles;
+- 0 < parallelism <= max parallelism <= 32768 for every vertex;
+- each ExecutionVertex has exactly one current attempt; earlier attempts are kept as history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobledger.schemas.jobs import JobSubmitted
+from jobledger.schemas.types import (
+    DistributionPattern,
+    ExecutionState,
+    InputGateDeploymentDescriptor,
+    JobVertex,
+)
+
+from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
+
+
+class InvalidJobGraph(ValueError):
+    """A JobGraph that cannot become an ExecutionGraph; the message says why."""
+
+
+@dataclass
+class Execution:
+    attempt_id: str
+    attempt_number: int
+    state: ExecutionState = ExecutionState.CREATED
+    slot_request_id: str | None = None
+    allocation_id: str | None = None
+    resource_id: str | None = None
+    slot_index: int | None = None
+
+    @property
+    def has_slot(self) -> bool:
+        return self.allocation_id is not None
+
+
+@dataclass
+class ExecutionVertex:
+    job_vertex_id: str
+    subtask_index: int
+    current: Execution
+    prior: list[Execution] = field(default_factory=list)
+
+
+@dataclass
+class ExecutionJobVertex:
+    vertex: JobVertex
+    parallelism: int
+    max_parallelism: int
+    subtasks: list[ExecutionVertex]
+
+    @property
+    def vertex_id(self) -> str:
+        return self.vertex.vertex_id
+
+
+AttemptIds = Callable[[str, int, int], str]
+"""(vertex id, subtask index, attempt number) -> ExecutionAttemptID."""
+
+
+@dataclass
+class ExecutionGraph:
+    job_id: str
+    vertices: dict[str, ExecutionJobVertex]
+    attempts: dict[str, ExecutionVertex] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, job: JobSubmitted, attempt_ids: AttemptIds, parallelism: dict[str, int] | None = None
+    ) -> ExecutionGraph:
+        """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling)."""
+        ordered = _topological_order(job.vertices)
+        vertices: dict[str, ExecutionJobVertex] = {}
+        for vertex in ordered:
+            p = (parallelism or {}).get(vertex.vertex_id, vertex.parallelism)
+            max_p = _max_parallelism(vertex, p)
+            subtasks = [
+                ExecutionVertex(
+                    vertex.vertex_id, i, Execution(attempt_ids(vertex.vertex_id, i, 0), 0)
+                )
+                for i in range(p)
+            ]
+            vertices[vertex.vertex_id] = ExecutionJobVertex(vertex, p, max_p, subtasks)
+        graph = cls(job.job_id, vertices)
+        graph.attempts = {ev.current.attempt_id: ev for ev in graph.execution_vertices()}
+        return graph
+
+    def execution_vertices(self) -> Iterator[ExecutionVertex]:
+        for job_vertex in self.vertices.values():
+            yield from job_vertex.subtasks
+
+    def executions(self) -> Iterator[Execution]:
+        for ev in self.execution_vertices():
+            yield ev.current
+
+    def find(self, attempt_id: str) -> ExecutionVertex | None:
+        """The vertex whose *current* attempt is `attempt_id` (older attempts are outdated)."""
+        ev = self.attempts.get(attempt_id)
+        return ev if ev is not None and ev.current.attempt_id == attempt_id else None
+
+    def reset(self, ev: ExecutionVertex, attempt_ids: AttemptIds) -> None:
+        """A new CREATED attempt for a restarted vertex (ES-9)."""
+        number = ev.current.attempt_number + 1
+        ev.prior.append(ev.current)
+        ev.current = Execution(attempt_ids(ev.job_vertex_id, ev.subtask_index, number), number)
+        self.attempts[ev.current.attempt_id] = ev
+
+    def input_gates(self, ev: ExecutionVertex) -> list[InputGateDeploymentDescriptor]:
+        """The producer subtasks each input of `ev` reads: all of them for ALL_TO_ALL, the
+        matching slice for POINTWISE."""
+        job_vertex = self.vertices[ev.job_vertex_id]
+        gates = []
+        for edge in job_vertex.vertex.inputs:
+            producers = self.vertices[edge.source_vertex_id].parallelism
+            if edge.distribution_pattern is DistributionPattern.POINTWISE:
+                consumed = _pointwise(producers, job_vertex.parallelism, ev.subtask_index)
+            else:
+                consumed = list(range(producers))
+            gates.append(InputGateDeploymentDescriptor(
+                source_vertex_id=edge.source_vertex_id,
+                distribution_pattern=edge.distribution_pattern,
+                result_partition_type=edge.result_partition_type,
+                consumed_subtask_indexes=consumed,
+            ))  # fmt: skip
+        return gates
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            vid: {
+                "name": jv.vertex.name, "parallelism": jv.parallelism,
+                "max_parallelism": jv.max_parallelism,
+                "subtasks": [
+                    {"attempt_id": ev.current.attempt_id,
+                     "attempt_number": ev.current.attempt_number,
+                     "state": ev.current.state.value, "allocation_id": ev.current.allocation_id,
+                     "resource_id": ev.current.resource_id, "slot_index": ev.current.slot_index,
+                     "prior": [(e.attempt_id, e.state.value) for e in ev.prior]}
+                    for ev in jv.subtasks
+                ],
+            }
+            for vid, jv in self.vertices.items()
+        }  # fmt: skip
+
+
+def _pointwise(producers: int, consumers: int, index: int) -> list[int]:
+    if producers >= consumers:
+        start = index * producers // consumers
+        end = (index + 1) * producers // consumers
+        return list(range(start, end))
+    return [index * producers // consumers]
+
+
+def _max_parallelism(vertex: JobVertex, parallelism: int) -> int:
+    if not 0 < parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise InvalidJobGraph(
+            f"vertex {vertex.vertex_id}: parallelism {parallelism} is not in "
+            f"1..{UPPER_BOUND_MAX_PARALLELISM}"
+        )
+    if vertex.max_parallelism == -1:
+        return compute_default_max_parallelism(parallelism)
+    if not 0 < vertex.max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise InvalidJobGraph(
+            f"vertex {vertex.vertex_id}: max parallelism {vertex.max_parallelism} is not in "
+            f"1..{UPPER_BOUND_MAX_PARALLELISM}"
+        )
+    if vertex.max_parallelism < parallelism:
+        raise InvalidJobGraph(
+            f"vertex {vertex.vertex_id}: parallelism {parallelism} exceeds its max "
+            f"parallelism {vertex.max_parallelism}"
+        )
+    return vertex.max_parallelism
+
+
+def _topological_order(vertices: list[JobVertex]) -> list[JobVertex]:
+    """Kahn's algorithm, keeping the JobGraph's order among ready vertices."""
+    by_id: dict[str, JobVertex] = {}
+    for vertex in vertices:
+        if vertex.vertex_id in by_id:
+            raise InvalidJobGraph(f"vertex id {vertex.vertex_id} appears twice")
+        by_id[vertex.vertex_id] = vertex
+    if not by_id:
+        raise InvalidJobGraph("a JobGraph needs at least one vertex")
+    for vertex in vertices:
+        for edge in vertex.inputs:
+            if edge.source_vertex_id not in by_id:
+                raise InvalidJobGraph(
+                    f"vertex {vertex.vertex_id} reads unknown vertex {edge.source_vertex_id}"
+                )
+    ordered: list[JobVertex] = []
+    placed: set[str] = set()
+    while len(ordered) < len(vertices):
+        ready = [
+            v for v in vertices
+            if v.vertex_id not in placed and all(e.source_vertex_id in placed for e in v.inputs)
+        ]  # fmt: skip
+        if not ready:
+            raise InvalidJobGraph("the JobGraph has a cycle")
+        ordered.extend(ready)
+        placed.update(v.vertex_id for v in ready)
+    return ordered
