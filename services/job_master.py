@@ -89,6 +89,7 @@ class JobMaster(Reducer):
     config: JobMasterConfig = field(default_factory=JobMasterConfig)
     pool: SlotPool = field(init=False)
     job: JobSubmitted | None = None
+    job_master_id: str | None = None
     status: JobStatus = JobStatus.INITIALIZING
     graph: ExecutionGraph | None = None
     registry: KvStateLocationRegistry | None = None
@@ -105,9 +106,6 @@ class JobMaster(Reducer):
 
     # -- queries -------------------------------------------------------------------------
 
-    @property
-    def job_master_id(self) -> str | None:
-        return self.pool.job_master_id
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -215,7 +213,7 @@ class JobMaster(Reducer):
             return
         self.job = event
         self._start_incarnation(graph, out)
-        if self.pool.started:
+        if self.job_master_id is not None:
             self._start_scheduling(out)
 
     def _build_graph(
@@ -257,8 +255,9 @@ class JobMaster(Reducer):
         again from a fresh ExecutionGraph."""
         if event.job_master_id == self.job_master_id:
             return
-        if self.pool.started:
+        if self.job_master_id is not None:
             self._suspend(f"leadership passed to {event.job_master_id}", out)
+        self.job_master_id = event.job_master_id
         self._with_pool(out, lambda: self.pool.handle(event, out))
         if self.job is not None:
             if self.status is not JobStatus.CREATED:
@@ -272,6 +271,7 @@ class JobMaster(Reducer):
             return
         self._suspend("leadership revoked", out)
         self._with_pool(out, lambda: self.pool.handle(event, out))
+        self.job_master_id = None
 
     def _suspend(self, cause: str, out: Decisions) -> None:
         if self.graph is not None and self.status not in TERMINAL:

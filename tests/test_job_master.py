@@ -1,0 +1,254 @@
+"""JobMaster: whole jobs driven by events through the reducers (rules JM-*, ES-8/9, JS-3,
+RS-2..RS-9, SM-1/2, KV-3/KV-14), with a stand-in task runner answering deployments."""
+
+from __future__ import annotations
+
+from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerDisconnected
+from jobledger.schemas.jobs import (
+    JobCancellationRequested,
+    JobMasterLeadershipGranted,
+    JobSubmitted,
+    RescaleRequested,
+)
+from jobledger.schemas.kvstate import KvStateRegistered
+from jobledger.schemas.slots import AllocationFailed, SlotOffered
+from jobledger.schemas.types import ExecutionState, KeyGroupRange, ScheduleMode
+from jobledger.services.driver import ReducerDriver
+
+from .events import ANY, Clock, types
+from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
+
+PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
+
+
+def test_an_eager_job_deploys_everything_once_all_slots_arrive_and_finishes():
+    c = JobCluster()
+    c.submit(PIPELINE)
+    deployed = c.deployments()
+    assert sorted((d.vertex_id, d.subtask_index) for d in deployed) == [
+        ("sink", 0), ("sink", 1), ("src", 0), ("src", 1),
+    ]  # fmt: skip
+    sink = next(d for d in deployed if d.vertex_id == "sink")
+    assert sink.inputs[0].consumed_subtask_indexes == [0, 1]
+    assert sink.max_parallelism == 128 and sink.number_of_subtasks == 2
+    assert {d.job_master_id for d in deployed} == {JM}
+    c.play()
+    assert c.statuses() == ["CREATED", "RUNNING", "FINISHED"]
+    assert types(c.log).count("SlotFreeRequested") == 4, "every slot goes back at the end"
+    assert c.jm.pool.allocated_slots == {} and c.jm.pool.available_slots == {}
+
+
+def test_sm_2_lazy_from_sources_deploys_consumers_after_their_blocking_inputs_finish():
+    c = JobCluster()
+    c.submit([vertex("src", 2), vertex("sink", 1, ("src", "POINTWISE", "BLOCKING"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES)  # fmt: skip
+    assert [d.vertex_id for d in c.deployments()] == ["src", "src"]
+    first = c.deployments()[0].execution_attempt_id
+    c.report(first, ExecutionState.RUNNING)
+    c.report(first, ExecutionState.FINISHED)
+    assert [d.vertex_id for d in c.deployments()] == ["src", "src"], "one producer still runs"
+    c.play()
+    assert [d.vertex_id for d in c.deployments()] == ["src", "src", "sink"]
+    assert c.deployments()[2].inputs[0].consumed_subtask_indexes == [0, 1]
+    assert c.statuses()[-1] == "FINISHED"
+
+
+def test_rs_6_a_task_failing_once_under_fixed_delay_restarts_after_the_delay_and_finishes():
+    c = JobCluster()
+    c.submit(PIPELINE, restart=fixed_delay(attempts=2, delay_ms=5_000))
+    c.play(fails_first_attempt_of("sink"))
+    assert c.statuses() == ["CREATED", "RUNNING", "RESTARTING"]
+    failed_at = next(e.event_time for e in c.log if getattr(e, "to_status", None) == "RESTARTING")
+    c.tick(failed_at + 4_999)
+    assert c.jm.status.value == "RESTARTING"
+    c.tick(failed_at + 5_000)
+    assert c.statuses()[-1] == "RUNNING"
+    assert len(c.deployments()) == 8 and {d.attempt_number for d in c.deployments()[4:]} == {1}
+    c.play(fails_first_attempt_of("sink"))
+    assert c.statuses() == ["CREATED", "RUNNING", "RESTARTING", "RUNNING", "FINISHED"]
+
+
+def test_rs_7_without_restart_a_failed_task_fails_the_job():
+    c = JobCluster()
+    c.submit(PIPELINE)
+    c.play(fails_first_attempt_of("src"))
+    assert c.statuses()[-2:] == ["FAILING", "FAILED"]
+    assert "java.lang.RuntimeException: boom" in c.jm.failure_cause
+    assert c.jm.pool.allocated_slots == {}
+
+
+def test_rs_7_a_slot_that_never_comes_fails_the_job_with_no_resource_available():
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit(PIPELINE)
+    c.tick(c.clock.now + 300_000)
+    assert c.statuses()[-1] == "FAILED"
+    assert "NoResourceAvailableException" in c.jm.failure_cause
+    assert "within slot request timeout" in c.jm.failure_cause
+
+
+def test_rs_1_rs_9_restarts_stop_when_the_attempts_are_used_up():
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=1, delay_ms=0))
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    c.tick(c.clock.now)
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == [
+        "CREATED", "RUNNING", "RESTARTING", "RUNNING", "FAILING", "FAILED",
+    ]  # fmt: skip
+
+
+def test_es_8_a_state_for_an_unknown_attempt_is_rejected():
+    c = JobCluster()
+    c.submit(PIPELINE)
+    [rejected] = c.report("no-such-attempt", ExecutionState.RUNNING)
+    assert rejected.reason == "no current execution attempt no-such-attempt"
+
+
+def test_an_illegal_report_is_rejected_and_the_attempt_fails():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    attempt = c.deployments()[0].execution_attempt_id
+    events = c.report(attempt, ExecutionState.SCHEDULED)
+    assert types(events)[0] == "EventRejected"
+    assert "cannot report SCHEDULED" in events[0].reason
+    assert c.jm.graph.find(attempt).current.state is ExecutionState.DEPLOYING
+
+
+def test_a_stale_leaders_event_is_rejected():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    attempt = c.deployments()[0].execution_attempt_id
+    [rejected] = c.report(attempt, ExecutionState.RUNNING, job_master_id="jm-old")
+    assert rejected.reason == "JobMasterId jm-old is not the leader's"
+    assert c.jm.graph.find(attempt).current.state is ExecutionState.DEPLOYING
+
+
+def test_jm_9_new_leadership_suspends_and_starts_again_same_id_is_a_no_op():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    before = c.jm.to_dict()
+    assert c.run([c.clock(JobMasterLeadershipGranted, job_id=JOB, job_master_id=JM)])[1:] == []
+    assert c.jm.to_dict() == before
+    c.run([
+        c.clock(JobMasterLeadershipGranted, job_id=JOB, job_master_id="jm-2"),
+        c.clock(ResourceManagerConnected, job_id=JOB, resource_manager_id="resourcemanager"),
+    ])  # fmt: skip
+    assert c.statuses() == ["CREATED", "RUNNING", "SUSPENDED", "CREATED", "RUNNING"]
+    assert {d.job_master_id for d in c.deployments()} == {JM, "jm-2"}
+    assert c.jm.job_master_id == "jm-2"
+
+
+def test_js_3_cancellation_ends_in_canceled_once_every_task_is_canceled():
+    c = JobCluster()
+    c.submit(PIPELINE)
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    events = c.run([c.clock(JobCancellationRequested, job_id=JOB)])
+    assert types(events).count("TaskCancellationRequested") == 4
+    assert c.jm.status.value == "CANCELLING"
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.CANCELED)
+    assert c.statuses()[-2:] == ["CANCELLING", "CANCELED"]
+    [rejected] = c.run([c.clock(JobCancellationRequested, job_id=JOB)])[1:]
+    assert rejected.reason == "job job-1 cannot be cancelled in CANCELED"
+
+
+def test_rescale_builds_a_new_graph_at_the_new_parallelism_and_restarts():
+    c = JobCluster()
+    c.submit(PIPELINE)
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    [rejected] = c.run([c.clock(RescaleRequested, job_id=JOB, new_parallelism=0)])[1:]
+    assert rejected.reason == "parallelism must be > 0, not 0"
+    c.run([c.clock(RescaleRequested, job_id=JOB, new_parallelism=3)])
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.CANCELED)
+    assert c.statuses()[-2:] == ["RESTARTING", "RUNNING"]
+    assert {jv.parallelism for jv in c.jm.graph.vertices.values()} == {3}
+    assert len(c.deployments()) == 4 + 6
+    c.play()
+    assert c.statuses()[-1] == "FINISHED"
+
+
+def test_an_invalid_job_graph_is_rejected_with_the_reason():
+    for vertices, reason in [
+        ([vertex("a", 0)], "parallelism 0 is not in 1..32768"),
+        ([vertex("a", 4, max_p=2)], "parallelism 4 exceeds its max parallelism 2"),
+        ([vertex("a", 1, ("b", "ALL_TO_ALL", "BLOCKING")),
+          vertex("b", 1, ("a", "ALL_TO_ALL", "BLOCKING"))], "the JobGraph has a cycle"),
+        ([vertex("a", 1, ("zzz", "ALL_TO_ALL", "PIPELINED"))], "reads unknown vertex zzz"),
+    ]:  # fmt: skip
+        c = JobCluster()
+        events = c.submit(vertices, lead=False)
+        assert reason in events[1].reason
+        assert c.driver.job_masters[JOB].job is None
+
+
+def test_a_second_submission_is_rejected():
+    c = JobCluster()
+    c.submit([vertex("a", 1)])
+    events = c.run([c.clock(JobSubmitted, job_id=JOB, job_name="again", vertices=[vertex("b", 1)])])
+    assert events[1].reason == "job job-1 was already submitted"
+
+
+def test_jm_6_a_lost_task_manager_without_restart_fails_the_running_job():
+    c = JobCluster(task_executors=1)
+    c.submit([vertex("only", 1)])
+    attempt = c.deployments()[0].execution_attempt_id
+    c.report(attempt, ExecutionState.RUNNING)
+    c.run([c.clock(TaskManagerDisconnected, job_id=JOB, resource_id="tm-0", cause="heartbeat")])
+    assert c.statuses()[-1] == "FAILED"
+
+
+def test_jm_1_offers_from_an_unknown_task_manager_are_rejected():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    [_, answer] = c.run([c.clock(
+        SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-stranger", slot_index=0,
+        allocation_id="a", resource_profile=ANY,
+    )])[:2]  # fmt: skip
+    assert answer.type_name() == "SlotOfferRejected"
+
+
+def test_jm_4_fail_slot_of_an_unknown_allocation_is_ignored_with_a_reason():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    [rejected] = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id="x", cause="y")])[1:]
+    assert rejected.reason == "allocation x is unknown to the pool"
+
+
+def test_kv_14_registration_for_an_unknown_job_is_rejected():
+    driver = ReducerDriver()
+    clock = Clock()
+    event = clock(
+        KvStateRegistered, job_id="ghost", job_vertex_id="v",
+        key_group_range=KeyGroupRange(start_key_group=0, end_key_group=0),
+        registration_name="n", kv_state_id="k", server_host="h", server_port=1,
+    )  # fmt: skip
+    [rejected] = driver.process(event)
+    assert rejected.type_name() == "KvStateRegistrationRejected"
+    assert rejected.reason == "Job ghost not found"
+
+
+def test_kv_3_a_name_clash_fails_the_job_without_restart():
+    c = JobCluster()
+    c.submit(PIPELINE, restart=fixed_delay(attempts=10, delay_ms=0))
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+
+    def register(vertex_id: str, n: int):
+        return c.run([c.clock(
+            KvStateRegistered, job_id=JOB, job_master_id=JM, job_vertex_id=vertex_id,
+            key_group_range=KeyGroupRange(start_key_group=0, end_key_group=63),
+            registration_name="counts", kv_state_id=f"kv-{n}", server_host="h", server_port=n,
+        )])  # fmt: skip
+
+    assert types(register("src", 1)) == ["KvStateRegistered"]
+    clash = register("sink", 2)
+    assert clash[1].type_name() == "KvStateRegistrationRejected"
+    assert "Registration name clash" in clash[1].reason
+    assert c.jm.status.value == "FAILING"
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.CANCELED)
+    assert c.statuses()[-1] == "FAILED"
+    assert "Registration name clash" in c.jm.failure_cause
