@@ -117,9 +117,23 @@ class JobCluster:
                 return
             for deployment in pending:
                 self.answered.add(deployment.execution_attempt_id)
-                for state in runner(deployment):
-                    error = "java.lang.RuntimeException: boom" if state.value == "FAILED" else None
-                    self.report(deployment.execution_attempt_id, state, error)
+            self.answer([report for d in pending for report in self.reports(d, runner)])
+
+    def reports(self, deployment: TaskDeploymentRequested, runner: Runner) -> list[Event]:
+        """The state reports the runner makes for one deployment."""
+        return [
+            self.clock(
+                TaskExecutionStateChanged, job_id=JOB, job_master_id=JM,
+                execution_attempt_id=deployment.execution_attempt_id, execution_state=state,
+                error="java.lang.RuntimeException: boom" if state.value == "FAILED" else None,
+            )
+            for state in runner(deployment)
+        ]  # fmt: skip
+
+    def answer(self, reports: list[Event]) -> None:
+        """Deliver reports one at a time, each with everything it leads to."""
+        for report in reports:
+            self.run([report])
 
     def tick(self, at: int) -> list[Event]:
         return self.run([self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB)])
