@@ -142,6 +142,9 @@ class AllocationFailed(Event):
     job_master_id: JobMasterFencingToken = None
     allocation_id: AllocationID
     cause: str = Field(description="Why it failed.")
+    resource_id: str | None = Field(
+        default=None, description="The TaskExecutor reporting it (failSlot); null from the RM."
+    )
     unfulfillable: bool = Field(
         default=False, description="The request can never be met; fails batch requests too."
     )

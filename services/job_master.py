@@ -98,6 +98,7 @@ class JobMaster(Reducer):
     failure_cause: str | None = None
     parallelism: dict[str, int] = field(default_factory=dict)
     rescaled: ExecutionGraph | None = None
+    restarts: int = 0
 
     producer: ClassVar[str] = PRODUCER
 
@@ -106,7 +107,6 @@ class JobMaster(Reducer):
 
     # -- queries -------------------------------------------------------------------------
 
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -114,11 +114,15 @@ class JobMaster(Reducer):
             "job_master_id": self.job_master_id,
             "failure_cause": self.failure_cause,
             "restart_at": self.restart_at,
-            "restarts": len(self.backoff.failures) if self.backoff else 0,
+            "restarts": self.restarts,
             "execution_graph": self.graph.to_dict() if self.graph else None,
             "kv_state_locations": self.registry.to_dict() if self.registry else {},
             "slot_pool": self.pool.to_dict(),
         }
+
+    def kv_state_location(self, registration_name: str, key: object) -> KvStateRegistration | None:
+        """Queryable state: which KvState instance (id, server) answers for `key`."""
+        return self.registry.lookup(registration_name, key) if self.registry else None
 
     def _reject(self, out: Decisions, reason: str) -> None:
         out.reject(OwnerKind.JOB, self.job_id, reason)
@@ -229,6 +233,7 @@ class JobMaster(Reducer):
         self._install(graph)
         self.rescaled = None
         self.backoff = RestartBackoff(self.job.restart_strategy)
+        self.restarts = 0
         self.restart_at = None
         self.failure_cause = None
         self.status = JobStatus.INITIALIZING
@@ -516,6 +521,7 @@ class JobMaster(Reducer):
             self._install(self.rescaled)
             self.rescaled = None
         else:
+            self.restarts += 1
             cause = out.cause.event_id
             for ev in self.graph.execution_vertices():
                 self.graph.reset(ev, lambda v, i, n: derived_id(cause, f"attempt/{v}/{i}/{n}"))

@@ -537,6 +537,11 @@ class SlotPool(Reducer):
         held slot is freed and its TaskManager reported once the pool holds none of its slots."""
         if self._refuse_unless_started(out):
             return
+        if event.resource_id is not None and event.resource_id not in self.registered_task_managers:
+            self._reject(
+                out, f"failSlot from unknown TaskManager {event.resource_id} ignored (JM-4)"
+            )
+            return
         pending = next(
             (r for r in self.pending_requests.values() if r.allocation_id == event.allocation_id),
             None,

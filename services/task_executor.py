@@ -218,6 +218,7 @@ class TaskExecutor(Reducer):
                 AllocationFailed,
                 job_id=event.job_id,
                 job_master_id=event.job_master_id,
+                resource_id=self.resource_id,
                 allocation_id=event.allocation_id,
                 cause=f"Could not mark slot {event.allocation_id} active.",
             )
@@ -302,6 +303,7 @@ class TaskExecutor(Reducer):
                     AllocationFailed,
                     job_id=event.job_id,
                     job_master_id=event.job_master_id,
+                    resource_id=self.resource_id,
                     allocation_id=allocation_id,
                     cause=f"TaskExecutor {self.resource_id} holds no slot for {allocation_id}",
                 )

@@ -3,7 +3,11 @@ RS-2..RS-9, SM-1/2, KV-3/KV-14), with a stand-in task runner answering deploymen
 
 from __future__ import annotations
 
-from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerDisconnected
+from jobledger.schemas.cluster import (
+    JobMasterRegistrationRequested,
+    ResourceManagerConnected,
+    TaskManagerDisconnected,
+)
 from jobledger.schemas.jobs import (
     JobCancellationRequested,
     JobMasterLeadershipGranted,
@@ -14,6 +18,7 @@ from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.slots import AllocationFailed, SlotOffered
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, ScheduleMode
 from jobledger.services.driver import ReducerDriver
+from jobledger.services.key_groups import assign_to_key_group
 
 from .events import ANY, Clock, types
 from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
@@ -252,3 +257,71 @@ def test_kv_3_a_name_clash_fails_the_job_without_restart():
         c.report(d.execution_attempt_id, ExecutionState.CANCELED)
     assert c.statuses()[-1] == "FAILED"
     assert "Registration name clash" in c.jm.failure_cause
+
+
+def test_jm_2_a_task_manager_registering_twice_is_acknowledged_both_times():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    again = [
+        c.run([c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
+                       resource_id="tm-0")])[1]
+        for _ in range(2)
+    ]  # fmt: skip
+    assert [e.type_name() for e in again] == ["JobMasterRegistrationAccepted"] * 2
+    assert list(c.jm.pool.registered_task_managers).count("tm-0") == 1
+
+
+def test_jm_4_fail_slot_from_an_unknown_task_manager_is_ignored_with_a_warning():
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    allocation = c.deployments()[0].allocation_id
+    [rejected] = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
+                                cause="y", resource_id="tm-ghost")])[1:]  # fmt: skip
+    assert rejected.reason == "failSlot from unknown TaskManager tm-ghost ignored (JM-4)"
+    assert c.jm.graph.find(c.deployments()[0].execution_attempt_id).current.has_slot
+
+
+def test_rs_2_rs_3_the_restart_counter_counts_restarts_only():
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=1, delay_ms=0))
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    c.tick(c.clock.now)
+    assert c.jm.to_dict()["restarts"] == 1
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.jm.status.value == "FAILED" and c.jm.to_dict()["restarts"] == 1
+
+
+def test_es_9_a_restarted_vertex_is_reset_to_a_new_created_attempt_before_scheduling():
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=1, delay_ms=0))
+    first = c.deployments()[0]
+    c.play(lambda d: [ExecutionState.FAILED] if d.attempt_number == 0 else [])
+    c.tick(c.clock.now)
+    ev = c.jm.graph.vertices["only"].subtasks[0]
+    assert [e.attempt_id for e in ev.prior] == [first.execution_attempt_id]
+    assert ev.current.attempt_number == 1 and ev.current.state is ExecutionState.DEPLOYING
+
+
+def test_sm_1_lazy_with_batch_slot_requests_asks_for_batch_slots():
+    c = JobCluster()
+    c.submit([vertex("only", 2)], mode=ScheduleMode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST)
+    requests = [e for e in c.log if e.type_name() == "SlotRequested"]
+    assert len(requests) == 2 and all(r.batch_request for r in requests)
+    c.play()
+    assert c.statuses()[-1] == "FINISHED"
+
+
+def test_queryable_state_lookup_by_key_through_the_job_master():
+    c = JobCluster()
+    c.submit([vertex("count", 2, max_p=8)])
+    for index in range(2):
+        c.run([c.clock(
+            KvStateRegistered, job_id=JOB, job_master_id=JM, job_vertex_id="count",
+            key_group_range=KeyGroupRange(start_key_group=4 * index, end_key_group=4 * index + 3),
+            registration_name="word-counts", kv_state_id=f"kv-{index}", server_host="10.0.0.9",
+            server_port=9069 + index,
+        )])  # fmt: skip
+    found = c.jm.kv_state_location("word-counts", "hello")
+    expected_index = 0 if assign_to_key_group("hello", 8) < 4 else 1
+    assert (found.kv_state_id, found.server_port) == (f"kv-{expected_index}", 9069 + expected_index)
+    assert c.jm.kv_state_location("nothing", "hello") is None
