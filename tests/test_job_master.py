@@ -325,3 +325,17 @@ def test_queryable_state_lookup_by_key_through_the_job_master():
     expected_index = 0 if assign_to_key_group("hello", 8) < 4 else 1
     assert (found.kv_state_id, found.server_port) == (f"kv-{expected_index}", 9069 + expected_index)
     assert c.jm.kv_state_location("nothing", "hello") is None
+
+
+def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_running():
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("only", 2)], restart=fixed_delay(attempts=3, delay_ms=0))
+    holder = next(e for e in c.log if e.type_name() == "SlotRequestFulfilled")
+    waiting = next(r for r in c.jm.pool.pending_requests.values())
+    events = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id=holder.allocation_id,
+                            cause="slot lost")])  # fmt: skip
+    cancelled = [e.allocation_id for e in events if e.type_name() == "SlotRequestCancelled"]
+    assert waiting.allocation_id in cancelled, "the outdated attempt's request is withdrawn"
+    c.tick(c.clock.now)
+    assert c.jm.status.value == "RUNNING"
+    assert {ev.current.attempt_number for ev in c.jm.graph.execution_vertices()} == {1}
