@@ -24,6 +24,10 @@ from jobledger.schemas.types import (
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
 
 
+MAX_SUBTASKS_PER_JOB = 100_000
+"""A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
+
+
 class InvalidJobGraph(ValueError):
     """A JobGraph that cannot become an ExecutionGraph; the message says why."""
 
@@ -79,6 +83,9 @@ class ExecutionGraph:
     ) -> ExecutionGraph:
         """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling)."""
         ordered = _topological_order(job.vertices)
+        total = sum((parallelism or {}).get(v.vertex_id, v.parallelism) for v in ordered)
+        if total > MAX_SUBTASKS_PER_JOB:
+            raise InvalidJobGraph(f"{total} subtasks exceed the limit of {MAX_SUBTASKS_PER_JOB}")
         vertices: dict[str, ExecutionJobVertex] = {}
         for vertex in ordered:
             p = (parallelism or {}).get(vertex.vertex_id, vertex.parallelism)

@@ -574,15 +574,15 @@ class JobMaster(Reducer):
 
     @handles(KvStateRegistered)
     def on_kv_state_registered(self, event: KvStateRegistered, out: Decisions) -> None:
-        if self._kv_refused(event, out):
+        key_groups = self._kv_key_groups(event, out)
+        if key_groups is None:
             return
         refusal = self.registry.notify_registered(
             event.job_vertex_id,
-            KeyGroupRange.of(event.key_group_range.start_key_group,
-                             event.key_group_range.end_key_group),
+            key_groups,
             event.registration_name,
             KvStateRegistration(event.kv_state_id, event.server_host, event.server_port),
-        )  # fmt: skip
+        )
         if refusal is None:
             return
         self._kv_reject(event, refusal.reason, out)
@@ -592,16 +592,28 @@ class JobMaster(Reducer):
 
     @handles(KvStateUnregistered)
     def on_kv_state_unregistered(self, event: KvStateUnregistered, out: Decisions) -> None:
-        if self._kv_refused(event, out):
+        key_groups = self._kv_key_groups(event, out)
+        if key_groups is None:
             return
         refusal = self.registry.notify_unregistered(
-            event.job_vertex_id,
-            KeyGroupRange.of(event.key_group_range.start_key_group,
-                             event.key_group_range.end_key_group),
-            event.registration_name,
-        )  # fmt: skip
+            event.job_vertex_id, key_groups, event.registration_name
+        )
         if refusal is not None:
             self._kv_reject(event, refusal.reason, out)
+
+    def _kv_key_groups(
+        self, event: KvStateRegistered | KvStateUnregistered, out: Decisions
+    ) -> KeyGroupRange | None:
+        """The event's key group range, once the job, the leader and the range are valid."""
+        if self._kv_refused(event, out):
+            return None
+        start = event.key_group_range.start_key_group
+        end = event.key_group_range.end_key_group
+        try:
+            return KeyGroupRange(start, end)
+        except ValueError as exc:
+            self._kv_reject(event, str(exc), out)
+            return None
 
     def _kv_refused(self, event: KvStateRegistered | KvStateUnregistered, out: Decisions) -> bool:
         if self.registry is None:

@@ -67,3 +67,8 @@ def test_rescaling_overrides_parallelism_and_reset_makes_a_new_attempt():
 def test_duplicate_vertex_ids_are_invalid():
     with pytest.raises(InvalidJobGraph, match="appears twice"):
         build(vertex("a", 1), vertex("a", 1))
+
+
+def test_a_job_with_too_many_subtasks_is_refused():
+    with pytest.raises(InvalidJobGraph, match="131072 subtasks exceed the limit of 100000"):
+        build(*(vertex(f"v{i}", 32768) for i in range(4)))

@@ -339,3 +339,16 @@ def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_runn
     c.tick(c.clock.now)
     assert c.jm.status.value == "RUNNING"
     assert {ev.current.attempt_number for ev in c.jm.graph.execution_vertices()} == {1}
+
+
+def test_an_inverted_or_negative_key_group_range_is_rejected():
+    c = JobCluster()
+    c.submit([vertex("count", 1, max_p=8)])
+    for start, end in [(5, 2), (-1, 3)]:
+        [rejected] = c.run([c.clock(
+            KvStateRegistered, job_id=JOB, job_master_id=JM, job_vertex_id="count",
+            key_group_range=KeyGroupRange(start_key_group=start, end_key_group=end),
+            registration_name="counts", kv_state_id="kv", server_host="h", server_port=1,
+        )])[1:]  # fmt: skip
+        assert rejected.reason == f"invalid key group range [{start}, {end}]"
+    assert c.jm.registry.locations == {}
