@@ -23,7 +23,6 @@ from jobledger.schemas.types import (
 
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
 
-
 MAX_SUBTASKS_PER_JOB = 100_000
 """A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
 
