@@ -1,1 +1,2 @@
-"""Read models built from the log (replay, timelines, REST views); they arrive with the runtime."""
+"""Read models built from the log: replay (state as of a point of the log, verification of the
+recorded decisions) and the exported log file."""

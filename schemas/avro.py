@@ -124,3 +124,26 @@ def _avro_default(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return value
+
+
+def inline_named_types(schemas: list[dict[str, Any]], named: dict[str, type]) -> list[Any]:
+    """`schemas` with every named type reference replaced by its definition at its first
+    use and left as a reference after that, so they can stand together (in one union)."""
+    defined: set[str] = set()
+
+    def expand(node: Any) -> Any:
+        if isinstance(node, str):
+            if node in named and node not in defined:
+                defined.add(node)
+                return expand(named_schema(named[node]))
+            return node
+        if isinstance(node, list):
+            return [expand(item) for item in node]
+        if isinstance(node, dict):
+            if node.get("type") in ("record", "enum"):
+                defined.add(f"{node.get('namespace', NAMESPACE)}.{node['name']}")
+            return {key: expand(value) if key in ("type", "items", "values", "fields") else value
+                    for key, value in node.items()}  # fmt: skip
+        return node
+
+    return [expand(schema) for schema in schemas]

@@ -9,9 +9,19 @@ import signal
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from jobledger.projections.log_file import (
+    LogRecord,
+    SkippedRecord,
+    read_export,
+    read_log,
+    write_export,
+)
+from jobledger.projections.replay import Limit, replay, verify
+from jobledger.projections.tables import state_table
 from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
 from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, write_files
 
@@ -85,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _registry_option(p)
     p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
+    p.add_argument("file", help="the .avro file to write")
+    _registry_option(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "replay", parents=[common], help="rebuild every reducer's state from the log"
+    )
+    p.add_argument("--file", help="an exported .avro file instead of the broker")
+    p.add_argument("--until-offset", type=int, help="only records at or below this offset")
+    p.add_argument("--until-time", type=int, help="only events at or before this time (ms)")
+    p.add_argument("--count", type=int, help="only the first N records")
+    p.add_argument("--format", choices=["json", "table"], default="json", help="output")
+    p.add_argument(
+        "--verify", action="store_true",
+        help="re-derive every decision and report the first that differs from the log",
+    )  # fmt: skip
+    _registry_option(p)
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("schemas", help="the Avro event catalog")
     schemas = p.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
@@ -192,6 +222,51 @@ def cmd_tail(args: argparse.Namespace) -> int:
         pass
     finally:
         consumer.close()
+    return 0
+
+
+def _log_records(args: argparse.Namespace) -> list[LogRecord]:
+    """The log, from an exported file or from the broker (undecodable records reported)."""
+    if getattr(args, "file", None) and args.func is cmd_replay:
+        return list(read_export(Path(args.file)))
+    consumer = kafka.read_committed_consumer(kafka.resolve_bootstrap(args.bootstrap))
+    try:
+        records = list(read_log(
+            consumer, kafka.resolve_prefix(args.topic_prefix),
+            EventSerde(registry_url=args.schema_registry),
+        ))  # fmt: skip
+    finally:
+        consumer.close()
+    for skipped in (r for r in records if isinstance(r, SkippedRecord)):
+        where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
+        print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
+    return [r for r in records if isinstance(r, LogRecord)]
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    records = _log_records(args)
+    with open(args.file, "wb") as out:
+        count = write_export(records, out)
+    print(f"exported {count} records to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    records = _log_records(args)
+    if args.verify:
+        matched, divergence = verify(records)
+        if divergence is None:
+            print(f"verified {matched} decisions: no difference")
+            return 0
+        print(f"first difference after {matched} matching decisions:")
+        print(divergence.describe())
+        return 1
+    limit = Limit(args.until_offset, args.until_time, args.count)
+    result = replay(records, limit)
+    if args.format == "json":
+        print(json.dumps({"as_of": result.as_of(), "state": result.driver.to_dict()}, indent=2))
+    else:
+        print(state_table(result))
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
@@ -61,6 +62,16 @@ class ReducerDriver:
                 self.task_executors[key] = TaskExecutor(key, self.task_executor_config)
             return self.task_executors.get(key) or TaskExecutor(key, self.task_executor_config)
         return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every reducer's state as plain data."""
+        return {
+            "resource_manager": self.resource_manager.to_dict(),
+            "job_masters": {job: jm.to_dict() for job, jm in sorted(self.job_masters.items())},
+            "task_executors": {
+                rid: te.to_dict() for rid, te in sorted(self.task_executors.items())
+            },
+        }
 
     def process(self, event: Event) -> list[Event]:
         """Reduce one event at its owner; its own decisions coming back are records only."""

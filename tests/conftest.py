@@ -74,9 +74,19 @@ class Cluster:
         }
 
 
+def new_cluster(bootstrap: str) -> Cluster:
+    prefix = f"test-{uuid.uuid4().hex[:10]}."
+    results = create_topics(bootstrap, prefix, partitions=3)
+    assert all(r.created for r in results), results
+    return Cluster(bootstrap, prefix)
+
+
 @pytest.fixture
 def cluster(kafka_bootstrap: str) -> Cluster:
-    prefix = f"test-{uuid.uuid4().hex[:10]}."
-    results = create_topics(kafka_bootstrap, prefix, partitions=3)
-    assert all(r.created for r in results), results
-    return Cluster(kafka_bootstrap, prefix)
+    return new_cluster(kafka_bootstrap)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(kafka_bootstrap: str) -> Cluster:
+    """One cluster shared by a module's tests that only read what a fixture wrote."""
+    return new_cluster(kafka_bootstrap)

@@ -1,0 +1,123 @@
+"""The log as records, from Kafka topics or from an exported Avro Object Container File.
+
+An export holds, per record, where it was in the log (topic role, partition, offset, broker
+timestamp) and the event itself as a branch of a union of every event schema, so the schemas
+travel in the file and it replays with no broker and no registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from confluent_kafka import Consumer
+from fastavro import parse_schema, reader, writer
+
+from jobledger.schemas import (
+    EVENT_TYPES,
+    EVENTS_BY_NAME,
+    DecodeError,
+    Event,
+    EventSerde,
+    topic_name,
+)
+from jobledger.schemas.avro import full_name, inline_named_types, record_schema
+from jobledger.schemas.catalog import NAMED_TYPES
+from jobledger.schemas.serde import event_from_avro_dict
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.kafka import read_topic
+
+INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One event and its place in the log."""
+
+    role: TopicRole
+    partition: int
+    offset: int
+    timestamp: int
+    event: Event
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record of the log that is not an event (it belongs in the dead-letter topic)."""
+
+    role: TopicRole
+    partition: int
+    offset: int
+    reason: str
+
+
+def read_log(
+    consumer: Consumer, prefix: str, serde: EventSerde
+) -> Iterator[LogRecord | SkippedRecord]:
+    """Every record of the input topics up to their current end, in offset order per partition."""
+    for role in INPUT_ROLES:
+        topic = topic_name(role, prefix)
+        for msg in read_topic(consumer, topic, from_beginning=True, stop_at_end=True):
+            timestamp = msg.timestamp()[1]
+            try:
+                event = serde.decode(msg.value(), topic)
+            except DecodeError as exc:
+                yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
+                continue
+            yield LogRecord(role, msg.partition(), msg.offset(), timestamp, event)
+
+
+def _event_union() -> list[Any]:
+    named = {full_name(cls): cls for cls in NAMED_TYPES}
+    return inline_named_types([record_schema(cls) for cls in EVENT_TYPES], named)
+
+
+def export_schema() -> dict[str, Any]:
+    """The file's schema: where the record was, and the event as a union of every event."""
+    return {
+        "type": "record",
+        "name": "LogRecord",
+        "namespace": "jobledger.export",
+        "doc": "One record of a jobledger log and its place in it.",
+        "fields": [
+            {"name": "role", "type": "string"},
+            {"name": "partition", "type": "int"},
+            {"name": "offset", "type": "long"},
+            {"name": "timestamp", "type": "long"},
+            {"name": "event", "type": _event_union()},
+        ],
+    }
+
+
+def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
+    """Write the records to an Avro Object Container File; returns how many."""
+    schema = parse_schema(export_schema())
+    count = 0
+
+    def rows() -> Iterator[dict[str, Any]]:
+        nonlocal count
+        for record in records:
+            count += 1
+            yield {
+                "role": record.role.value,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp": record.timestamp,
+                "event": (record.event.full_name(), record.event.model_dump(mode="json")),
+            }
+
+    writer(out, schema, rows(), codec="deflate")
+    return count
+
+
+def read_export(path: Path) -> Iterator[LogRecord]:
+    with open(path, "rb") as fo:
+        for row in reader(fo, return_record_name=True, return_record_name_override=True):
+            name, data = row["event"]
+            cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
+            yield LogRecord(
+                TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
+                event_from_avro_dict(cls, data),
+            )  # fmt: skip
