@@ -42,7 +42,9 @@ def live(cluster):
     pump.close()
 
 
-def broker_log(cluster) -> list[LogRecord]:
+@pytest.fixture(scope="module")
+def logged(cluster, live) -> list[LogRecord]:
+    """The log as the broker holds it after the scenario, read once."""
     consumer = read_committed_consumer(cluster.bootstrap)
     try:
         records = list(read_log(consumer, cluster.prefix, EventSerde()))
@@ -52,14 +54,14 @@ def broker_log(cluster) -> list[LogRecord]:
     return records
 
 
-def test_replay_from_the_broker_rebuilds_the_live_state(cluster, live):
-    result = replay(broker_log(cluster))
+def test_replay_from_the_broker_rebuilds_the_live_state(logged, live):
+    result = replay(logged)
     assert result.driver.to_dict() == live.driver.to_dict()
     assert result.records == len(live.log)
 
 
-def test_export_then_replay_offline_gives_the_same_state(cluster, live, tmp_path):
-    records = broker_log(cluster)
+def test_export_then_replay_offline_gives_the_same_state(logged, tmp_path):
+    records = logged
     path = tmp_path / "log.avro"
     with open(path, "wb") as out:
         assert write_export(records, out) == len(records)
@@ -68,8 +70,8 @@ def test_export_then_replay_offline_gives_the_same_state(cluster, live, tmp_path
     assert replay(offline).driver.to_dict() == replay(records).driver.to_dict()
 
 
-def test_a_count_limit_replays_exactly_that_many_records(cluster, live):
-    records = broker_log(cluster)
+def test_a_count_limit_replays_exactly_that_many_records(logged):
+    records = logged
     result = replay(records, Limit(count=25))
     assert result.records == 25
     expected = ReducerDriver()
@@ -79,14 +81,14 @@ def test_a_count_limit_replays_exactly_that_many_records(cluster, live):
     assert replay(records, Limit(until_offset=-1)).records == 0
 
 
-def test_verify_finds_no_difference_on_a_healthy_log(cluster, live):
-    matched, divergence = verify(broker_log(cluster))
+def test_verify_finds_no_difference_on_a_healthy_log(logged, live):
+    matched, divergence = verify(logged)
     assert divergence is None
     assert matched == sum(1 for e in live.log if e.cause_event_id is not None)
 
 
-def test_verify_reports_the_first_tampered_decision(cluster, live):
-    records = broker_log(cluster)
+def test_verify_reports_the_first_tampered_decision(logged):
+    records = list(logged)
     index, target = next(
         (i, r) for i, r in enumerate(records) if r.event.type_name() == "SlotAllocationRequested"
     )
