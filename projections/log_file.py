@@ -105,7 +105,7 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
                 "partition": record.partition,
                 "offset": record.offset,
                 "timestamp": record.timestamp,
-                "event": (record.event.full_name(), record.event.model_dump(mode="json")),
+                "event": (record.event.full_name(), record.event.model_dump()),
             }
 
     writer(out, schema, rows(), codec="deflate")

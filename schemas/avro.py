@@ -19,7 +19,13 @@ from pydantic.fields import FieldInfo
 
 from .model import NAMESPACE, AvroInt, CatalogEnum, Record
 
-_PRIMITIVES: dict[type, str] = {str: "string", int: "long", float: "double", bool: "boolean"}
+_PRIMITIVES: dict[type, str] = {
+    str: "string",
+    int: "long",
+    float: "double",
+    bool: "boolean",
+    bytes: "bytes",
+}
 
 
 def full_name(cls: type) -> str:

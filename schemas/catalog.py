@@ -15,7 +15,7 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.schema import UnknownType, fingerprint, load_schema, to_parsing_canonical_form
 
-from . import cluster, jobs, kvstate, rejections, slots, tasks, timers
+from . import cluster, deadletters, jobs, kvstate, rejections, slots, tasks, timers
 from .avro import full_name, named_schema, record_schema, referenced_types
 from .model import Event
 
@@ -24,7 +24,7 @@ HISTORY_DIR = SCHEMA_DIR / "history"
 
 EVENT_TYPES: tuple[type[Event], ...] = tuple(
     cls
-    for module in (cluster, slots, jobs, tasks, kvstate, timers, rejections)
+    for module in (cluster, slots, jobs, tasks, kvstate, timers, rejections, deadletters)
     for cls in vars(module).values()
     if isinstance(cls, type) and issubclass(cls, Event) and cls.__module__ == module.__name__
 )

@@ -38,7 +38,13 @@ class CatalogEnum(StrEnum):
 class Record(BaseModel):
     """A named Avro record nested inside events (ResourceProfile, JobVertex, ...)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        ser_json_bytes="base64",
+        val_json_bytes="base64",
+    )
 
 
 class Event(Record):

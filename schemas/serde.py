@@ -54,7 +54,7 @@ class SingleObjectSerde:
         out = io.BytesIO()
         out.write(SINGLE_OBJECT_MAGIC)
         out.write(self.catalog.current_fingerprint(cls))
-        schemaless_writer(out, self.catalog.reader(cls), event.model_dump(mode="json"))
+        schemaless_writer(out, self.catalog.reader(cls), event.model_dump())
         return out.getvalue()
 
     def decode(self, data: bytes) -> Event:
@@ -91,7 +91,7 @@ class ConfluentSerde:
             self._serializers[cls] = AvroSerializer(
                 self.client,
                 self.catalog.schema_json(cls),
-                to_dict=lambda ev, _ctx: ev.model_dump(mode="json"),
+                to_dict=lambda ev, _ctx: ev.model_dump(),
                 conf={"subject.name.strategy": record_subject_name_strategy},
             )
         return self._serializers[cls](event, SerializationContext(topic, MessageField.VALUE))

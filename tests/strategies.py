@@ -42,6 +42,8 @@ def _for(annotation: Any, int32: bool = False) -> st.SearchStrategy[Any]:
         return st.booleans()
     if annotation is str:
         return _TEXT
+    if annotation is bytes:
+        return st.binary(max_size=16)
     raise TypeError(f"no strategy for {annotation!r}")
 
 
