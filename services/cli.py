@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, w
 
 from . import broker, kafka
 from .produce import produce_lines
+from .runtime import RuntimeConfig, ServiceRuntime
 from .tail import tail
 
 
@@ -95,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _registry_option(p)
     p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("services", help="the reducers as Kafka services")
+    services = p.add_subparsers(dest="services_command", required=True, metavar="ACTION")
+    c = services.add_parser("run", parents=[common], help="host reducers for owned partitions")
+    c.add_argument("--batch-size", type=int, default=500, help="records per transaction")
+    c.add_argument("--snapshot-every", type=int, default=10_000, help="inputs between snapshots")
+    c.add_argument(
+        "--timer-interval-ms", type=int, default=1_000, help="clock period (0: no clock)"
+    )
+    c.set_defaults(func=cmd_services_run)
 
     p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
     p.add_argument("file", help="the .avro file to write")
@@ -241,6 +253,16 @@ def _log_records(args: argparse.Namespace) -> list[LogRecord]:
         where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
         print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
     return [r for r in records if isinstance(r, LogRecord)]
+
+
+def cmd_services_run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    config = RuntimeConfig(args.batch_size, args.snapshot_every, args.timer_interval_ms)
+    runtime = ServiceRuntime(
+        kafka.resolve_bootstrap(args.bootstrap), kafka.resolve_prefix(args.topic_prefix), config
+    )
+    runtime.run()
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -19,6 +19,10 @@ SUBCOMMANDS = [
     ["schemas", "list"],
     ["schemas", "show"],
     ["schemas", "write"],
+    ["services"],
+    ["services", "run"],
+    ["export"],
+    ["replay"],
 ]
 
 

@@ -1,0 +1,323 @@
+"""The service runtime: hosts the reducers of the partitions this instance owns, over Kafka.
+
+Per owned input partition there is one transactional producer whose transactional id names
+the partition, so whoever owned it before is fenced when a new owner starts. Each batch is
+one transaction: the derived events, the dead letters, the input offsets (through the
+consumer group) and now and then a snapshot commit together, so a reader with
+`read_committed` sees every decision exactly once. A new owner rebuilds the state from the
+latest snapshot plus the tail of the log up to the committed offset before it processes
+anything new. A clock appends TimerFired events to the owned partitions: time reaches the
+reducers only through the log, so replay fires every timeout where it fired live.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import OwnerKind
+
+from . import snapshot
+from .driver import ReducerDriver
+from .kafka import SESSION_TIMEOUT_MS
+
+log = logging.getLogger("jobledger.runtime")
+
+INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
+OWNER_OF_ROLE = {
+    TopicRole.JOB: OwnerKind.JOB,
+    TopicRole.RESOURCE_MANAGER: OwnerKind.RESOURCE_MANAGER,
+    TopicRole.TASK_EXECUTOR: OwnerKind.TASK_EXECUTOR,
+}
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    batch_size: int = 500
+    snapshot_every: int = 10_000
+    """Snapshot a partition after this many inputs since its last snapshot (0: never)."""
+    timer_interval_ms: int = 1_000
+    """Append a TimerFired for every owner this often (0: no clock)."""
+    health_interval_s: float = 10.0
+
+
+@dataclass
+class PartitionWorker:
+    """The reducers of one input partition and the producer that speaks for it."""
+
+    role: TopicRole
+    partition: int
+    driver: ReducerDriver
+    producer: Producer
+    next_offset: int
+    since_snapshot: int = 0
+    processed: int = 0
+    rebuilt_from_snapshot_at: int | None = None
+
+
+@dataclass
+class ServiceRuntime:
+    bootstrap: str
+    prefix: str
+    config: RuntimeConfig = field(default_factory=RuntimeConfig)
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+    workers: dict[tuple[str, int], PartitionWorker] = field(default_factory=dict)
+    running: bool = True
+
+    def __post_init__(self) -> None:
+        self.serde = EventSerde()
+        self.group = f"jobledger-services-{self.prefix}"
+        self.consumer = Consumer({
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+        })  # fmt: skip
+        self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
+        self.last_tick = time.monotonic()
+        self.last_health = time.monotonic()
+
+    # -- ownership -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.consumer.subscribe(
+            list(self.roles), on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=30)
+        for tp in committed:
+            self.workers[(tp.topic, tp.partition)] = self._rebuild(tp)
+        log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.workers.pop((tp.topic, tp.partition), None)
+        log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+    def _rebuild(self, committed: TopicPartition) -> PartitionWorker:
+        """Latest snapshot plus the tail of the log up to the committed offset."""
+        role = self.roles[committed.topic]
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
+        })  # fmt: skip
+        producer.init_transactions(60)
+        end = committed.offset if committed.offset >= 0 else 0
+        found = self._latest_snapshot(committed.topic, committed.partition)
+        if found is not None and found.next_offset <= end:
+            driver, start = found.driver, found.next_offset
+        else:
+            driver, start = self.driver_factory(), 0
+        worker = PartitionWorker(role, committed.partition, driver, producer, start)
+        if found is not None and start:
+            worker.rebuilt_from_snapshot_at = start
+        for msg in self._read_range(committed.topic, committed.partition, start, end):
+            event = self._decode(msg)
+            if event is not None:
+                driver.process(event)
+            worker.next_offset = msg.offset() + 1
+        worker.next_offset = end
+        log.info(
+            "rebuilt %s/%d from %s + %d records",
+            committed.topic, committed.partition,
+            f"snapshot@{start}" if found and start else "the beginning", end - start,
+        )  # fmt: skip
+        return worker
+
+    def _snapshot_partition(self, partition: int) -> int:
+        return partition % self._snapshot_partitions
+
+    @property
+    def _snapshot_partitions(self) -> int:
+        topic = topic_name(TopicRole.SNAPSHOT, self.prefix)
+        return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+
+    def _latest_snapshot(self, topic: str, partition: int) -> snapshot.Snapshot | None:
+        key = f"{topic}/{partition}".encode()
+        snapshots = topic_name(TopicRole.SNAPSHOT, self.prefix)
+        latest = None
+        for msg in self._read_range(snapshots, self._snapshot_partition(partition), 0, None):
+            if msg.key() == key:
+                latest = msg.value()
+        return snapshot.decode(latest)
+
+    def _read_range(self, topic: str, partition: int, start: int, end: int | None):
+        """Committed records of one partition from `start` up to `end` (exclusive) or its end."""
+        if end is not None and start >= end:
+            return
+        reader = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-rebuild",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        })  # fmt: skip
+        try:
+            reader.assign([TopicPartition(topic, partition, start or OFFSET_BEGINNING)])
+            while True:
+                msg = reader.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaException(msg.error())
+                if end is not None and msg.offset() >= end:
+                    return
+                yield msg
+                if end is not None and msg.offset() + 1 >= end:
+                    return
+        finally:
+            reader.close()
+
+    # -- processing ----------------------------------------------------------------------
+
+    def _decode(self, msg: Message) -> Event | None:
+        try:
+            return self.serde.decode(msg.value(), msg.topic())
+        except DecodeError:
+            return None
+
+    def run(self, handle_signals: bool = True) -> None:
+        """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by
+        batch; a signal lets the current transaction finish first."""
+        if handle_signals:
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        self.start()
+        try:
+            while self.running:
+                self.step()
+        finally:
+            self.consumer.close()
+            log.info("stopped")
+
+    def stop(self, *_: object) -> None:
+        self.running = False
+
+    def step(self) -> int:
+        """One poll: process what arrived, partition by partition; tick the clock when due."""
+        batches: dict[tuple[str, int], list[Message]] = {}
+        for msg in self.consumer.consume(self.config.batch_size, 0.2):
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", msg.error())
+                continue
+            batches.setdefault((msg.topic(), msg.partition()), []).append(msg)
+        for key, messages in batches.items():
+            worker = self.workers.get(key)
+            if worker is not None:
+                self._process(worker, messages)
+        self._tick_if_due()
+        self._report_health()
+        return sum(len(m) for m in batches.values())
+
+    def _process(self, worker: PartitionWorker, messages: list[Message]) -> None:
+        producer = worker.producer
+        topic = topic_name(worker.role, self.prefix)
+        producer.begin_transaction()
+        for msg in messages:
+            if msg.offset() < worker.next_offset:
+                continue
+            for out in self._reduce(worker, msg):
+                self._produce(producer, out)
+            worker.next_offset = msg.offset() + 1
+            worker.since_snapshot += 1
+            worker.processed += 1
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, worker.partition, worker.next_offset)],
+            self.consumer.consumer_group_metadata(), 30,
+        )  # fmt: skip
+        if self.config.snapshot_every and worker.since_snapshot >= self.config.snapshot_every:
+            self._write_snapshot(worker, topic)
+        producer.commit_transaction(60)
+
+    def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
+        """The input's decisions, or a dead letter if it is not an event at all."""
+        try:
+            event = self.serde.decode(msg.value(), msg.topic())
+        except DecodeError as exc:
+            return [DeadLettered(
+                event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
+                event_time=msg.timestamp()[1], producer="runtime", source_topic=msg.topic(),
+                source_partition=msg.partition(), source_offset=msg.offset(),
+                original_key=msg.key(), original_value=msg.value(), reason=str(exc),
+            )]  # fmt: skip
+        return worker.driver.process(event)
+
+    def _produce(self, producer: Producer, event: Event) -> None:
+        role, key = event.route()
+        topic = topic_name(role, self.prefix)
+        producer.produce(
+            topic, key=key.encode(), value=self.serde.encode(event, topic),
+            headers={"jobledger.type": event.type_name()},
+        )  # fmt: skip
+
+    def _write_snapshot(self, worker: PartitionWorker, topic: str) -> None:
+        worker.producer.produce(
+            topic_name(TopicRole.SNAPSHOT, self.prefix),
+            key=f"{topic}/{worker.partition}".encode(),
+            value=snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset)),
+            partition=self._snapshot_partition(worker.partition),
+        )
+        worker.since_snapshot = 0
+
+    # -- time and health -----------------------------------------------------------------
+
+    def _tick_if_due(self) -> None:
+        interval = self.config.timer_interval_ms
+        if not interval or (time.monotonic() - self.last_tick) * 1000 < interval:
+            return
+        self.last_tick = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        for worker in list(self.workers.values()):
+            owners = _owners(worker)
+            if not owners:
+                continue
+            worker.producer.begin_transaction()
+            for owner in owners:
+                self._produce(worker.producer, TimerFired(
+                    event_id=uuid.uuid4().hex, event_time=now_ms, producer="clock",
+                    scope=OWNER_OF_ROLE[worker.role], owner_id=owner,
+                ))  # fmt: skip
+            worker.producer.commit_transaction(60)
+
+    def _report_health(self) -> None:
+        if time.monotonic() - self.last_health < self.config.health_interval_s:
+            return
+        elapsed = time.monotonic() - self.last_health
+        self.last_health = time.monotonic()
+        for (topic, partition), worker in sorted(self.workers.items()):
+            log.info(
+                "%s/%d at offset %d, %.0f events/s", topic, partition, worker.next_offset,
+                worker.processed / elapsed,
+            )  # fmt: skip
+            worker.processed = 0
+
+
+def _owners(worker: PartitionWorker) -> list[str]:
+    driver = worker.driver
+    if worker.role is TopicRole.JOB:
+        return sorted(driver.job_masters)
+    if worker.role is TopicRole.TASK_EXECUTOR:
+        return sorted(driver.task_executors)
+    return [driver.resource_manager.config.resource_manager_id]
