@@ -123,7 +123,9 @@ class ServiceRuntime:
             "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
         })  # fmt: skip
         producer.init_transactions(60)
-        end = committed.offset if committed.offset >= 0 else 0
+        if committed.offset < 0:
+            return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
+        end = committed.offset
         found = self._latest_snapshot(committed.topic, committed.partition)
         if found is not None and found.next_offset <= end:
             driver, start = found.driver, found.next_offset

@@ -1,0 +1,86 @@
+"""Running the service runtime in tests: in a thread, or as a `jobledger services run`
+subprocess, and waiting until the log stops growing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+from jobledger.projections.log_file import LogRecord, read_log
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
+
+
+def append(cluster, events: list[Event]) -> None:
+    """Write input events transactionally, as any client would."""
+    serde = EventSerde()
+    producer = transactional_producer(cluster.bootstrap, "test-client")
+    producer.begin_transaction()
+    for event in events:
+        role, key = event.route()
+        topic = topic_name(role, cluster.prefix)
+        producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
+    producer.commit_transaction(30)
+
+
+def read(cluster) -> list[LogRecord]:
+    consumer = read_committed_consumer(cluster.bootstrap)
+    try:
+        return [r for r in read_log(consumer, cluster.prefix, EventSerde())
+                if isinstance(r, LogRecord)]  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def wait_until_quiet(cluster, settle_s: float = 3.0, limit_s: float = 120.0) -> list[LogRecord]:
+    """The log once it has not grown for `settle_s`."""
+    deadline = time.monotonic() + limit_s
+    records, since = read(cluster), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = read(cluster)
+        if len(again) != len(records):
+            records, since = again, time.monotonic()
+        elif time.monotonic() - since >= settle_s:
+            return records
+    raise TimeoutError(f"the log kept growing for {limit_s} s ({len(records)} records)")
+
+
+def duplicates(records: list[LogRecord]) -> list[str]:
+    return [i for i, n in Counter(r.event.event_id for r in records).items() if n > 1]
+
+
+class RuntimeThread:
+    """A ServiceRuntime stepping in a background thread."""
+
+    def __init__(self, cluster, **config) -> None:
+        self.runtime = ServiceRuntime(
+            cluster.bootstrap, cluster.prefix, RuntimeConfig(timer_interval_ms=0, **config)
+        )
+        self.thread = threading.Thread(target=self.runtime.run, args=(False,), daemon=True)
+
+    def __enter__(self) -> ServiceRuntime:
+        """Started, and owning every input partition (3 job, 1 RM, 3 TaskExecutor)."""
+        self.thread.start()
+        deadline = time.monotonic() + 90
+        while len(self.runtime.workers) < 7:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"owns only {sorted(self.runtime.workers)}")
+            time.sleep(0.1)
+        return self.runtime
+
+    def __exit__(self, *exc) -> None:
+        self.runtime.stop()
+        self.thread.join(30)
+
+
+def service_process(cluster, home: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobledger.services.cli", "services", "run",
+         "--timer-interval-ms", "0", *args],
+        env=cluster.env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip

@@ -1,0 +1,155 @@
+"""The service runtime over the real broker: a whole scenario processed exactly once, dead
+letters, snapshot + tail, a kill -9 in the middle of batches, zombie fencing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from jobledger.projections.replay import replay, verify
+from jobledger.schemas import EventSerde, event_from_json, topic_name
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+
+from . import scenario
+from .events import Clock
+from .runtime_harness import (
+    RuntimeThread,
+    append,
+    duplicates,
+    service_process,
+    wait_until_quiet,
+)
+
+pytestmark = pytest.mark.broker
+
+
+def play_scenario(cluster) -> None:
+    clock = Clock()
+    append(cluster, scenario.start_cluster(clock))
+    wait_until_quiet(cluster)
+    append(cluster, scenario.finish_job_a(clock) + scenario.lose_tm_4(clock))
+    records = wait_until_quiet(cluster)
+    append(cluster, scenario.re_request_failed(clock, [r.event for r in records]))
+
+
+def assert_healthy(records) -> None:
+    assert duplicates(records) == [], "a decision was written twice"
+    matched, divergence = verify(records)
+    assert divergence is None, divergence.describe()
+    assert matched > 0
+
+
+def test_the_runtime_processes_the_scenario_exactly_once(cluster):
+    with RuntimeThread(cluster) as runtime:
+        play_scenario(cluster)
+        records = wait_until_quiet(cluster)
+        states = {key: w.driver.to_dict() for key, w in runtime.workers.items()}
+    assert_healthy(records)
+    final = replay(records).driver
+    held = {job: len(jm.pool.allocated_slots) for job, jm in final.job_masters.items()}
+    assert held == {"job-a": 0, "job-b": 6, "job-c": 6}
+    rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    assert states[(rm_topic, 0)]["resource_manager"] == final.resource_manager.to_dict()
+    live_jobs = {j: s for st in states.values() for j, s in st["job_masters"].items()}
+    assert live_jobs == final.to_dict()["job_masters"]
+
+
+def test_garbage_and_unknown_events_are_dead_lettered_and_processing_goes_on(cluster):
+    topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    serde = EventSerde()
+    good = event_from_json(
+        '{"type":"TaskManagerRegistered","event_id":"after","event_time":1,"producer":"t",'
+        '"resource_id":"tm-x","address":"a","number_of_slots":1,'
+        '"resource_profile":{"kind":"ANY"}}'
+    )
+    producer = transactional_producer(cluster.bootstrap, "test")
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"\x00\x01garbage")
+    producer.produce(topic, key=b"k", value=b"\xc3\x01" + b"\x07" * 8 + b"\x02")
+    producer.produce(topic, key=b"tm-x", value=serde.encode(good, topic))
+    producer.commit_transaction(30)
+    with RuntimeThread(cluster):
+        records = wait_until_quiet(cluster)
+    assert "TaskManagerRegistrationAccepted" in [r.event.type_name() for r in records]
+    consumer = read_committed_consumer(cluster.bootstrap)
+    dead_topic = topic_name(TopicRole.DEAD_LETTER, cluster.prefix)
+    dead = [serde.decode(m.value(), dead_topic)
+            for m in read_topic(consumer, dead_topic, True, True)]  # fmt: skip
+    consumer.close()
+    assert all(isinstance(d, DeadLettered) for d in dead)
+    assert sorted(d.source_offset for d in dead) == [0, 1]
+    assert {d.original_value for d in dead} == {
+        b"\x00\x01garbage", b"\xc3\x01" + b"\x07" * 8 + b"\x02",
+    }  # fmt: skip
+    assert any("no schema registry" in d.reason for d in dead)
+    assert any("no schema with fingerprint" in d.reason for d in dead)
+
+
+def test_a_new_owner_rebuilds_from_snapshot_plus_tail_to_the_state_of_a_full_replay(cluster):
+    with RuntimeThread(cluster, snapshot_every=7):
+        play_scenario(cluster)
+        wait_until_quiet(cluster)
+    with RuntimeThread(cluster, snapshot_every=7) as second:
+        deadline = time.monotonic() + 60
+        while len(second.workers) < 7 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        records = wait_until_quiet(cluster)
+        workers = dict(second.workers)
+    full = replay(records).driver.to_dict()
+    assert any(w.rebuilt_from_snapshot_at for w in workers.values()), "no snapshot was used"
+    rebuilt_jobs = {
+        j: s for w in workers.values() for j, s in w.driver.to_dict()["job_masters"].items()
+    }
+    assert rebuilt_jobs == full["job_masters"]
+    rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    assert workers[(rm_topic, 0)].driver.resource_manager.to_dict() == full["resource_manager"]
+
+
+def test_kill_9_in_the_middle_of_batches_loses_and_duplicates_nothing(cluster, tmp_path):
+    clock = Clock()
+    inputs = scenario.start_cluster(clock)
+    append(cluster, inputs)
+    first = service_process(cluster, str(tmp_path), "--batch-size", "3")
+    time.sleep(6)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    second = service_process(cluster, str(tmp_path), "--batch-size", "3")
+    try:
+        records = wait_until_quiet(cluster, settle_s=5)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0, "SIGTERM finishes the transaction and exits cleanly"
+    assert_healthy(records)
+    final = replay(records).driver
+    assert sum(len(jm.pool.allocated_slots) for jm in final.job_masters.values()) == 16
+
+
+def test_a_zombie_instance_is_fenced(cluster, kafka_bootstrap):
+    if "JOBLEDGER_BOOTSTRAP" not in os.environ:
+        pytest.skip(
+            "the embedded Tansu broker does not fence transactional producers (a second "
+            "init_transactions leaves the first producer's commit visible); run against real "
+            "Kafka with JOBLEDGER_BOOTSTRAP or Docker"
+        )
+    from confluent_kafka import KafkaException
+
+    with RuntimeThread(cluster) as old:
+        append(cluster, scenario.start_cluster(Clock()))
+        wait_until_quiet(cluster)
+        worker = next(iter(old.workers.values()))
+        worker.producer.begin_transaction()
+        old_topic = topic_name(worker.role, cluster.prefix)
+        worker.producer.produce(old_topic, key=b"zombie", value=b"zombie write")
+        with RuntimeThread(cluster):
+            time.sleep(10)
+            with pytest.raises(KafkaException):
+                worker.producer.commit_transaction(30)
+    consumer = read_committed_consumer(cluster.bootstrap)
+    values = [m.value() for m in read_topic(consumer, old_topic, True, True)]
+    consumer.close()
+    assert b"zombie write" not in values
