@@ -27,7 +27,7 @@ from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES
 from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.kafka import read_topic
+from jobledger.services.kafka import read_topics
 
 INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
 
@@ -56,17 +56,21 @@ class SkippedRecord:
 def read_log(
     consumer: Consumer, prefix: str, serde: EventSerde
 ) -> Iterator[LogRecord | SkippedRecord]:
-    """Every record of the input topics up to their current end, in offset order per partition."""
-    for role in INPUT_ROLES:
-        topic = topic_name(role, prefix)
-        for msg in read_topic(consumer, topic, from_beginning=True, stop_at_end=True):
-            timestamp = msg.timestamp()[1]
-            try:
-                event = serde.decode(msg.value(), topic)
-            except DecodeError as exc:
-                yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
-                continue
-            yield LogRecord(role, msg.partition(), msg.offset(), timestamp, event)
+    """Every record of the input topics up to their current end, in offset order per
+    partition, partitions in a stable order (topic role, partition)."""
+    roles = {topic_name(role, prefix): role for role in INPUT_ROLES}
+    messages = sorted(
+        read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
+        key=lambda m: (INPUT_ROLES.index(roles[m.topic()]), m.partition(), m.offset()),
+    )
+    for msg in messages:
+        role = roles[msg.topic()]
+        try:
+            event = serde.decode(msg.value(), msg.topic())
+        except DecodeError as exc:
+            yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
+            continue
+        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
 
 
 def _event_union() -> list[Any]:

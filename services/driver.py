@@ -24,6 +24,8 @@ from .resource_manager import ResourceManager, ResourceManagerConfig
 from .slot_pool import SlotPool
 from .task_executor import TaskExecutor, TaskExecutorConfig
 
+DEDUP_WINDOW = 100_000
+
 
 @dataclass
 class ReducerDriver:
@@ -34,6 +36,9 @@ class ReducerDriver:
     resource_manager: ResourceManager = field(default_factory=ResourceManager)
     job_masters: dict[str, JobMaster] = field(default_factory=dict)
     task_executors: dict[str, TaskExecutor] = field(default_factory=dict)
+    recent: dict[str, None] = field(default_factory=dict)
+    """Ids of the latest inputs, to drop a redelivered one (a Spark retry, a broker that
+    leaks an aborted transaction); insertion-ordered, at most DEDUP_WINDOW long."""
 
     @property
     def pools(self) -> dict[str, SlotPool]:
@@ -74,7 +79,13 @@ class ReducerDriver:
         }
 
     def process(self, event: Event) -> list[Event]:
-        """Reduce one event at its owner; its own decisions coming back are records only."""
+        """Reduce one event at its owner; its own decisions coming back are records only, and
+        an input seen within the dedup window is dropped (DESIGN.md rule 5)."""
+        if event.event_id in self.recent:
+            return []
+        self.recent[event.event_id] = None
+        if len(self.recent) > DEDUP_WINDOW:
+            del self.recent[next(iter(self.recent))]
         reducer = self.owner(event)
         if reducer is None or event.producer == reducer.producer:
             return []

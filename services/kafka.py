@@ -138,23 +138,32 @@ def partitions_of(consumer: Consumer, topic: str) -> list[int]:
 def read_topic(
     consumer: Consumer, topic: str, from_beginning: bool, stop_at_end: bool
 ) -> Iterator[Message]:
-    """Records of every partition of `topic`, in order per partition.
+    """Records of every partition of `topic`, in order per partition."""
+    return read_topics(consumer, [topic], from_beginning, stop_at_end)
+
+
+def read_topics(
+    consumer: Consumer, topics: list[str], from_beginning: bool, stop_at_end: bool
+) -> Iterator[Message]:
+    """Records of every partition of `topics`, in order per partition, read side by side.
 
     The end of a partition is found with `enable.partition.eof`, never from watermarks: the
     embedded broker under-reports high watermarks after non-transactional batches.
     """
-    partitions = partitions_of(consumer, topic)
     start = -2 if from_beginning else -1  # OFFSET_BEGINNING / OFFSET_END
-    consumer.assign([TopicPartition(topic, p, start) for p in partitions])
-    at_end: set[int] = set()
-    while not (stop_at_end and len(at_end) == len(partitions)):
+    assignment = [
+        TopicPartition(topic, p, start) for topic in topics for p in partitions_of(consumer, topic)
+    ]
+    consumer.assign(assignment)
+    at_end: set[tuple[str, int]] = set()
+    while not (stop_at_end and len(at_end) == len(assignment)):
         msg = consumer.poll(0.5)
         if msg is None:
             continue
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition())
+                at_end.add((msg.topic(), msg.partition()))
                 continue
             raise KafkaException(msg.error())
-        at_end.discard(msg.partition())
+        at_end.discard((msg.topic(), msg.partition()))
         yield msg

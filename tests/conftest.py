@@ -90,3 +90,37 @@ def cluster(kafka_bootstrap: str) -> Cluster:
 def module_cluster(kafka_bootstrap: str) -> Cluster:
     """One cluster shared by a module's tests that only read what a fixture wrote."""
     return new_cluster(kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def broker_aborts_dangling_transactions(kafka_bootstrap: str) -> bool:
+    """Whether a transaction left open by a killed producer stays invisible once a new
+    producer with its transactional id starts (Kafka: yes; the embedded Tansu: no)."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from jobledger.services.kafka import read_committed_consumer, read_topic
+
+    topic = f"probe-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    txn = f"probe-{uuid.uuid4().hex}"
+    child = (
+        "import os\nfrom confluent_kafka import Producer\n"
+        f"p = Producer({{'bootstrap.servers': '{kafka_bootstrap}', 'transactional.id': '{txn}'}})\n"
+        "p.init_transactions(30)\np.begin_transaction()\n"
+        f"p.produce('{topic}', value=b'dangling')\np.flush(10)\nos._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", child], timeout=60, check=False)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": txn})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed")
+    producer.commit_transaction(30)
+    consumer = read_committed_consumer(kafka_bootstrap)
+    values = [m.value() for m in read_topic(consumer, topic, True, True)]
+    consumer.close()
+    return values == [b"committed"]

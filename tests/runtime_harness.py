@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 from jobledger.projections.log_file import LogRecord, read_log
 from jobledger.schemas import Event, EventSerde, topic_name
@@ -50,6 +51,18 @@ def wait_until_quiet(cluster, settle_s: float = 3.0, limit_s: float = 120.0) -> 
     raise TimeoutError(f"the log kept growing for {limit_s} s ({len(records)} records)")
 
 
+def wait_until_owning(process: subprocess.Popen, limit_s: float = 90.0) -> None:
+    """Until the service process says it owns its partitions (it rebuilt their state)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if "jobledger.runtime owns" in Path(process.log_path).read_text():  # type: ignore[attr-defined]
+            return
+        if process.poll() is not None:
+            raise RuntimeError(f"the service exited with {process.returncode}")
+        time.sleep(0.2)
+    raise TimeoutError("the service never took its partitions")
+
+
 def duplicates(records: list[LogRecord]) -> list[str]:
     return [i for i, n in Counter(r.event.event_id for r in records).items() if n > 1]
 
@@ -79,8 +92,12 @@ class RuntimeThread:
 
 
 def service_process(cluster, home: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    """`jobledger services run` in a subprocess, logging to `<home>/service-<n>.log`."""
+    log_path = f"{home}/service-{time.monotonic_ns()}.log"
+    process = subprocess.Popen(
         [sys.executable, "-m", "jobledger.services.cli", "services", "run",
          "--timer-interval-ms", "0", *args],
-        env=cluster.env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=cluster.env(home), stdout=subprocess.DEVNULL, stderr=open(log_path, "w"),  # noqa: SIM115
     )  # fmt: skip
+    process.log_path = log_path  # type: ignore[attr-defined]
+    return process

@@ -22,6 +22,7 @@ from .runtime_harness import (
     append,
     duplicates,
     service_process,
+    wait_until_owning,
     wait_until_quiet,
 )
 
@@ -110,21 +111,38 @@ def test_a_new_owner_rebuilds_from_snapshot_plus_tail_to_the_state_of_a_full_rep
     assert workers[(rm_topic, 0)].driver.resource_manager.to_dict() == full["resource_manager"]
 
 
-def test_kill_9_in_the_middle_of_batches_loses_and_duplicates_nothing(cluster, tmp_path):
+def test_kill_9_in_the_middle_of_batches_loses_and_duplicates_nothing(
+    cluster, tmp_path, broker_aborts_dangling_transactions
+):
     clock = Clock()
-    inputs = scenario.start_cluster(clock)
-    append(cluster, inputs)
+    append(cluster, scenario.start_cluster(clock))
     first = service_process(cluster, str(tmp_path), "--batch-size", "3")
     time.sleep(6)
     os.kill(first.pid, signal.SIGKILL)
     first.wait(10)
     second = service_process(cluster, str(tmp_path), "--batch-size", "3")
     try:
-        records = wait_until_quiet(cluster, settle_s=5)
+        wait_until_owning(second)
+        records = wait_until_quiet(cluster, settle_s=8)
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0, "SIGTERM finishes the transaction and exits cleanly"
-    assert_healthy(records)
+    repeated = duplicates(records)
+    if broker_aborts_dangling_transactions:
+        assert repeated == [], "a decision was written twice"
+    else:
+        copies = {r.event.event_id: [] for r in records}
+        for r in records:
+            copies[r.event.event_id].append(r.event)
+        assert all(len({e.model_dump_json() for e in copies[i]}) == 1 for i in repeated), (
+            "the broker leaked a killed transaction: its copies must be the same decisions"
+        )
+    assert_healthy_state(records)
+
+
+def assert_healthy_state(records) -> None:
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()
     final = replay(records).driver
     assert sum(len(jm.pool.allocated_slots) for jm in final.job_masters.values()) == 16
 
