@@ -72,15 +72,24 @@ class RuntimeThread:
 
     def __init__(self, cluster, **config) -> None:
         self.runtime = ServiceRuntime(
-            cluster.bootstrap, cluster.prefix, RuntimeConfig(timer_interval_ms=0, **config)
+            cluster.bootstrap, cluster.prefix, RuntimeConfig(**{"timer_interval_ms": 0, **config})
         )
         self.thread = threading.Thread(target=self.runtime.run, args=(False,), daemon=True)
 
+    @classmethod
+    def sharing(cls, cluster, **config) -> RuntimeThread:
+        """A second instance in the same group: it waits for no particular share."""
+        instance = cls(cluster, **config)
+        instance.expected = 0
+        return instance
+
+    expected = 7
+    """Input partitions to own before `with` hands the runtime over (3 job, 1 RM, 3 TE)."""
+
     def __enter__(self) -> ServiceRuntime:
-        """Started, and owning every input partition (3 job, 1 RM, 3 TaskExecutor)."""
         self.thread.start()
         deadline = time.monotonic() + 90
-        while len(self.runtime.workers) < 7:
+        while len(self.runtime.workers) < self.expected:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"owns only {sorted(self.runtime.workers)}")
             time.sleep(0.1)

@@ -11,9 +11,13 @@ import pytest
 
 from jobledger.projections.replay import replay, verify
 from jobledger.schemas import EventSerde, event_from_json, topic_name
+from jobledger.schemas.cluster import ResourceManagerConnected
 from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.jobs import JobMasterLeadershipGranted
+from jobledger.schemas.slots import NewAllocatedSlotRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.runtime import RuntimeConfig
 
 from . import scenario
 from .events import Clock
@@ -21,6 +25,7 @@ from .runtime_harness import (
     RuntimeThread,
     append,
     duplicates,
+    read,
     service_process,
     wait_until_owning,
     wait_until_quiet,
@@ -147,12 +152,12 @@ def assert_healthy_state(records) -> None:
     assert sum(len(jm.pool.allocated_slots) for jm in final.job_masters.values()) == 16
 
 
-def test_a_zombie_instance_is_fenced(cluster, kafka_bootstrap):
-    if "JOBLEDGER_BOOTSTRAP" not in os.environ:
+def test_a_zombie_instance_is_fenced(cluster, broker_aborts_dangling_transactions):
+    if not broker_aborts_dangling_transactions:
         pytest.skip(
-            "the embedded Tansu broker does not fence transactional producers (a second "
-            "init_transactions leaves the first producer's commit visible); run against real "
-            "Kafka with JOBLEDGER_BOOTSTRAP or Docker"
+            "this broker (the embedded Tansu) does not fence transactional producers: a "
+            "second init_transactions leaves the first producer's writes visible; run against "
+            "real Kafka (JOBLEDGER_BOOTSTRAP, or testcontainers where Docker runs)"
         )
     from confluent_kafka import KafkaException
 
@@ -171,3 +176,41 @@ def test_a_zombie_instance_is_fenced(cluster, kafka_bootstrap):
     values = [m.value() for m in read_topic(consumer, old_topic, True, True)]
     consumer.close()
     assert b"zombie write" not in values
+
+
+def test_the_clock_fires_timeouts_through_the_log_and_replay_fires_them_again(cluster):
+    clock = Clock()
+    append(cluster, [
+        clock(JobMasterLeadershipGranted, job_id="job-t", job_master_id="jm"),
+        clock(ResourceManagerConnected, job_id="job-t", resource_manager_id="resourcemanager"),
+        clock(NewAllocatedSlotRequested, job_id="job-t", slot_request_id="r", timeout_ms=1),
+    ])  # fmt: skip
+    with RuntimeThread(cluster, timer_interval_ms=300) as runtime:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            records = read(cluster)
+            if any(r.event.type_name() == "SlotRequestTimedOut" for r in records):
+                break
+            time.sleep(0.5)
+        runtime.config = RuntimeConfig(timer_interval_ms=0)
+        records = wait_until_quiet(cluster)
+    names = [r.event.type_name() for r in records]
+    assert "TimerFired" in names and "SlotRequestTimedOut" in names
+    _, divergence = verify(records)
+    assert divergence is None
+
+
+def test_two_instances_split_the_partitions(cluster):
+    first = RuntimeThread(cluster)
+    first.thread.start()
+    time.sleep(2)
+    with RuntimeThread.sharing(cluster) as second:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            not second.workers or len(first.runtime.workers) + len(second.workers) != 7
+        ):
+            time.sleep(0.2)
+        owned = set(first.runtime.workers) | set(second.workers)
+        assert len(owned) == 7 and not set(first.runtime.workers) & set(second.workers)
+    first.runtime.stop()
+    first.thread.join(30)
