@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, default=500, help="records per transaction")
     c.add_argument("--snapshot-every", type=int, default=10_000, help="inputs between snapshots")
     c.add_argument(
+        "--snapshot-interval-s", type=float, default=60.0, help="seconds between snapshots"
+    )
+    c.add_argument(
         "--timer-interval-ms", type=int, default=1_000, help="clock period (0: no clock)"
     )
     c.set_defaults(func=cmd_services_run)
@@ -257,7 +260,12 @@ def _log_records(args: argparse.Namespace) -> list[LogRecord]:
 
 def cmd_services_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = RuntimeConfig(args.batch_size, args.snapshot_every, args.timer_interval_ms)
+    config = RuntimeConfig(
+        batch_size=args.batch_size,
+        snapshot_every=args.snapshot_every,
+        snapshot_interval_s=args.snapshot_interval_s,
+        timer_interval_ms=args.timer_interval_ms,
+    )
     runtime = ServiceRuntime(
         kafka.resolve_bootstrap(args.bootstrap), kafka.resolve_prefix(args.topic_prefix), config
     )

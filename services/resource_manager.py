@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
@@ -42,6 +43,12 @@ from .resource_profile import is_matching
 from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
+
+
+@lru_cache(maxsize=4096)
+def matches(slot: ResourceProfile, request: ResourceProfile) -> bool:
+    """is_matching, remembered: a cluster has few distinct profiles."""
+    return is_matching(slot, request)
 
 
 class SlotPlacement(StrEnum):
@@ -80,9 +87,18 @@ class RegisteredTaskExecutor:
     resource_profile: ResourceProfile
     slots: list[Slot]
     last_heartbeat: int
+    free: int = 0
 
-    def used(self) -> int:
-        return sum(1 for s in self.slots if s.state is not SlotState.FREE)
+    def __post_init__(self) -> None:
+        self.free = sum(1 for s in self.slots if s.state is SlotState.FREE)
+
+    def place(self, index: int, slot: Slot) -> None:
+        """Every slot change goes through here, so the free count stays true."""
+        self.free += (slot.state is SlotState.FREE) - (self.slots[index].state is SlotState.FREE)
+        self.slots[index] = slot
+
+    def utilization(self) -> float:
+        return 1 - self.free / len(self.slots)
 
 
 @dataclass
@@ -92,7 +108,6 @@ class SlotRequest:
     allocation_id: str
     resource_profile: ResourceProfile
     job_master_id: str | None
-    arrival: int
     assigned: tuple[str, int] | None = None
 
 
@@ -101,22 +116,18 @@ class ResourceManager(Reducer):
     config: ResourceManagerConfig = field(default_factory=ResourceManagerConfig)
     task_executors: dict[str, RegisteredTaskExecutor] = field(default_factory=dict)
     requests: dict[str, SlotRequest] = field(default_factory=dict)
-    arrivals: int = 0
+    """Open requests by AllocationID, in arrival order, until their slot is freed."""
 
     producer: ClassVar[str] = PRODUCER
 
     # -- queries -------------------------------------------------------------------------
 
     def waiting(self) -> list[SlotRequest]:
-        """Requests no slot has been picked for, in arrival order."""
-        return sorted(
-            (r for r in self.requests.values() if r.assigned is None), key=lambda r: r.arrival
-        )
+        """Requests no slot has been picked for, in arrival order (the order of `requests`)."""
+        return [r for r in self.requests.values() if r.assigned is None]
 
     def free_slots(self) -> int:
-        return sum(
-            1 for te in self.task_executors.values() for s in te.slots if s.state is SlotState.FREE
-        )
+        return sum(te.free for te in self.task_executors.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -194,8 +205,10 @@ class ResourceManager(Reducer):
         for slot in te.slots:
             if slot.state is SlotState.PENDING:
                 self._requeue_pending(slot)
-            elif slot.state is SlotState.ALLOCATED and slot.job_id not in jobs:
-                jobs.append(slot.job_id)
+            elif slot.state is SlotState.ALLOCATED:
+                self.requests.pop(slot.allocation_id, None)
+                if slot.job_id not in jobs:
+                    jobs.append(slot.job_id)
         for job_id in jobs:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
         self._serve_waiting(out)
@@ -218,30 +231,35 @@ class ResourceManager(Reducer):
 
     @handles(SlotRequested)
     def on_slot_requested(self, event: SlotRequested, out: Decisions) -> None:
-        if event.allocation_id in self.requests or self._slot_holding(event.allocation_id):
+        if event.allocation_id in self.requests:
             self._reject(out, f"allocation {event.allocation_id} was already requested")
             return
-        self.arrivals += 1
         self.requests[event.allocation_id] = SlotRequest(
             event.job_id,
             event.slot_request_id,
             event.allocation_id,
             event.resource_profile,
             event.job_master_id,
-            self.arrivals,
         )
         self._serve_waiting(out)
 
     @handles(SlotRequestCancelled)
     def on_request_cancelled(self, event: SlotRequestCancelled, out: Decisions) -> None:
-        request = self.requests.pop(event.allocation_id, None)
+        """A waiting or in-flight request is dropped (its slot is free again); a request whose
+        slot the TaskExecutor already confirmed is not a request any more."""
+        request = self.requests.get(event.allocation_id)
         if request is None:
             self._reject(out, f"allocation {event.allocation_id} has no open request")
             return
         if request.assigned is not None:
             resource_id, index = request.assigned
-            self.task_executors[resource_id].slots[index] = Slot()
-            self._serve_waiting(out)
+            te = self.task_executors[resource_id]
+            if te.slots[index].state is SlotState.ALLOCATED:
+                self._reject(out, f"allocation {event.allocation_id} is already fulfilled")
+                return
+            te.place(index, Slot())
+        del self.requests[event.allocation_id]
+        self._serve_waiting(out)
 
     @handles(SlotAllocated)
     def on_slot_allocated(self, event: SlotAllocated, out: Decisions) -> None:
@@ -251,8 +269,10 @@ class ResourceManager(Reducer):
         if te is None or not self._valid_index(te, event.slot_index, out):
             return
         self._requeue_pending(te.slots[event.slot_index], keep=event.allocation_id)
-        self.requests.pop(event.allocation_id, None)
-        te.slots[event.slot_index] = Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
+        request = self.requests.get(event.allocation_id)
+        if request is not None:
+            request.assigned = (te.resource_id, event.slot_index)
+        te.place(event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id))
         self._serve_waiting(out)
 
     @handles(SlotAllocationFailed)
@@ -265,7 +285,7 @@ class ResourceManager(Reducer):
         slot = te.slots[event.slot_index]
         if slot.state is SlotState.PENDING and slot.allocation_id == event.allocation_id:
             self._requeue_pending(slot)
-            te.slots[event.slot_index] = Slot(SlotState.OCCUPIED)
+            te.place(event.slot_index, Slot(SlotState.OCCUPIED))
         self._serve_waiting(out)
 
     @handles(SlotFreed)
@@ -282,7 +302,7 @@ class ResourceManager(Reducer):
             )
             return
         self.requests.pop(event.allocation_id, None)
-        te.slots[event.slot_index] = Slot()
+        te.place(event.slot_index, Slot())
         self._serve_waiting(out)
 
     def _requeue_pending(self, slot: Slot, keep: str | None = None) -> None:
@@ -298,13 +318,6 @@ class ResourceManager(Reducer):
         self._reject(out, f"TaskExecutor {te.resource_id} has no slot {index}")
         return False
 
-    def _slot_holding(self, allocation_id: str) -> Slot | None:
-        for te in self.task_executors.values():
-            for slot in te.slots:
-                if slot.allocation_id == allocation_id:
-                    return slot
-        return None
-
     def _serve_waiting(self, out: Decisions) -> None:
         """Give each waiting request, oldest first, the first free slot that matches it."""
         for request in self.waiting():
@@ -312,7 +325,7 @@ class ResourceManager(Reducer):
             if picked is None:
                 continue
             te, index = picked
-            te.slots[index] = Slot(SlotState.PENDING, request.allocation_id, request.job_id)
+            te.place(index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
             request.assigned = (te.resource_id, index)
             out.emit(
                 SlotAllocationRequested,
@@ -329,14 +342,13 @@ class ResourceManager(Reducer):
         candidates = [
             te
             for te in self.task_executors.values()
-            if is_matching(te.resource_profile, profile)
-            and any(s.state is SlotState.FREE for s in te.slots)
+            if te.free and matches(te.resource_profile, profile)
         ]
         if not candidates:
             return None
         if self.config.placement is SlotPlacement.SPREAD:
-            te = min(candidates, key=lambda t: t.used() / len(t.slots))
+            te = min(candidates, key=RegisteredTaskExecutor.utilization)
         else:
-            te = max(candidates, key=lambda t: t.used() / len(t.slots))
+            te = max(candidates, key=RegisteredTaskExecutor.utilization)
         index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
         return te, index

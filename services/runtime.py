@@ -53,7 +53,9 @@ OWNER_OF_ROLE = {
 class RuntimeConfig:
     batch_size: int = 500
     snapshot_every: int = 10_000
-    """Snapshot a partition after this many inputs since its last snapshot (0: never)."""
+    """Snapshot a partition after this many inputs since its last snapshot (0: never)..."""
+    snapshot_interval_s: float = 60.0
+    """...or once this long has passed with inputs since the last one (0: never)."""
     timer_interval_ms: int = 1_000
     """Append a TimerFired for every owner this often (0: no clock)."""
     health_interval_s: float = 10.0
@@ -71,6 +73,7 @@ class PartitionWorker:
     since_snapshot: int = 0
     processed: int = 0
     rebuilt_from_snapshot_at: int | None = None
+    last_snapshot: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -249,7 +252,7 @@ class ServiceRuntime:
             [TopicPartition(topic, worker.partition, worker.next_offset)],
             self.consumer.consumer_group_metadata(), 30,
         )  # fmt: skip
-        if self.config.snapshot_every and worker.since_snapshot >= self.config.snapshot_every:
+        if self._snapshot_due(worker):
             self._write_snapshot(worker, topic)
         producer.commit_transaction(60)
 
@@ -274,6 +277,15 @@ class ServiceRuntime:
             headers={"jobledger.type": event.type_name()},
         )  # fmt: skip
 
+    def _snapshot_due(self, worker: PartitionWorker) -> bool:
+        every, interval = self.config.snapshot_every, self.config.snapshot_interval_s
+        if not worker.since_snapshot:
+            return False
+        return bool(
+            (every and worker.since_snapshot >= every)
+            or (interval and time.monotonic() - worker.last_snapshot >= interval)
+        )
+
     def _write_snapshot(self, worker: PartitionWorker, topic: str) -> None:
         worker.producer.produce(
             topic_name(TopicRole.SNAPSHOT, self.prefix),
@@ -282,6 +294,7 @@ class ServiceRuntime:
             partition=self._snapshot_partition(worker.partition),
         )
         worker.since_snapshot = 0
+        worker.last_snapshot = time.monotonic()
 
     # -- time and health -----------------------------------------------------------------
 
