@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
@@ -43,12 +42,6 @@ from .resource_profile import is_matching
 from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
-
-
-@lru_cache(maxsize=4096)
-def matches(slot: ResourceProfile, request: ResourceProfile) -> bool:
-    """is_matching, remembered: a cluster has few distinct profiles."""
-    return is_matching(slot, request)
 
 
 class SlotPlacement(StrEnum):
@@ -108,6 +101,7 @@ class SlotRequest:
     allocation_id: str
     resource_profile: ResourceProfile
     job_master_id: str | None
+    arrival: int
     assigned: tuple[str, int] | None = None
 
 
@@ -116,15 +110,18 @@ class ResourceManager(Reducer):
     config: ResourceManagerConfig = field(default_factory=ResourceManagerConfig)
     task_executors: dict[str, RegisteredTaskExecutor] = field(default_factory=dict)
     requests: dict[str, SlotRequest] = field(default_factory=dict)
-    """Open requests by AllocationID, in arrival order, until their slot is freed."""
+    """Open requests by AllocationID, until their slot is freed."""
+    queue: dict[str, int] = field(default_factory=dict)
+    """The requests no slot has been picked for: AllocationID -> arrival number."""
+    arrivals: int = 0
 
     producer: ClassVar[str] = PRODUCER
 
     # -- queries -------------------------------------------------------------------------
 
     def waiting(self) -> list[SlotRequest]:
-        """Requests no slot has been picked for, in arrival order (the order of `requests`)."""
-        return [r for r in self.requests.values() if r.assigned is None]
+        """Requests no slot has been picked for, in arrival order."""
+        return [self.requests[a] for a in sorted(self.queue, key=self.queue.__getitem__)]
 
     def free_slots(self) -> int:
         return sum(te.free for te in self.task_executors.values())
@@ -206,7 +203,7 @@ class ResourceManager(Reducer):
             if slot.state is SlotState.PENDING:
                 self._requeue_pending(slot)
             elif slot.state is SlotState.ALLOCATED:
-                self.requests.pop(slot.allocation_id, None)
+                self._forget(slot.allocation_id)
                 if slot.job_id not in jobs:
                     jobs.append(slot.job_id)
         for job_id in jobs:
@@ -234,13 +231,16 @@ class ResourceManager(Reducer):
         if event.allocation_id in self.requests:
             self._reject(out, f"allocation {event.allocation_id} was already requested")
             return
+        self.arrivals += 1
         self.requests[event.allocation_id] = SlotRequest(
             event.job_id,
             event.slot_request_id,
             event.allocation_id,
             event.resource_profile,
             event.job_master_id,
+            self.arrivals,
         )
+        self.queue[event.allocation_id] = self.arrivals
         self._serve_waiting(out)
 
     @handles(SlotRequestCancelled)
@@ -258,7 +258,7 @@ class ResourceManager(Reducer):
                 self._reject(out, f"allocation {event.allocation_id} is already fulfilled")
                 return
             te.place(index, Slot())
-        del self.requests[event.allocation_id]
+        self._forget(event.allocation_id)
         self._serve_waiting(out)
 
     @handles(SlotAllocated)
@@ -272,6 +272,7 @@ class ResourceManager(Reducer):
         request = self.requests.get(event.allocation_id)
         if request is not None:
             request.assigned = (te.resource_id, event.slot_index)
+            self.queue.pop(event.allocation_id, None)
         te.place(event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id))
         self._serve_waiting(out)
 
@@ -301,9 +302,13 @@ class ResourceManager(Reducer):
                 f"for {slot.allocation_id}, not {event.allocation_id}",
             )
             return
-        self.requests.pop(event.allocation_id, None)
+        self._forget(event.allocation_id)
         te.place(event.slot_index, Slot())
         self._serve_waiting(out)
+
+    def _forget(self, allocation_id: str) -> None:
+        self.requests.pop(allocation_id, None)
+        self.queue.pop(allocation_id, None)
 
     def _requeue_pending(self, slot: Slot, keep: str | None = None) -> None:
         """A request pending at `slot` (other than `keep`) waits again, keeping its place."""
@@ -311,6 +316,7 @@ class ResourceManager(Reducer):
             request = self.requests.get(slot.allocation_id)
             if request is not None:
                 request.assigned = None
+                self.queue[request.allocation_id] = request.arrival
 
     def _valid_index(self, te: RegisteredTaskExecutor, index: int, out: Decisions) -> bool:
         if 0 <= index < len(te.slots):
@@ -327,6 +333,7 @@ class ResourceManager(Reducer):
             te, index = picked
             te.place(index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
             request.assigned = (te.resource_id, index)
+            del self.queue[request.allocation_id]
             out.emit(
                 SlotAllocationRequested,
                 resource_id=te.resource_id,
@@ -339,11 +346,18 @@ class ResourceManager(Reducer):
             )
 
     def _pick_slot(self, profile: ResourceProfile) -> tuple[RegisteredTaskExecutor, int] | None:
-        candidates = [
-            te
-            for te in self.task_executors.values()
-            if te.free and matches(te.resource_profile, profile)
-        ]
+        """A free slot of a matching TaskExecutor: the least used (SPREAD) or the most used
+        (PACK). Each profile object is compared once per request."""
+        fits: dict[int, bool] = {}
+        candidates = []
+        for te in self.task_executors.values():
+            if not te.free:
+                continue
+            key = id(te.resource_profile)
+            if key not in fits:
+                fits[key] = is_matching(te.resource_profile, profile)
+            if fits[key]:
+                candidates.append(te)
         if not candidates:
             return None
         if self.config.placement is SlotPlacement.SPREAD:
