@@ -43,6 +43,7 @@ from jobledger.services import broker
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.kafka import create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
+from jobledger.services.runtime import INPUT_ROLES
 from jobledger.services.snapshot import Snapshot, decode, encode
 
 PARTITIONS = 8
@@ -132,10 +133,12 @@ class Generator:
 
 
 def generate(target: int) -> list[Event]:
+    """Waves of 500 jobs (fewer for a small --events) until the log is long enough."""
     gen = Generator()
     gen.start()
+    jobs_per_wave = min(500, max(5, target // 800))
     while len(gen.log) < target:
-        gen.wave(500)
+        gen.wave(jobs_per_wave)
     return gen.log[:target]
 
 
@@ -157,7 +160,7 @@ def consume_all(bootstrap: str, prefix: str) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True, "fetch.max.bytes": 52_428_800})  # fmt: skip
-    topics = [topic_name(r, prefix) for r in ("job", "resourcemanager", "taskexecutor")]
+    topics = [topic_name(r, prefix) for r in INPUT_ROLES]
     assignment = [TopicPartition(t, p, -2) for t in topics for p in partitions_of(consumer, t)]
     consumer.assign(assignment)
     values, at_end = [], 0
