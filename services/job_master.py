@@ -17,7 +17,7 @@ decides whether and after which delay, measured on TimerFired events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
@@ -73,6 +73,8 @@ from .restart_strategy import RestartBackoff
 from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
+
+E = TypeVar("E", bound=Event)
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
@@ -194,13 +196,19 @@ class JobMaster(Reducer):
             cause = lost.cause
         self._fail_execution(ev, cause, out, suppress_restarts=False)
 
+    def _command(self, cls: type[E], out: Decisions, **fields: Any) -> E:
+        """An instruction to the SlotPool inside: shaped like its input event, stamped with
+        the cause being reduced, never written to the log."""
+        return cls(
+            event_id=out.cause.event_id, event_time=out.cause.event_time, producer=PRODUCER,
+            job_id=self.job_id, **fields,
+        )  # fmt: skip
+
     def _release_slot(self, slot_request_id: str, cause: str, out: Decisions) -> None:
         if self.pool.started:
-            release = SlotRequestReleased(
-                event_id=out.cause.event_id, event_time=out.cause.event_time,
-                producer=PRODUCER, job_id=self.job_id, slot_request_id=slot_request_id,
-                cause=cause,
-            )  # fmt: skip
+            release = self._command(
+                SlotRequestReleased, out, slot_request_id=slot_request_id, cause=cause
+            )
             self._with_pool(out, lambda: self.pool.on_request_released(release, out))
 
     # -- job lifecycle -------------------------------------------------------------------
@@ -324,21 +332,25 @@ class JobMaster(Reducer):
         execution.state = ExecutionState.SCHEDULED
         execution.slot_request_id = execution.attempt_id
         profile = self.graph.vertices[ev.job_vertex_id].vertex.resource_profile
-        head = dict(
-            event_id=out.cause.event_id, event_time=out.cause.event_time, producer=PRODUCER,
-            job_id=self.job_id, slot_request_id=execution.attempt_id,
-        )  # fmt: skip
+        request_id = execution.attempt_id
         available = next(
             (a for a, (slot, _) in self.pool.available_slots.items()
              if is_matching(slot.resource_profile, profile)),
             None,
         )  # fmt: skip
         if available is not None:
-            take = AvailableSlotAllocationRequested(**head, allocation_id=available)
+            take = self._command(
+                AvailableSlotAllocationRequested,
+                out,
+                slot_request_id=request_id,
+                allocation_id=available,
+            )
             self._with_pool(out, lambda: self.pool.on_allocate_available(take, out))
             return
-        request = NewAllocatedSlotRequested(
-            **head, resource_profile=profile,
+        request = self._command(
+            NewAllocatedSlotRequested,
+            out,
+            slot_request_id=request_id, resource_profile=profile,
             batch_request=self.job.schedule_mode is Mode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST,
             timeout_ms=self.config.slot_request_timeout_ms,
         )  # fmt: skip
@@ -505,10 +517,7 @@ class JobMaster(Reducer):
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
         """A globally terminal status; every slot goes back (the pool closes)."""
         self._set_status(status, cause, out)
-        stop = JobMasterStopped(
-            event_id=out.cause.event_id, event_time=out.cause.event_time, producer=PRODUCER,
-            job_id=self.job_id, cause=f"job {status.value}",
-        )  # fmt: skip
+        stop = self._command(JobMasterStopped, out, cause=f"job {status.value}")
         self.pool.on_stopped(stop, out)
 
     def _maybe_restart(self, out: Decisions) -> None:

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -153,7 +154,7 @@ class ServiceRuntime:
     def _snapshot_partition(self, partition: int) -> int:
         return partition % self._snapshot_partitions
 
-    @property
+    @cached_property
     def _snapshot_partitions(self) -> int:
         topic = topic_name(TopicRole.SNAPSHOT, self.prefix)
         return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
