@@ -7,6 +7,7 @@ gives the same decisions out, bit for bit (DESIGN.md rule 2).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any, TypeVar
 
@@ -19,9 +20,19 @@ _NAMESPACE = uuid.UUID("5b0d2c8e-62a4-4a51-9a59-0b5f1d1c7e10")
 E = TypeVar("E", bound=Event)
 
 
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+
+
 def derived_id(cause_event_id: str, tag: str) -> str:
-    """A stable id for something derived from `cause_event_id` (an event, an AllocationID)."""
-    return uuid.uuid5(_NAMESPACE, f"{cause_event_id}/{tag}").hex
+    """A stable id for something derived from `cause_event_id` (an event, an AllocationID):
+    the hex of `uuid5(_NAMESPACE, "<cause>/<tag>")`, built from the SHA-1 directly because
+    `uuid.UUID`'s constructor was a tenth of a replay's time."""
+    digest = bytearray(
+        hashlib.sha1(_NAMESPACE_BYTES + f"{cause_event_id}/{tag}".encode()).digest()[:16]
+    )
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return digest.hex()
 
 
 class Decisions:

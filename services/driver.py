@@ -8,7 +8,7 @@ runtime feeds the same `process` from Kafka.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +36,10 @@ class ReducerDriver:
     resource_manager: ResourceManager = field(default_factory=ResourceManager)
     job_masters: dict[str, JobMaster] = field(default_factory=dict)
     task_executors: dict[str, TaskExecutor] = field(default_factory=dict)
-    recent: dict[str, None] = field(default_factory=dict)
+    recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Ids of the latest inputs, to drop a redelivered one (a Spark retry, a broker that
-    leaks an aborted transaction); insertion-ordered, at most DEDUP_WINDOW long."""
+    leaks an aborted transaction); at most DEDUP_WINDOW long. An OrderedDict because dropping
+    the oldest id of a plain dict rescans the deleted slots at its front every time."""
 
     @property
     def pools(self) -> dict[str, SlotPool]:
@@ -85,7 +86,7 @@ class ReducerDriver:
             return []
         self.recent[event.event_id] = None
         if len(self.recent) > DEDUP_WINDOW:
-            del self.recent[next(iter(self.recent))]
+            self.recent.popitem(last=False)
         reducer = self.owner(event)
         if reducer is None or event.producer == reducer.producer:
             return []

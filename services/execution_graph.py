@@ -9,7 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,8 @@ class ExecutionGraph:
     job_id: str
     vertices: dict[str, ExecutionJobVertex]
     attempts: dict[str, ExecutionVertex] = field(default_factory=dict)
+    flat: list[ExecutionVertex] = field(default_factory=list)
+    """Every ExecutionVertex in topological order; the job's checks scan it per task update."""
 
     @classmethod
     def build(
@@ -97,16 +99,15 @@ class ExecutionGraph:
             ]
             vertices[vertex.vertex_id] = ExecutionJobVertex(vertex, p, max_p, subtasks)
         graph = cls(job.job_id, vertices)
+        graph.flat = [ev for jv in vertices.values() for ev in jv.subtasks]
         graph.attempts = {ev.current.attempt_id: ev for ev in graph.execution_vertices()}
         return graph
 
-    def execution_vertices(self) -> Iterator[ExecutionVertex]:
-        for job_vertex in self.vertices.values():
-            yield from job_vertex.subtasks
+    def execution_vertices(self) -> list[ExecutionVertex]:
+        return self.flat
 
-    def executions(self) -> Iterator[Execution]:
-        for ev in self.execution_vertices():
-            yield ev.current
+    def executions(self) -> list[Execution]:
+        return [ev.current for ev in self.flat]
 
     def find(self, attempt_id: str) -> ExecutionVertex | None:
         """The vertex whose *current* attempt is `attempt_id` (older attempts are outdated)."""

@@ -14,6 +14,7 @@ There is one ResourceManager; its inputs are the `resourcemanager` topic.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -38,18 +39,10 @@ from jobledger.schemas.types import OwnerKind, ResourceProfile
 
 from .decisions import Decisions
 from .reducer import Reducer, handles
-from .resource_profile import is_matching
+from .slot_placement import FreeSlotIndex, SlotPlacement
 from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
-
-
-class SlotPlacement(StrEnum):
-    """SPREAD picks the least used TaskExecutor, PACK fills one before the next
-    (Flink's `cluster.evenly-spread-out-slots`)."""
-
-    SPREAD = "SPREAD"
-    PACK = "PACK"
 
 
 @dataclass(frozen=True)
@@ -80,6 +73,8 @@ class RegisteredTaskExecutor:
     resource_profile: ResourceProfile
     slots: list[Slot]
     last_heartbeat: int
+    registration: int
+    """Order of registration, the tie-breaker of placement."""
     free: int = 0
 
     def __post_init__(self) -> None:
@@ -113,9 +108,17 @@ class ResourceManager(Reducer):
     """Open requests by AllocationID, until their slot is freed."""
     queue: dict[str, int] = field(default_factory=dict)
     """The requests no slot has been picked for: AllocationID -> arrival number."""
+    queue_order: list[tuple[int, str]] = field(default_factory=list)
+    """A heap of (arrival, AllocationID) over `queue`, so serving the oldest requests does not
+    sort thousands of waiting ones per freed slot; entries no longer in `queue` are stale."""
     arrivals: int = 0
+    registrations: int = 0
+    free_slot_index: FreeSlotIndex = field(init=False)
 
     producer: ClassVar[str] = PRODUCER
+
+    def __post_init__(self) -> None:
+        self.free_slot_index = FreeSlotIndex(self.config.placement)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -124,7 +127,7 @@ class ResourceManager(Reducer):
         return [self.requests[a] for a in sorted(self.queue, key=self.queue.__getitem__)]
 
     def free_slots(self) -> int:
-        return sum(te.free for te in self.task_executors.values())
+        return self.free_slot_index.free_total
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,13 +168,16 @@ class ResourceManager(Reducer):
             self._reject(out, refusal)
             return
         if event.resource_id not in self.task_executors:
+            self.registrations += 1
             self.task_executors[event.resource_id] = RegisteredTaskExecutor(
                 event.resource_id,
                 event.address,
                 event.resource_profile,
                 [Slot() for _ in range(event.number_of_slots)],
                 event.event_time,
+                self.registrations,
             )
+            self.free_slot_index.changed(self.task_executors[event.resource_id])
         te = self.task_executors[event.resource_id]
         te.last_heartbeat = event.event_time
         out.emit(
@@ -198,6 +204,7 @@ class ResourceManager(Reducer):
         """Requests in flight to the lost TaskExecutor are re-requested elsewhere; jobs holding
         its slots are told it is gone."""
         te = self.task_executors.pop(resource_id)
+        self.free_slot_index.removed(te)
         jobs: list[str] = []
         for slot in te.slots:
             if slot.state is SlotState.PENDING:
@@ -240,7 +247,7 @@ class ResourceManager(Reducer):
             event.job_master_id,
             self.arrivals,
         )
-        self.queue[event.allocation_id] = self.arrivals
+        self._enqueue(event.allocation_id, self.arrivals)
         self._serve_waiting(out)
 
     @handles(SlotRequestCancelled)
@@ -257,7 +264,7 @@ class ResourceManager(Reducer):
             if te.slots[index].state is SlotState.ALLOCATED:
                 self._reject(out, f"allocation {event.allocation_id} is already fulfilled")
                 return
-            te.place(index, Slot())
+            self._place(te, index, Slot())
         self._forget(event.allocation_id)
         self._serve_waiting(out)
 
@@ -273,7 +280,9 @@ class ResourceManager(Reducer):
         if request is not None:
             request.assigned = (te.resource_id, event.slot_index)
             self.queue.pop(event.allocation_id, None)
-        te.place(event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id))
+        self._place(
+            te, event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
+        )
         self._serve_waiting(out)
 
     @handles(SlotAllocationFailed)
@@ -286,7 +295,7 @@ class ResourceManager(Reducer):
         slot = te.slots[event.slot_index]
         if slot.state is SlotState.PENDING and slot.allocation_id == event.allocation_id:
             self._requeue_pending(slot)
-            te.place(event.slot_index, Slot(SlotState.OCCUPIED))
+            self._place(te, event.slot_index, Slot(SlotState.OCCUPIED))
         self._serve_waiting(out)
 
     @handles(SlotFreed)
@@ -303,8 +312,12 @@ class ResourceManager(Reducer):
             )
             return
         self._forget(event.allocation_id)
-        te.place(event.slot_index, Slot())
+        self._place(te, event.slot_index, Slot())
         self._serve_waiting(out)
+
+    def _place(self, te: RegisteredTaskExecutor, index: int, slot: Slot) -> None:
+        te.place(index, slot)
+        self.free_slot_index.changed(te)
 
     def _forget(self, allocation_id: str) -> None:
         self.requests.pop(allocation_id, None)
@@ -316,7 +329,11 @@ class ResourceManager(Reducer):
             request = self.requests.get(slot.allocation_id)
             if request is not None:
                 request.assigned = None
-                self.queue[request.allocation_id] = request.arrival
+                self._enqueue(request.allocation_id, request.arrival)
+
+    def _enqueue(self, allocation_id: str, arrival: int) -> None:
+        self.queue[allocation_id] = arrival
+        heapq.heappush(self.queue_order, (arrival, allocation_id))
 
     def _valid_index(self, te: RegisteredTaskExecutor, index: int, out: Decisions) -> bool:
         if 0 <= index < len(te.slots):
@@ -326,12 +343,18 @@ class ResourceManager(Reducer):
 
     def _serve_waiting(self, out: Decisions) -> None:
         """Give each waiting request, oldest first, the first free slot that matches it."""
-        for request in self.waiting():
-            picked = self._pick_slot(request.resource_profile)
-            if picked is None:
+        unserved: list[tuple[int, str]] = []
+        while self.queue_order and self.free_slot_index.free_total:
+            arrival, allocation_id = heapq.heappop(self.queue_order)
+            if self.queue.get(allocation_id) != arrival:
                 continue
-            te, index = picked
-            te.place(index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
+            request = self.requests[allocation_id]
+            te = self.free_slot_index.pick(request.resource_profile, self.task_executors)
+            if te is None:
+                unserved.append((arrival, allocation_id))
+                continue
+            index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
+            self._place(te, index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
             request.assigned = (te.resource_id, index)
             del self.queue[request.allocation_id]
             out.emit(
@@ -344,25 +367,5 @@ class ResourceManager(Reducer):
                 resource_manager_id=self.config.resource_manager_id,
                 job_master_id=request.job_master_id,
             )
-
-    def _pick_slot(self, profile: ResourceProfile) -> tuple[RegisteredTaskExecutor, int] | None:
-        """A free slot of a matching TaskExecutor: the least used (SPREAD) or the most used
-        (PACK). Each profile object is compared once per request."""
-        fits: dict[int, bool] = {}
-        candidates = []
-        for te in self.task_executors.values():
-            if not te.free:
-                continue
-            key = id(te.resource_profile)
-            if key not in fits:
-                fits[key] = is_matching(te.resource_profile, profile)
-            if fits[key]:
-                candidates.append(te)
-        if not candidates:
-            return None
-        if self.config.placement is SlotPlacement.SPREAD:
-            te = min(candidates, key=RegisteredTaskExecutor.utilization)
-        else:
-            te = max(candidates, key=RegisteredTaskExecutor.utilization)
-        index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
-        return te, index
+        for entry in unserved:
+            heapq.heappush(self.queue_order, entry)

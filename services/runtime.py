@@ -324,10 +324,21 @@ class ServiceRuntime:
         self.last_health = time.monotonic()
         for (topic, partition), worker in sorted(self.workers.items()):
             log.info(
-                "%s/%d at offset %d, %.0f events/s", topic, partition, worker.next_offset,
-                worker.processed / elapsed,
+                "%s/%d at offset %d, lag %s, %.0f events/s", topic, partition,
+                worker.next_offset, self._lag(topic, partition, worker), worker.processed / elapsed,
             )  # fmt: skip
             worker.processed = 0
+
+    def _lag(self, topic: str, partition: int, worker: PartitionWorker) -> str:
+        """Records behind the partition's high watermark, as the broker reports it (Tansu's
+        watermark can lag behind the log, which makes this an underestimate there)."""
+        try:
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=1
+            )
+        except KafkaException as exc:
+            return f"unknown ({exc.args[0]})"
+        return str(max(0, high - worker.next_offset))
 
 
 def _owners(worker: PartitionWorker) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .driver import ReducerDriver
 
 MAGIC = b"JLSNAP"
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ letters, snapshot + tail, a kill -9 in the middle of batches, zombie fencing."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -214,3 +215,17 @@ def test_two_instances_split_the_partitions(cluster):
         assert len(owned) == 7 and not set(first.runtime.workers) & set(second.workers)
     first.runtime.stop()
     first.thread.join(30)
+
+
+def test_health_lines_say_what_is_owned_its_offset_lag_and_throughput(cluster, caplog):
+    caplog.set_level("INFO", logger="jobledger.runtime")
+    with RuntimeThread(cluster, health_interval_s=0.3):
+        play_scenario(cluster)
+        records = wait_until_quiet(cluster)
+        time.sleep(1)
+    rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    rm_end = 1 + max(r.offset for r in records if r.role is TopicRole.RESOURCE_MANAGER)
+    lines = [m for m in caplog.messages if m.startswith(f"{rm_topic}/0 at offset {rm_end}, ")]
+    assert lines, caplog.messages[-10:]
+    assert re.fullmatch(rf"{re.escape(rm_topic)}/0 at offset \d+, lag \d+, \d+ events/s", lines[-1])
+    assert any(m.startswith("owns [") and rm_topic in m for m in caplog.messages)
