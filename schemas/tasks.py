@@ -14,7 +14,12 @@ from .ids import (
 )
 from .model import Event, Int32
 from .topics import TopicRole
-from .types import ExecutionState, InputGateDeploymentDescriptor, OperatorSpec
+from .types import (
+    ExecutionState,
+    InputGateDeploymentDescriptor,
+    OperatorSpec,
+    ResultPartitionDeploymentDescriptor,
+)
 
 
 class TaskDeploymentRequested(Event):
@@ -41,6 +46,9 @@ class TaskDeploymentRequested(Event):
     )
     inputs: list[InputGateDeploymentDescriptor] = Field(
         default_factory=list, description="The result partitions the task consumes."
+    )
+    outputs: list[ResultPartitionDeploymentDescriptor] = Field(
+        default_factory=list, description="The result partitions the task produces (added in v2)."
     )
 
 

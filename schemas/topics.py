@@ -20,6 +20,9 @@ class TopicRole(StrEnum):
     TASK_EXECUTOR = "taskexecutor"
     DEAD_LETTER = "deadletter"
     SNAPSHOT = "snapshot"
+    KV_STATE = "kvstate"
+    """Keyed state the task runner publishes for queryable-state lookups, keyed by
+    `<KvStateID>/<key>`; compacted, so the latest value of every key is kept."""
 
 
 DEFAULT_PREFIX = "jobledger."
@@ -43,6 +46,7 @@ def topic_specs(partitions: int) -> list[TopicSpec]:
         TopicSpec(TopicRole.TASK_EXECUTOR, partitions, {}),
         TopicSpec(TopicRole.DEAD_LETTER, partitions, {}),
         TopicSpec(TopicRole.SNAPSHOT, partitions, compacted),
+        TopicSpec(TopicRole.KV_STATE, partitions, compacted),
     ]
 
 

@@ -172,6 +172,19 @@ class InputGateDeploymentDescriptor(Record):
     )
 
 
+class ResultPartitionDeploymentDescriptor(Record):
+    """A result partition a deployed subtask produces: who consumes it and how the records
+    are routed to the consumer's subtasks (by key group when the consumer is keyed)."""
+
+    consumer_vertex_id: str = Field(description="JobVertexID of the consumer.")
+    distribution_pattern: DistributionPattern = Field(description="ALL_TO_ALL or POINTWISE.")
+    result_partition_type: ResultPartitionType = Field(
+        default=ResultPartitionType.PIPELINED, description="PIPELINED or BLOCKING."
+    )
+    number_of_consumer_subtasks: Int32 = Field(description="Parallelism of the consumer.")
+    consumer_max_parallelism: Int32 = Field(description="Key groups of the consumer.")
+
+
 class KeyGroupRange(Record):
     """An inclusive range of key groups (Flink's KeyGroupRange)."""
 

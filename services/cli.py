@@ -28,6 +28,7 @@ from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, w
 
 from . import broker, kafka
 from .produce import produce_lines
+from .runner import cli as runner_cli
 from .runtime import RuntimeConfig, ServiceRuntime
 from .tail import tail
 
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _registry_option(p)
     p.set_defaults(func=cmd_replay)
+
+    runner_cli.add_parsers(sub, common)
 
     p = sub.add_parser("schemas", help="the Avro event catalog")
     schemas = p.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")

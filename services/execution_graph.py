@@ -19,6 +19,7 @@ from jobledger.schemas.types import (
     ExecutionState,
     InputGateDeploymentDescriptor,
     JobVertex,
+    ResultPartitionDeploymentDescriptor,
 )
 
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
@@ -129,7 +130,7 @@ class ExecutionGraph:
         for edge in job_vertex.vertex.inputs:
             producers = self.vertices[edge.source_vertex_id].parallelism
             if edge.distribution_pattern is DistributionPattern.POINTWISE:
-                consumed = _pointwise(producers, job_vertex.parallelism, ev.subtask_index)
+                consumed = pointwise_producers(producers, job_vertex.parallelism, ev.subtask_index)
             else:
                 consumed = list(range(producers))
             gates.append(InputGateDeploymentDescriptor(
@@ -139,6 +140,21 @@ class ExecutionGraph:
                 consumed_subtask_indexes=consumed,
             ))  # fmt: skip
         return gates
+
+    def output_partitions(self, ev: ExecutionVertex) -> list[ResultPartitionDeploymentDescriptor]:
+        """The result partitions `ev` produces, one per consuming vertex, in graph order."""
+        return [
+            ResultPartitionDeploymentDescriptor(
+                consumer_vertex_id=jv.vertex_id,
+                distribution_pattern=edge.distribution_pattern,
+                result_partition_type=edge.result_partition_type,
+                number_of_consumer_subtasks=jv.parallelism,
+                consumer_max_parallelism=jv.max_parallelism,
+            )
+            for jv in self.vertices.values()
+            for edge in jv.vertex.inputs
+            if edge.source_vertex_id == ev.job_vertex_id
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +174,8 @@ class ExecutionGraph:
         }  # fmt: skip
 
 
-def _pointwise(producers: int, consumers: int, index: int) -> list[int]:
+def pointwise_producers(producers: int, consumers: int, index: int) -> list[int]:
+    """The producer subtasks a POINTWISE consumer subtask `index` reads from."""
     if producers >= consumers:
         start = index * producers // consumers
         end = (index + 1) * producers // consumers

@@ -378,6 +378,7 @@ class JobMaster(Reducer):
             invokable_class_name=job_vertex.vertex.invokable_class_name,
             operators=job_vertex.vertex.operators,
             inputs=self.graph.input_gates(ev),
+            outputs=self.graph.output_partitions(ev),
         )
 
     # -- task states ---------------------------------------------------------------------

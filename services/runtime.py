@@ -60,6 +60,9 @@ class RuntimeConfig:
     timer_interval_ms: int = 1_000
     """Append a TimerFired for every owner this often (0: no clock)."""
     health_interval_s: float = 10.0
+    poll_timeout_s: float = 0.02
+    """How long one poll waits for a full batch: librdkafka waits the whole timeout unless
+    the batch fills, so under light traffic this is the latency each hop of a job adds."""
 
 
 @dataclass
@@ -96,6 +99,7 @@ class ServiceRuntime:
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "fetch.wait.max.ms": 10,
         })  # fmt: skip
         self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
         self.last_tick = time.monotonic()
@@ -223,7 +227,7 @@ class ServiceRuntime:
     def step(self) -> int:
         """One poll: process what arrived, partition by partition; tick the clock when due."""
         batches: dict[tuple[str, int], list[Message]] = {}
-        for msg in self.consumer.consume(self.config.batch_size, 0.2):
+        for msg in self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s):
             if msg.error():
                 if msg.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error: %s", msg.error())

@@ -11,11 +11,15 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from jobledger.services import broker
 from jobledger.services.kafka import BOOTSTRAP_ENV, create_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def docker_daemon_answers() -> bool:
@@ -124,3 +128,14 @@ def broker_aborts_dangling_transactions(kafka_bootstrap: str) -> bool:
     values = [m.value() for m in read_topic(consumer, topic, True, True)]
     consumer.close()
     return values == [b"committed"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark for the whole run: its JVM takes ~10 s to start on a small machine."""
+    pytest.importorskip("pyspark")
+    from jobledger.services.runner.session import spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    session.stop()

@@ -186,3 +186,25 @@ def test_random_bytes_never_crash_the_decoder(data):
 
 def test_resource_profile_defaults_to_unknown():
     assert ResourceProfile().kind.value == "UNKNOWN"
+
+
+def test_a_deployment_written_before_outputs_existed_decodes_with_no_outputs():
+    from jobledger.schemas.catalog import HISTORY_DIR
+    from jobledger.schemas.tasks import TaskDeploymentRequested
+
+    v1 = parse_schema(
+        json.loads((HISTORY_DIR / "jobledger.TaskDeploymentRequested.v1.avsc").read_text())
+    )
+    record = {
+        "event_id": "e1", "event_time": 1, "producer": "jobmaster", "cause_event_id": None,
+        "job_id": "j", "job_master_id": "jm", "execution_attempt_id": "a", "vertex_id": "v",
+        "subtask_index": 0, "attempt_number": 0, "number_of_subtasks": 1, "max_parallelism": 128,
+        "allocation_id": "x", "resource_id": "tm", "slot_index": 0,
+        "invokable_class_name": "noop", "operators": [], "inputs": [],
+    }  # fmt: skip
+    body = io.BytesIO()
+    schemaless_writer(body, v1, record)
+    data = SINGLE_OBJECT_MAGIC + schema_fingerprint(v1) + body.getvalue()
+    event = EventSerde().decode(data, "t")
+    assert isinstance(event, TaskDeploymentRequested)
+    assert event.outputs == [] and event.vertex_id == "v"

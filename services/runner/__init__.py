@@ -1,0 +1,1 @@
+"""The task runner: Spark Structured Streaming runs the tasks the JobMaster deploys."""

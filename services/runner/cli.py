@@ -1,0 +1,114 @@
+"""`jobledger runner` and `jobledger demo wordcount`: the Spark side of the command line.
+
+PySpark is imported only when one of these commands runs, so the rest of `jobledger` works
+without the `spark` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import kafka
+
+DEFAULT_HOME = Path.home() / ".jobledger"
+
+
+def _home() -> Path:
+    return Path(os.environ.get("JOBLEDGER_HOME", DEFAULT_HOME))
+
+
+def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None) -> None:
+    p.add_argument("--task-executors", type=int, default=1, help="TaskExecutors to register")
+    p.add_argument("--slots", type=int, help="slots per TaskExecutor (default: Spark's cores)")
+    p.add_argument(
+        "--allow-module", action="append", default=[], metavar="MODULE",
+        help="a module user operators may be loaded from (repeatable; default: none)",
+    )  # fmt: skip
+    p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory")
+    p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
+    p.add_argument(
+        "--master", default=master_default,
+        help=f"Spark master (default: {master_default or 'whatever spark-submit says'})",
+    )  # fmt: skip
+
+
+def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "runner", parents=[common], help="run deployed tasks with Spark Structured Streaming"
+    )
+    add_runner_arguments(p, "local[*]")
+    p.set_defaults(func=cmd_runner)
+
+    p = sub.add_parser("demo", help="end-to-end demos")
+    demos = p.add_subparsers(dest="demo", required=True, metavar="DEMO")
+    c = demos.add_parser(
+        "wordcount", parents=[common],
+        help="count the words of a file on the whole system (broker, services, Spark runner)",
+    )  # fmt: skip
+    c.add_argument("file", type=Path, help="a text file")
+    c.add_argument("--parallelism", type=int, default=4, help="parallelism of both vertices")
+    c.add_argument("--top", type=int, default=10, help="how many of the top words to print")
+    c.add_argument(
+        "--fail-once", action="store_true",
+        help="the count operator fails on its first attempt; the job restarts and finishes",
+    )  # fmt: skip
+    c.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job")
+    c.set_defaults(func=cmd_demo_wordcount)
+
+
+def cmd_runner(args: argparse.Namespace) -> int:
+    from .runner import RunnerConfig, TaskRunner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    prefix = kafka.resolve_prefix(args.topic_prefix)
+    config = RunnerConfig(
+        bootstrap=kafka.resolve_bootstrap(args.bootstrap),
+        prefix=prefix,
+        checkpoint=args.checkpoint or _home() / "runner" / prefix.rstrip(".") / args.runner_id,
+        runner_id=args.runner_id,
+        task_executors=args.task_executors,
+        slots=args.slots,
+        allowed_modules=frozenset(args.allow_module),
+        master=args.master,
+    )
+    runner = TaskRunner(config)
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    runner.start()
+    try:
+        runner.await_termination()
+    except KeyboardInterrupt:
+        runner.stop()
+    return 0
+
+
+def cmd_demo_wordcount(args: argparse.Namespace) -> int:
+    from .demo import run
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    return run(
+        args.file, kafka.resolve_bootstrap(args.bootstrap), _home() / "demo",
+        parallelism=args.parallelism, fail_once=args.fail_once, top=args.top,
+        timeout_s=args.timeout,
+    )  # fmt: skip
+
+
+def submit_main(argv: Sequence[str] | None = None) -> int:
+    """`spark-submit .../submit.py [runner options]`: the runner under spark-submit."""
+    from .. import cli
+
+    parser = argparse.ArgumentParser(
+        prog="submit.py", parents=[cli._connection_options()],
+        description="the jobledger task runner, for spark-submit",
+    )  # fmt: skip
+    add_runner_arguments(parser, None)
+    return cmd_runner(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(submit_main())

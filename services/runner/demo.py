@@ -1,0 +1,275 @@
+"""`jobledger demo wordcount FILE`: the whole system on one machine, end to end.
+
+It starts (or reuses) the broker, creates a fresh set of topics, runs the services and the
+Spark runner (`local[*]`) in this process, submits a word-count JobGraph (a text source split
+into words and keyed, an ALL_TO_ALL blocking exchange, a keyed count registered as queryable
+state and written to files), waits for the job to end and prints the top words, each task's
+timeline, the slot assignment and a queryable-state lookup answered through the job's KvState
+location registry. The counts are checked against a plain Python count of the same file; the
+exit status is non-zero if anything differs or fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaError
+
+from jobledger.projections.log_file import LogRecord, read_log
+from jobledger.projections.replay import replay
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas.cluster import ResourceManagerConnected
+from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import (
+    DistributionPattern,
+    ExecutionState,
+    JobEdge,
+    JobStatus,
+    JobVertex,
+    OperatorSpec,
+    RestartStrategy,
+    RestartStrategyKind,
+    ResultPartitionType,
+    ScheduleMode,
+)
+
+from ..kafka import create_topics, read_committed_consumer, transactional_producer
+from ..key_groups import assign_to_key_group
+from ..runtime import RuntimeConfig, ServiceRuntime
+from . import functions, kv_state
+from .runner import RunnerConfig, TaskRunner
+
+REGISTRATION = "word-counts"
+MAX_PARALLELISM = 128
+TERMINAL = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED}
+TERMINAL_STATES = {ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED}
+
+
+def wordcount_job(
+    job_id: str, text: Path, out: Path, parallelism: int, fail_once: bool
+) -> JobSubmitted:
+    """source: lines -> words -> keyed; count: keyed count (queryable) -> files."""
+    failing = {"fail_on_attempt": "0"} if fail_once else {}
+    source = JobVertex(
+        vertex_id="source", name="read and split", invokable_class_name="chain",
+        parallelism=parallelism,
+        operators=[
+            OperatorSpec(name="text_file", config={"path": str(text)}),
+            OperatorSpec(name="flat_map", config={"function": f"{functions.__name__}:words"}),
+            OperatorSpec(name="key_by", config={}),
+        ],
+    )  # fmt: skip
+    count = JobVertex(
+        vertex_id="count", name="count words", invokable_class_name="chain",
+        parallelism=parallelism, max_parallelism=MAX_PARALLELISM,
+        inputs=[JobEdge(source_vertex_id="source",
+                        distribution_pattern=DistributionPattern.ALL_TO_ALL,
+                        result_partition_type=ResultPartitionType.BLOCKING)],
+        operators=[
+            OperatorSpec(name="count", config={"queryable": REGISTRATION, **failing}),
+            OperatorSpec(name="file", config={"path": str(out)}),
+        ],
+    )  # fmt: skip
+    return JobSubmitted(
+        event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job_id,
+        job_name=f"wordcount {text.name}", vertices=[source, count],
+        schedule_mode=ScheduleMode.LAZY_FROM_SOURCES,
+        restart_strategy=RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY,
+                                         restart_attempts=3, delay_ms=1_000),
+    )  # fmt: skip
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Cluster:
+    """Services and runner of one demo run, in this process."""
+
+    bootstrap: str
+    prefix: str
+    work: Path
+
+    def __post_init__(self) -> None:
+        create_topics(self.bootstrap, self.prefix, partitions=4)
+        self.services = ServiceRuntime(
+            self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500, batch_size=200)
+        )
+        self.services_thread = threading.Thread(
+            target=self.services.run, args=(False,), daemon=True
+        )
+        self.services_thread.start()
+        self.runner = TaskRunner(
+            RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint")
+        )
+        self.runner.start()
+
+    def close(self) -> None:
+        self.runner.stop()
+        self.services.stop()
+        self.services_thread.join(30)
+
+    def submit(self, job: JobSubmitted) -> None:
+        events: list[Event] = [
+            job,
+            JobMasterLeadershipGranted(
+                event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+                job_master_id=f"jm-{job.job_id}",
+            ),
+            ResourceManagerConnected(
+                event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+                resource_manager_id="resourcemanager",
+            ),
+        ]  # fmt: skip
+        serde = EventSerde()
+        producer = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
+        producer.begin_transaction()
+        for event in events:
+            role, key = event.route()
+            topic = topic_name(role, self.prefix)
+            producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
+        producer.commit_transaction(30)
+
+    def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
+        """The job's terminal JobStatusChanged, read as it is committed."""
+        serde = EventSerde()
+        consumer = read_committed_consumer(self.bootstrap)
+        consumer.subscribe([topic_name(TopicRole.JOB, self.prefix)])
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                    continue
+                if msg.error():
+                    raise RuntimeError(str(msg.error()))
+                event = serde.decode(msg.value(), msg.topic())
+                if (isinstance(event, JobStatusChanged) and event.job_id == job_id
+                        and event.to_status in TERMINAL):  # fmt: skip
+                    return event
+        finally:
+            consumer.close()
+        raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
+
+    def log(self) -> list[LogRecord]:
+        consumer = read_committed_consumer(self.bootstrap)
+        try:
+            return [r for r in read_log(consumer, self.prefix, EventSerde())
+                    if isinstance(r, LogRecord)]  # fmt: skip
+        finally:
+            consumer.close()
+
+
+def python_count(text: Path) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    with text.open("rb") as handle:
+        for line in handle:
+            counts.update(functions.words(line.decode("utf-8", errors="replace").rstrip("\r\n")))
+    return counts
+
+
+def read_counts(out: Path) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for part in sorted(out.glob("part-*")):
+        for line in part.read_text(encoding="utf-8").splitlines():
+            word, n = json.loads(line)
+            counts[word] += n
+    return counts
+
+
+def timeline(records: list[LogRecord], job_id: str) -> list[str]:
+    """Each attempt: vertex, subtask, attempt number, slot, and its states with times."""
+    start = min((r.event.event_time for r in records if getattr(r.event, "job_id", None) == job_id),
+                default=0)  # fmt: skip
+    deployed = {
+        r.event.execution_attempt_id: r.event
+        for r in records
+        if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
+    }
+    states: dict[str, list[str]] = {}
+    ended: set[str] = set()
+    for r in records:
+        e = r.event
+        if (isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id
+                and e.execution_attempt_id not in ended):  # fmt: skip
+            states.setdefault(e.execution_attempt_id, []).append(
+                f"{e.execution_state.value}@{(e.event_time - start) / 1000:.2f}s"
+            )
+            if e.execution_state in TERMINAL_STATES:
+                ended.add(e.execution_attempt_id)
+    lines = []
+    for attempt, d in sorted(deployed.items(), key=lambda kv: (kv[1].attempt_number,
+                             kv[1].vertex_id != "source", kv[1].subtask_index)):  # fmt: skip
+        lines.append(
+            f"  {d.vertex_id:>6}[{d.subtask_index}] attempt {d.attempt_number} on "
+            f"{d.resource_id} slot {d.slot_index}: {' -> '.join(states.get(attempt, []))}"
+        )
+    return lines
+
+
+def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
+        top: int = 10, timeout_s: float = 300) -> int:  # fmt: skip
+    """The demo; returns the exit status."""
+    if not text.is_file():
+        print(f"{text}: no such file")
+        return 2
+    prefix = f"demo-{uuid.uuid4().hex[:8]}."
+    job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
+    out = work / prefix.rstrip(".") / "counts"
+    print(f"topics {prefix}* on {bootstrap}; output in {out}")
+    cluster = Cluster(bootstrap, prefix, work / prefix.rstrip("."))
+    try:
+        started = time.monotonic()
+        cluster.submit(wordcount_job(job_id, text.resolve(), out, parallelism, fail_once))
+        end = cluster.wait_for_end(job_id, timeout_s)
+        elapsed = time.monotonic() - started
+        records = cluster.log()
+    finally:
+        cluster.close()
+    print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s"
+          + (f": {end.cause}" if end.cause else ""))  # fmt: skip
+    print("\ntimeline (seconds since submission):")
+    print("\n".join(timeline(records, job_id)))
+    if end.to_status is not JobStatus.FINISHED:
+        return 1
+    expected, counted = python_count(text), read_counts(out)
+    print(f"\ntop {top} words:")
+    for word, n in counted.most_common(top):
+        print(f"  {n:>8}  {word}")
+    driver = replay(records).driver
+    jm = driver.job_masters[job_id]
+    slots = sorted(
+        {(e.resource_id, e.slot_index, e.allocation_id) for e in
+         (ev.current for ev in jm.graph.execution_vertices())}
+    )  # fmt: skip
+    print("\nslot assignment (final attempts):")
+    for resource_id, index, allocation in slots:
+        print(f"  {resource_id} slot {index}: allocation {allocation}")
+    word = counted.most_common(1)[0][0] if counted else None
+    status = 0
+    if word is not None:
+        location = jm.kv_state_location(REGISTRATION, word)
+        value = kv_state.lookup(bootstrap, prefix, location.kv_state_id, word) if location else None
+        print(f"\nqueryable state {REGISTRATION!r}[{word!r}]: key group "
+              f"{assign_to_key_group(word, MAX_PARALLELISM)} -> KvState "
+              f"{location.kv_state_id if location else None} on "
+              f"{location.server_host if location else None} -> {value}")  # fmt: skip
+        status |= value != counted[word]
+    if counted != expected:
+        print(f"\nMISMATCH with a plain Python count: {len(expected)} words expected, "
+              f"{len(counted)} counted")  # fmt: skip
+        status = 1
+    else:
+        print(f"\ncounts equal a plain Python count ({sum(expected.values())} words, "
+              f"{len(expected)} distinct)")  # fmt: skip
+    return int(status)

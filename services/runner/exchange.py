@@ -1,0 +1,202 @@
+"""Result partitions between vertices, as Kafka topics.
+
+Every edge (producer vertex -> consumer vertex) of a job is a topic with one partition per
+consumer subtask: a record's partition is the consumer subtask it is for. A producer routes a
+keyed record to the subtask owning its key group (Flink's KeyGroupRangeAssignment), any other
+record round-robin over the consumer subtasks it feeds (all of them for ALL_TO_ALL, its own
+share for POINTWISE). Records travel in JSON chunks keyed `<producer subtask>/<attempt>/<n>`;
+at the end the producer writes an end marker with the chunk count to every partition it feeds.
+A chunk written twice (an attempt re-run after a restarted query) is read once.
+
+Producers write in the same transaction as their FINISHED state, so a failed attempt's output
+is never visible to a read_committed consumer, and a consumer reading a partition takes, per
+producer subtask, the chunks of the newest attempt that wrote an end marker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jobledger.schemas.types import (
+    DistributionPattern,
+    InputGateDeploymentDescriptor,
+    ResultPartitionDeploymentDescriptor,
+)
+
+from ..execution_graph import pointwise_producers
+from ..key_groups import assign_key_to_parallel_operator
+from .operators import Keyed
+
+CHUNK = 500
+END_HEADER = "jobledger.end"
+_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+class ResultPartitionError(RuntimeError):
+    """A consumer cannot read its input: a producer's result is missing or corrupt."""
+
+
+def result_topic(prefix: str, job_id: str, producer: str, consumer: str) -> str:
+    name = f"{prefix}result.{job_id}.{producer}.{consumer}"
+    return _UNSAFE.sub("_", name)[:249]
+
+
+def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    """Create the topics (name -> partitions) that do not exist yet."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()])
+    for topic, future in futures.items():
+        try:
+            future.result(30)
+        except Exception as exc:
+            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+            if code != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ResultPartitionError(f"cannot create {topic}: {exc}") from exc
+
+
+def encode_record(record: Any) -> Any:
+    if isinstance(record, Keyed):
+        return {"k": record.key, "v": record.value}
+    return {"v": record}
+
+
+def decode_record(data: Any) -> Any:
+    if "k" in data:
+        return Keyed(data["k"], data["v"])
+    return data["v"]
+
+
+@dataclass
+class ResultWriter:
+    """Routes one producer subtask's records to the partitions of its consumers."""
+
+    producer: Producer
+    prefix: str
+    job_id: str
+    vertex_id: str
+    subtask_index: int
+    number_of_subtasks: int
+    attempt_number: int
+    outputs: list[ResultPartitionDeploymentDescriptor]
+    buffers: dict[tuple[str, int], list[Any]] = field(default_factory=dict)
+    chunks: dict[tuple[str, int], int] = field(default_factory=dict)
+    sent: int = 0
+
+    def topics(self) -> dict[str, int]:
+        return {self._topic(o): o.number_of_consumer_subtasks for o in self.outputs}
+
+    def _topic(self, output: ResultPartitionDeploymentDescriptor) -> str:
+        return result_topic(self.prefix, self.job_id, self.vertex_id, output.consumer_vertex_id)
+
+    def _targets(self, output: ResultPartitionDeploymentDescriptor) -> list[int]:
+        consumers = output.number_of_consumer_subtasks
+        if output.distribution_pattern is DistributionPattern.POINTWISE:
+            return [
+                c for c in range(consumers)
+                if self.subtask_index
+                in pointwise_producers(self.number_of_subtasks, consumers, c)
+            ]  # fmt: skip
+        return list(range(consumers))
+
+    def write_all(self, records: Iterator[Any]) -> None:
+        targets = {self._topic(o): (o, self._targets(o)) for o in self.outputs}
+        for record in records:
+            for topic, (output, feeds) in targets.items():
+                if isinstance(record, Keyed) and output.distribution_pattern is not (
+                    DistributionPattern.POINTWISE
+                ):
+                    target = assign_key_to_parallel_operator(
+                        record.key, output.consumer_max_parallelism,
+                        output.number_of_consumer_subtasks,
+                    )  # fmt: skip
+                else:
+                    target = feeds[self.sent % len(feeds)]
+                self._add(topic, target, record)
+            self.sent += 1
+        for topic, (_, feeds) in targets.items():
+            for target in feeds:
+                self._flush(topic, target)
+                self.producer.produce(
+                    topic, partition=target, key=self._key("end"),
+                    value=str(self.chunks.get((topic, target), 0)).encode(),
+                    headers={END_HEADER: b"1"},
+                )  # fmt: skip
+
+    def _key(self, chunk: int | str) -> bytes:
+        return f"{self.subtask_index}/{self.attempt_number}/{chunk}".encode()
+
+    def _add(self, topic: str, target: int, record: Any) -> None:
+        buffer = self.buffers.setdefault((topic, target), [])
+        buffer.append(encode_record(record))
+        if len(buffer) >= CHUNK:
+            self._flush(topic, target)
+
+    def _flush(self, topic: str, target: int) -> None:
+        buffer = self.buffers.pop((topic, target), [])
+        if buffer:
+            chunk = self.chunks.get((topic, target), 0)
+            self.producer.produce(
+                topic, partition=target, key=self._key(chunk), value=json.dumps(buffer).encode()
+            )
+            self.chunks[(topic, target)] = chunk + 1
+
+
+def read_input_gate(
+    bootstrap: str,
+    prefix: str,
+    job_id: str,
+    consumer_vertex: str,
+    subtask_index: int,
+    gate: InputGateDeploymentDescriptor,
+) -> list[Any]:
+    """Every record of this subtask's partition from the producers the gate names, taking each
+    producer's newest complete attempt."""
+    topic = result_topic(prefix, job_id, gate.source_vertex_id, consumer_vertex)
+    chunks: dict[tuple[int, int], dict[int, list[Any]]] = {}
+    ends: dict[tuple[int, int], int] = {}
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"jobledger-exchange-{topic}",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    })  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, subtask_index, 0)])
+        while True:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise ResultPartitionError(f"{topic}[{subtask_index}] did not answer in 10 s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise ResultPartitionError(f"{topic}[{subtask_index}]: {msg.error()}")
+            producer, attempt, chunk = msg.key().decode().split("/")
+            origin = (int(producer), int(attempt))
+            if any(k == END_HEADER for k, _ in msg.headers() or []):
+                ends[origin] = int(msg.value())
+            else:
+                chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
+    finally:
+        consumer.close()
+    records: list[Any] = []
+    for producer in gate.consumed_subtask_indexes:
+        attempts = [a for p, a in ends if p == producer]
+        if not attempts:
+            raise ResultPartitionError(
+                f"no finished result of {gate.source_vertex_id} subtask {producer} in {topic}"
+            )
+        newest = (producer, max(attempts))
+        received = chunks.get(newest, {})
+        if sorted(received) != list(range(ends[newest])):
+            raise ResultPartitionError(
+                f"{topic}[{subtask_index}]: {len(received)} of {ends[newest]} chunks of "
+                f"subtask {producer} attempt {newest[1]}"
+            )
+        records.extend(decode_record(r) for n in sorted(received) for r in received[n])
+    return records

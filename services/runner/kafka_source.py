@@ -1,0 +1,614 @@
+"""Kafka as a PySpark data source (`jobledger-kafka`) without the JVM Kafka connector.
+
+Spark's own `kafka` format needs the `spark-sql-kafka` jars, which a plain `pip install pyspark`
+lacks and which this project cannot fetch offline. This module speaks Kafka through
+confluent-kafka (already a dependency) behind PySpark 4's Python data source API, keeping the
+native connector's schema, option names and offset JSON so a query runs unchanged with either
+format; `register` says which one to use.
+
+Reading (`spark.readStream.format("jobledger-kafka")`):
+
+- `kafka.bootstrap.servers` (required) and `subscribe` (comma-separated topics).
+- `startingOffsets`: `latest` (default, as native), `earliest`, or the native JSON
+  `{"topic": {"0": 23, "1": -2}}` (-2 earliest, -1 latest), which must name every partition of
+  every subscribed topic. It only applies to a new query: a restarted one resumes from the
+  offsets in its checkpoint.
+- `maxOffsetsPerTrigger`: offsets per micro-batch in total, split over partitions in proportion
+  to their backlog and never exceeding the limit (Spark's own split rounds small shares up and
+  can overshoot). Offsets, not records: transaction markers occupy offsets too.
+- `includeHeaders` (default false, as native) adds the `headers` column.
+- `kafkaConsumer.pollTimeoutMs` (default 120000): how long a read may make no progress.
+- Every other `kafka.*` option goes, prefix stripped, to the confluent-kafka consumer.
+
+`isolation.level` defaults to `read_committed` (native: `read_uncommitted`): every jobledger
+writer is transactional, so an uncommitted read could see events of a transaction that later
+aborts. The latest offset of a partition is then its last stable offset. A position that has
+fallen off the log (retention) fails the read, as native's default `failOnDataLoss=true`.
+Offsets in the checkpoint are `{topic: {partition: next offset}}`, exactly native's form.
+
+Writing (`df.writeStream.format("jobledger-kafka")`, or `df.write.mode("append")` for a batch,
+Python data sources knowing no `errorifexists`): `kafka.*` options configure the producer; columns
+`value`
+(binary or string, required), `key`, `topic` (unless the `topic` option is set, which wins),
+`partition` and `headers`, as native. Each Spark task writes its rows with its own producer in one
+Kafka transaction (`transactional`, default true; `kafka.transactional.id` sets the id prefix),
+committed before the task reports success, so read_committed readers never see a failed task's
+rows and a retried task fences its predecessor. Like native, a batch is at least once: a task that
+committed stays committed if a sibling fails. `transactional=false` produces plainly and flushes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row, SparkSession
+
+FORMAT = "jobledger-kafka"
+NATIVE_FORMAT = "kafka"
+NATIVE_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+EARLIEST = -2  # native JSON (and librdkafka's OFFSET_BEGINNING)
+LATEST = -1  # native JSON (and librdkafka's OFFSET_END)
+
+Offsets = dict[str, dict[str, int]]
+"""{topic: {partition: offset}}; partitions are strings because offsets round-trip via JSON."""
+
+Watermarks = dict[str, dict[str, tuple[int, int]]]
+"""{topic: {partition: (low, high)}}, high being the last stable offset under read_committed."""
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+# Spark reports Java's TimestampType ids; librdkafka numbers the same kinds differently.
+_TIMESTAMP_TYPE_IDS = {
+    TIMESTAMP_NOT_AVAILABLE: -1,
+    TIMESTAMP_CREATE_TIME: 0,
+    TIMESTAMP_LOG_APPEND_TIME: 1,
+}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Errors librdkafka recovers from by itself; a read only gives up on them after its timeout.
+_TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """The native source's schema: every field nullable, `headers` only when asked for."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+def split_limit(backlog: Mapping[tuple[str, str], int], limit: int) -> dict[tuple[str, str], int]:
+    """How many offsets each partition may advance so that the total is min(limit, backlog).
+
+    Shares are proportional to the backlog, rounded down, and the offsets left over go to the
+    largest remainders: the total never exceeds `limit` and always makes progress.
+    """
+    total = sum(n for n in backlog.values() if n > 0)
+    if total <= limit:
+        return {tp: max(n, 0) for tp, n in backlog.items()}
+    share = {tp: limit * max(n, 0) // total for tp, n in backlog.items()}
+    leftover = limit - sum(share.values())
+    by_remainder = sorted(backlog, key=lambda tp: -(limit * max(backlog[tp], 0) % total))
+    for tp in by_remainder[:leftover]:
+        share[tp] += 1
+    return share
+
+
+def _bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, not {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """`kafka.*` options without their prefix; Spark lower-cases option names, as does Kafka."""
+    config = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    if not config.get("bootstrap.servers"):
+        raise ValueError("option kafka.bootstrap.servers is required")
+    return config
+
+
+def _canonical(offsets: Offsets) -> Offsets:
+    """Topics and partitions in a fixed order: Spark compares offsets by their JSON text."""
+    return {
+        topic: {p: offsets[topic][p] for p in sorted(offsets[topic], key=int)}
+        for topic in sorted(offsets)
+    }
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The reader's options, checked on the driver before any task runs."""
+
+    topics: tuple[str, ...]
+    starting: str | Offsets
+    max_offsets_per_trigger: int | None
+    include_headers: bool
+    timeout_s: float
+    client: dict[str, str]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
+        for unsupported in ("assign", "subscribePattern"):
+            if unsupported in options:
+                raise ValueError(f"option {unsupported} is not supported; use subscribe")
+        topics = tuple(t.strip() for t in options.get("subscribe", "").split(",") if t.strip())
+        if not topics:
+            raise ValueError("option subscribe (comma-separated topics) is required")
+        limit = options.get("maxOffsetsPerTrigger")
+        if limit is not None and int(limit) < 1:
+            raise ValueError(f"maxOffsetsPerTrigger must be positive, not {limit}")
+        return cls(
+            topics=topics,
+            starting=_parse_starting(options.get("startingOffsets", "latest"), topics),
+            max_offsets_per_trigger=None if limit is None else int(limit),
+            include_headers=_bool_option(options, "includeHeaders", False),
+            timeout_s=int(options.get("kafkaConsumer.pollTimeoutMs", "120000")) / 1000,
+            client=_client_config(options),
+        )
+
+    def consumer_config(self) -> dict[str, Any]:
+        """Consumer settings: the user's, then what reading exact offset ranges requires."""
+        return {
+            "group.id": f"jobledger-spark-{uuid.uuid4()}",
+            "isolation.level": "read_committed",
+            # A task reads a known range and ends at its last offsets, often a transaction
+            # marker it only passes by fetching on: librdkafka's 500 ms wait would add to each.
+            "fetch.wait.max.ms": 50,
+            **self.client,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        }
+
+
+def _parse_starting(value: str, topics: tuple[str, ...]) -> str | Offsets:
+    if value.strip().lower() in ("earliest", "latest"):
+        return value.strip().lower()
+    try:
+        parsed = json.loads(value)
+        offsets = {
+            t: {str(int(p)): int(o) for p, o in parts.items()} for t, parts in parsed.items()
+        }
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ValueError(
+            f"startingOffsets must be earliest, latest or JSON like "
+            f'{{"topic": {{"0": 23}}}}, not {value!r}'
+        ) from exc
+    if set(offsets) != set(topics):
+        raise ValueError(f"startingOffsets names topics {sorted(offsets)}, subscribed {topics}")
+    return offsets
+
+
+@dataclass
+class KafkaInputPartition(InputPartition):
+    """One topic-partition's offsets [start, end) of a micro-batch; start may be EARLIEST."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches from watermarks on the driver and reads offset ranges in tasks.
+
+    The driver keeps one consumer for watermark queries. Spark pickles this object into every
+    task, so the consumer is never part of its state and `read` opens a consumer of its own.
+    """
+
+    def __init__(self, options: ReaderOptions) -> None:
+        self._options = options
+        self._consumer: Consumer | None = None
+        self._initial: Offsets | None = None
+        self._target: Watermarks | None = None
+        self._latest: Offsets | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_consumer": None}
+
+    def _metadata_consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._options.consumer_config())
+        return self._consumer
+
+    def _watermarks(self) -> Watermarks:
+        consumer = self._metadata_consumer()
+        timeout = self._options.timeout_s
+        marks: Watermarks = {}
+        for topic in sorted(self._options.topics):
+            info = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error.str() if info is not None and info.error else "no partitions"
+                raise LookupError(f"topic {topic!r} cannot be read: {reason}")
+            marks[topic] = {
+                str(p): consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=timeout, cached=False
+                )
+                for p in sorted(info.partitions)
+            }
+        return marks
+
+    def initialOffset(self) -> dict:
+        """Resolved once per run: Spark asks again on every trigger until a batch is logged."""
+        if self._initial is None:
+            self._initial = self._resolve_starting(self._watermarks())
+        return self._initial
+
+    def _resolve_starting(self, marks: Watermarks) -> Offsets:
+        starting = self._options.starting
+        if starting == "earliest":
+            return _canonical({t: {p: lo for p, (lo, _) in ps.items()} for t, ps in marks.items()})
+        if starting == "latest":
+            return _canonical({t: {p: hi for p, (_, hi) in ps.items()} for t, ps in marks.items()})
+        assert isinstance(starting, dict)
+        resolved: Offsets = {}
+        for topic, parts in marks.items():
+            named = starting[topic]
+            if set(named) != set(parts):
+                raise ValueError(
+                    f"startingOffsets must name every partition of {topic!r} "
+                    f"({sorted(parts, key=int)}), not {sorted(named, key=int)}"
+                )
+            resolved[topic] = {
+                p: {EARLIEST: lo, LATEST: hi}.get(named[p], named[p])
+                for p, (lo, hi) in parts.items()
+            }
+        return _canonical(resolved)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an availableNow run: nothing written after this call is read."""
+        self._target = self._watermarks()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self._options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        marks = self._target if self._target is not None else self._watermarks()
+        ends: Offsets = {topic: dict(parts) for topic, parts in start.items()}
+        lows: dict[tuple[str, str], int] = {}
+        for topic, parts in marks.items():
+            for p, (low, high) in parts.items():
+                begin = start.get(topic, {}).get(p)
+                lows[(topic, p)] = low if begin is None else begin
+                # A last stable offset behind where we are (a broker's glitch) never rewinds.
+                ends.setdefault(topic, {})[p] = high if begin is None else max(begin, high)
+        self._latest = _canonical(ends)
+        if isinstance(limit, ReadMaxRows):
+            backlog = {tp: ends[tp[0]][tp[1]] - begin for tp, begin in lows.items()}
+            for (topic, p), n in split_limit(backlog, limit.max_rows).items():
+                ends[topic][p] = lows[(topic, p)] + n
+        return _canonical(ends)
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaInputPartition]:
+        planned = []
+        for topic, parts in end.items():
+            for p, stop in parts.items():
+                # A partition that appeared after `start` is read from its beginning.
+                begin = start.get(topic, {}).get(p, EARLIEST)
+                if stop > max(begin, 0):
+                    planned.append(KafkaInputPartition(topic, int(p), begin, stop))
+        return planned
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, KafkaInputPartition)
+        consumer = Consumer(self._options.consumer_config())
+        try:
+            yield from _read_range(
+                consumer, partition, self._options.include_headers, self._options.timeout_s
+            )
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _read_range(
+    consumer: Consumer, part: KafkaInputPartition, include_headers: bool, timeout_s: float
+) -> Iterator[tuple]:
+    """Rows of offsets [start, end) of one partition.
+
+    The last offsets of a range may hold a transaction marker or an aborted record, which a
+    read_committed consumer never returns, so the range also ends at partition EOF past it.
+    """
+    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no progress reading {part.topic}[{part.partition}] offsets "
+                    f"[{part.start}, {part.end}) for {timeout_s:.0f} s"
+                )
+            continue
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= part.end:
+                return
+            if error.code() == KafkaError._PARTITION_EOF or error.code() in _TRANSIENT:
+                continue
+            raise KafkaException(error)
+        deadline = time.monotonic() + timeout_s
+        offset = msg.offset()
+        if offset >= part.end:
+            return
+        yield _row(msg, include_headers)
+        if offset >= part.end - 1:
+            return
+
+
+def _row(msg: Message, include_headers: bool) -> tuple:
+    ts_type, ts_ms = msg.timestamp()
+    timestamp = (
+        None if ts_type == TIMESTAMP_NOT_AVAILABLE else _EPOCH + timedelta(milliseconds=ts_ms)
+    )
+    row = (
+        msg.key(),
+        msg.value(),
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        timestamp,
+        _TIMESTAMP_TYPE_IDS[ts_type],
+    )
+    if include_headers:
+        row += ([(k, v) for k, v in msg.headers() or []],)
+    return row
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    """Positions of the sink's input columns, checked against the native sink's rules."""
+
+    value: int
+    key: int | None
+    topic: int | None
+    partition: int | None
+    headers: int | None
+
+    @classmethod
+    def of(cls, schema: StructType, topic_option: str | None) -> SinkColumns:
+        types: dict[str, DataType] = {f.name.lower(): f.dataType for f in schema.fields}
+        allowed: dict[str, tuple[DataType, ...]] = {
+            "value": (BinaryType(), StringType()),
+            "key": (BinaryType(), StringType()),
+            "topic": (StringType(),),
+            "partition": (IntegerType(),),
+            "headers": (HEADERS_TYPE,),
+        }
+        for name, accepted in allowed.items():
+            if name in types and _strip_nullability(types[name]) not in accepted:
+                raise ValueError(
+                    f"column {name} must be {' or '.join(t.simpleString() for t in accepted)}, "
+                    f"not {types[name].simpleString()}"
+                )
+        if "value" not in types:
+            raise ValueError("the sink needs a value column")
+        if "topic" not in types and not topic_option:
+            raise ValueError("the sink needs a topic column or the topic option")
+        position = {f.name.lower(): i for i, f in enumerate(schema.fields)}
+        return cls(
+            value=position["value"],
+            key=position.get("key"),
+            topic=None if topic_option else position.get("topic"),
+            partition=position.get("partition"),
+            headers=position.get("headers"),
+        )
+
+
+def _strip_nullability(data_type: DataType) -> DataType:
+    """Compare header types by shape: Spark marks fields non-null when it can prove it."""
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_strip_nullability(data_type.elementType))
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _strip_nullability(f.dataType)) for f in data_type])
+    return data_type
+
+
+def _as_bytes(value: str | bytes | bytearray | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+@dataclass(frozen=True)
+class KafkaCommitMessage(WriterCommitMessage):
+    """What a task wrote; its records are already committed to Kafka."""
+
+    records: int
+
+
+class _KafkaSink:
+    """The per-task write shared by the streaming and the batch writer."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self._topic = options.get("topic") or None
+        self._columns = SinkColumns.of(schema, self._topic)
+        self._config: dict[str, Any] = _client_config(options)
+        self._transactional = _bool_option(options, "transactional", True)
+        # One id per task position: a retried task fences the attempt it replaces.
+        prefix = self._config.pop("transactional.id", None)
+        self._transactional_id_prefix = prefix or f"jobledger-spark-sink-{uuid.uuid4()}"
+
+    def write(self, iterator: Iterator[Row]) -> KafkaCommitMessage:
+        from pyspark import TaskContext
+
+        config = dict(self._config)
+        if self._transactional:
+            context = TaskContext.get()
+            task = context.partitionId() if context is not None else uuid.uuid4().hex
+            config["transactional.id"] = f"{self._transactional_id_prefix}-{task}"
+        failures: list[KafkaError] = []
+
+        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        producer = Producer(config)
+        if self._transactional:
+            producer.init_transactions()
+            producer.begin_transaction()
+        records = 0
+        try:
+            for row in iterator:
+                self._produce(producer, row, on_delivery)
+                records += 1
+                if failures:
+                    raise KafkaException(failures[0])
+            if self._transactional:
+                producer.commit_transaction()
+            elif producer.flush() > 0:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "records left unsent"))
+            if failures:
+                raise KafkaException(failures[0])
+        except BaseException:
+            if self._transactional:
+                _abort_quietly(producer)
+            raise
+        return KafkaCommitMessage(records)
+
+    def _produce(self, producer: Producer, row: Row, on_delivery: Any) -> None:
+        cols = self._columns
+        topic = self._topic if cols.topic is None else row[cols.topic]
+        if topic is None:
+            raise ValueError("a row has a null topic and the topic option is not set")
+        kwargs: dict[str, Any] = {
+            "value": _as_bytes(row[cols.value]),
+            "key": None if cols.key is None else _as_bytes(row[cols.key]),
+            "on_delivery": on_delivery,
+        }
+        if cols.partition is not None and row[cols.partition] is not None:
+            kwargs["partition"] = row[cols.partition]
+        if cols.headers is not None and row[cols.headers]:
+            kwargs["headers"] = [(h[0], _as_bytes(h[1])) for h in row[cols.headers]]
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.1)  # the local queue is full: let deliveries drain it
+        producer.poll(0)
+
+
+def _abort_quietly(producer: Producer) -> None:
+    """Abort after a failure; the failure, not a failing abort, is what the task reports."""
+    with contextlib.suppress(KafkaException):
+        producer.abort_transaction(30)
+
+
+class KafkaStreamWriter(_KafkaSink, DataSourceStreamWriter):
+    """Streaming sink: every task commits its own rows, so the batch commit has nothing left."""
+
+
+class KafkaBatchWriter(_KafkaSink, DataSourceWriter):
+    """`df.write` sink, with the same per-task transactions as the streaming one."""
+
+
+class KafkaDataSource(DataSource):
+    """The `jobledger-kafka` format: a streaming reader plus streaming and batch writers."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return kafka_schema(_bool_option(self.options, "includeHeaders", False))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        options = ReaderOptions.parse(self.options)
+        if schema != kafka_schema(options.include_headers):
+            raise ValueError("the Kafka source has a fixed schema; do not set one")
+        return KafkaStreamReader(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        if overwrite:
+            raise ValueError("Kafka topics are append-only: use mode append")
+        return KafkaBatchWriter(self.options, schema)
+
+
+def native_kafka_available(spark: SparkSession) -> bool:
+    """Whether the JVM Kafka connector is on the driver's classpath; any error means no."""
+    try:
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
+    except Exception:
+        return False
+    return True
+
+
+def register(spark: SparkSession) -> str:
+    """Register `jobledger-kafka` and name the format the runner should use: the native
+    connector when present (JVM speed, same schema and options), else this one."""
+    spark.dataSource.register(KafkaDataSource)
+    return NATIVE_FORMAT if native_kafka_available(spark) else FORMAT

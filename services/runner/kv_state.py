@@ -1,0 +1,80 @@
+"""Queryable keyed state on a compacted topic: the runner's stand-in for a KvState server.
+
+A keyed operator registered as queryable publishes each key's value under
+`<KvStateID>/<key as JSON>`; all entries of one KvState instance go to one partition (chosen
+from the KvStateID), so a lookup reads that partition only. A client finds the KvStateID the
+way Flink's does: the key's key group, then the job's KvState location registry
+(`KvStateRegistered` events replayed by the JobMaster).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from jobledger.schemas import topic_name
+from jobledger.schemas.topics import TopicRole
+
+
+class KvStateLookupError(LookupError):
+    """The state could not be read (topic missing, broker not answering)."""
+
+
+def _topic(prefix: str) -> str:
+    return topic_name(TopicRole.KV_STATE, prefix)
+
+
+def _partition(kv_state_id: str, partitions: int) -> int:
+    return zlib.crc32(kv_state_id.encode()) % partitions
+
+
+def _entry_key(kv_state_id: str, key: Any) -> bytes:
+    return f"{kv_state_id}/{json.dumps(key)}".encode()
+
+
+def _partitions(client: Producer | Consumer, topic: str) -> int:
+    metadata = client.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise KvStateLookupError(f"topic {topic} does not exist")
+    return len(metadata.partitions)
+
+
+def publish(producer: Producer, prefix: str, kv_state_id: str, state: dict[Any, Any]) -> None:
+    """Write every key's value (inside the caller's transaction)."""
+    topic = _topic(prefix)
+    partition = _partition(kv_state_id, _partitions(producer, topic))
+    for key, value in state.items():
+        producer.produce(
+            topic, partition=partition, key=_entry_key(kv_state_id, key),
+            value=json.dumps(value).encode(),
+        )  # fmt: skip
+
+
+def lookup(bootstrap: str, prefix: str, kv_state_id: str, key: Any) -> Any | None:
+    """The latest value published for `key` by the KvState instance, or None."""
+    topic = _topic(prefix)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "jobledger-kvstate-lookup",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    })  # fmt: skip
+    wanted = _entry_key(kv_state_id, key)
+    found = None
+    try:
+        partition = _partition(kv_state_id, _partitions(consumer, topic))
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        while True:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise KvStateLookupError(f"{topic}[{partition}] did not answer in 10 s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return found
+                raise KvStateLookupError(str(msg.error()))
+            if msg.key() == wanted:
+                found = json.loads(msg.value())
+    finally:
+        consumer.close()

@@ -1,0 +1,245 @@
+"""The operators a vertex's chain is made of, and the allow-list that guards user code.
+
+A chain is a list of `OperatorSpec`s (name + string config) from the JobGraph. Built-ins:
+- sources (first in the chain of a vertex without inputs): `text_file` (config `path`: this
+  subtask's byte split of the file, line-aligned like Hadoop's TextInputFormat) and `range`
+  (config `start`, `end`: this subtask's contiguous share of the numbers);
+- `map`, `flat_map`, `filter`, `key_by` (config `function`: `module:function`);
+- keyed aggregations over the subtask's key groups: `count`, `sum` (config `queryable`: the
+  registration name under which the result is published as queryable state);
+- sinks: `file` (config `path`: one `part-<subtask>` file of JSON lines, replaced atomically
+  when the attempt finishes) and `topic` (config `topic`: JSON values keyed by the key).
+
+Producing an event must never mean running arbitrary code: a `module:function` is imported only
+if its module is `jobledger.services.runner.functions` or on the allow-list of whoever runs the
+runner; anything else fails the task (and so the job) with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobledger.schemas.types import OperatorSpec
+
+BUILTIN_FUNCTIONS = "jobledger.services.runner.functions"
+SOURCES = frozenset({"text_file", "range"})
+KEYED = frozenset({"count", "sum"})
+SINKS = frozenset({"file", "topic"})
+TRANSFORMS = frozenset({"map", "flat_map", "filter", "key_by"})
+BUILTINS = SOURCES | KEYED | SINKS | TRANSFORMS
+
+
+class OperatorError(ValueError):
+    """A chain that cannot run: unknown operator, missing config, code not allowed."""
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A record routed by key: what `key_by` emits and keyed operators consume."""
+
+    key: Any
+    value: Any
+
+
+@dataclass(frozen=True)
+class Subtask:
+    """Which share of the work this attempt does."""
+
+    index: int
+    parallelism: int
+
+
+@dataclass
+class FunctionLoader:
+    """Imports `module:function` references from allowed modules only."""
+
+    allowed_modules: frozenset[str] = frozenset()
+    cache: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def load(self, reference: str) -> Callable[..., Any]:
+        if reference in self.cache:
+            return self.cache[reference]
+        module_name, sep, name = reference.partition(":")
+        if not sep or not module_name or not name:
+            raise OperatorError(f"{reference!r} is not a `module:function` reference")
+        if module_name != BUILTIN_FUNCTIONS and module_name not in self.allowed_modules:
+            raise OperatorError(
+                f"module {module_name!r} is not on the runner's allow-list "
+                f"(allowed: {sorted(self.allowed_modules) or 'none'})"
+            )
+        try:
+            function = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise OperatorError(f"cannot load {reference!r}: {exc}") from exc
+        if not callable(function):
+            raise OperatorError(f"{reference!r} is not callable")
+        self.cache[reference] = function
+        return function
+
+
+def _config(spec: OperatorSpec, key: str) -> str:
+    if key not in spec.config:
+        raise OperatorError(f"operator {spec.name!r} needs config {key!r}")
+    return spec.config[key]
+
+
+def _int_config(spec: OperatorSpec, key: str) -> int:
+    try:
+        return int(_config(spec, key))
+    except ValueError as exc:
+        raise OperatorError(f"operator {spec.name!r}: {key} is not an integer") from exc
+
+
+def check_chain(chain: list[OperatorSpec], has_inputs: bool, loader: FunctionLoader) -> None:
+    """Refuse a chain before anything runs: names, config, functions, and shape."""
+    if not chain:
+        return
+    for position, spec in enumerate(chain):
+        if spec.name not in BUILTINS:
+            raise OperatorError(f"unknown operator {spec.name!r}")
+        if spec.name in SOURCES and (position != 0 or has_inputs):
+            raise OperatorError(f"source {spec.name!r} must be first in a vertex without inputs")
+        if spec.name in TRANSFORMS and (spec.name != "key_by" or "function" in spec.config):
+            loader.load(_config(spec, "function"))
+    if not has_inputs and chain[0].name not in SOURCES:
+        raise OperatorError(
+            f"a vertex without inputs must start with a source, not {chain[0].name!r}"
+        )
+
+
+# -- sources -------------------------------------------------------------------------------
+
+
+def text_file_split(path: Path, subtask: Subtask) -> Iterator[str]:
+    """The lines of this subtask's byte range: a line belongs to the split its first byte is
+    in, so every line is read exactly once whatever the parallelism."""
+    size = path.stat().st_size
+    start = size * subtask.index // subtask.parallelism
+    end = size * (subtask.index + 1) // subtask.parallelism
+    with path.open("rb") as handle:
+        if start > 0:
+            handle.seek(start - 1)
+            handle.readline()
+        while handle.tell() < end:
+            line = handle.readline()
+            if not line:
+                break
+            yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
+    if spec.name == "text_file":
+        path = Path(_config(spec, "path"))
+        if not path.is_file():
+            raise OperatorError(f"text_file: {path} is not a readable file")
+        return text_file_split(path, subtask)
+    start, end = _int_config(spec, "start"), _int_config(spec, "end")
+    total = max(0, end - start)
+    lo = start + total * subtask.index // subtask.parallelism
+    hi = start + total * (subtask.index + 1) // subtask.parallelism
+    return iter(range(lo, hi))
+
+
+# -- transforms ----------------------------------------------------------------------------
+
+
+def _transform(spec: OperatorSpec, stream: Iterable[Any], loader: FunctionLoader) -> Iterator[Any]:
+    if spec.name == "key_by":
+        key_of = loader.load(spec.config["function"]) if "function" in spec.config else None
+        for value in stream:
+            yield Keyed(key_of(value) if key_of else value, value)
+        return
+    function = loader.load(_config(spec, "function"))
+    if spec.name == "map":
+        for value in stream:
+            yield function(value)
+    elif spec.name == "flat_map":
+        for value in stream:
+            yield from function(value)
+    else:
+        for value in stream:
+            if function(value):
+                yield value
+
+
+def aggregate(name: str, stream: Iterable[Any]) -> dict[Any, Any]:
+    """`count` or `sum` per key over a keyed stream."""
+    state: dict[Any, Any] = {}
+    for record in stream:
+        if not isinstance(record, Keyed):
+            raise OperatorError(f"{name} needs keyed input (put key_by before the exchange)")
+        if name == "count":
+            state[record.key] = state.get(record.key, 0) + 1
+        else:
+            state[record.key] = state.get(record.key, 0) + record.value
+    return state
+
+
+# -- sinks ---------------------------------------------------------------------------------
+
+
+def write_file_sink(directory: Path, subtask_index: int, values: Iterable[Any]) -> int:
+    """Write JSON lines to `part-<subtask>` through a temporary file renamed at the end, so a
+    failed attempt leaves the previous file and a finished one replaces it whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"part-{subtask_index:05d}"
+    temporary = directory / f".part-{subtask_index:05d}.{os.getpid()}.tmp"
+    count = 0
+    with temporary.open("w", encoding="utf-8") as handle:
+        for value in values:
+            handle.write(json.dumps(to_json(value)) + "\n")
+            count += 1
+    temporary.replace(final)
+    return count
+
+
+def to_json(value: Any) -> Any:
+    """A record as JSON data: keyed records become `[key, value]`."""
+    if isinstance(value, Keyed):
+        return [to_json(value.key), to_json(value.value)]
+    if isinstance(value, tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+@dataclass
+class ChainParts:
+    """A chain cut where the runner has to step in: the source, the transforms up to a keyed
+    aggregation, the aggregation itself and what follows it."""
+
+    source: OperatorSpec | None
+    before: list[OperatorSpec]
+    aggregation: OperatorSpec | None
+    after: list[OperatorSpec]
+
+
+def split_chain(chain: list[OperatorSpec]) -> ChainParts:
+    source = chain[0] if chain and chain[0].name in SOURCES else None
+    rest = chain[1:] if source else list(chain)
+    for position, spec in enumerate(rest):
+        if spec.name in KEYED:
+            return ChainParts(source, rest[:position], spec, rest[position + 1 :])
+    return ChainParts(source, rest, None, [])
+
+
+def run_transforms(
+    chain: list[OperatorSpec], stream: Iterable[Any], loader: FunctionLoader, sink: Callable
+) -> Iterator[Any]:
+    """Apply transforms in order; a sink operator consumes the stream (through `sink`) and
+    ends the chain's output."""
+    for spec in chain:
+        if spec.name in SINKS:
+            sink(spec, stream)
+            return iter(())
+        stream = _transform(spec, stream, loader)
+    return iter(stream)
+
+
+def open_source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
+    return _source(spec, subtask)

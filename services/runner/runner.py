@@ -1,0 +1,252 @@
+"""The task runner: a Structured Streaming query over the TaskExecutor topic that runs the
+tasks deployed to its TaskExecutors as Spark jobs.
+
+The runner registers its TaskExecutors with the ResourceManager (slots default to Spark's
+cores) and heartbeats them; the ResourceManager, the TaskExecutor slot tables and the
+JobMasters (the services) do the rest until a `TaskDeploymentRequested` for one of its
+TaskExecutors arrives. Each micro-batch hands its deployments, grouped by job, to Spark as one
+job each (one Spark task per deployment, see `task.py`) from a thread pool, so the query keeps
+reading while tasks run and a `TaskCancellationRequested` can cancel them. The query's offsets
+live in its checkpoint: a restarted runner resumes after the last micro-batch it finished,
+and the few deployments it may see again report under the same event ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
+from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
+from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
+
+from ..decisions import derived_id
+from . import task
+from .kafka_source import register
+from .session import spark_session
+
+log = logging.getLogger("jobledger.runner")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    bootstrap: str
+    prefix: str
+    checkpoint: Path
+    runner_id: str = "runner"
+    task_executors: int = 1
+    slots: int | None = None
+    """Slots per TaskExecutor; default: Spark's default parallelism (its cores)."""
+    allowed_modules: frozenset[str] = frozenset()
+    master: str | None = "local[*]"
+    """None under spark-submit, whose --master then applies."""
+    heartbeat_interval_s: float = 5.0
+    trigger_interval: str = "250 milliseconds"
+
+
+@dataclass
+class Group:
+    """The deployments of one job in one micro-batch: one Spark job."""
+
+    name: str
+    deployments: list[TaskDeploymentRequested]
+    cancelled: set[str] = field(default_factory=set)
+
+
+class TaskRunner:
+    def __init__(self, config: RunnerConfig, spark: SparkSession | None = None) -> None:
+        self.config = config
+        self.spark = spark or _session(config.master)
+        self.format = register(self.spark)
+        self.serde = EventSerde()
+        self.settings = task.RunnerSettings(config.bootstrap, config.prefix, config.allowed_modules)
+        slots = config.slots or self.spark.sparkContext.defaultParallelism
+        self.slots = max(1, slots)
+        self.resource_ids = [f"{config.runner_id}-{i}" for i in range(config.task_executors)]
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="jobledger-task")
+        self.lock = threading.Lock()
+        self.seen: set[str] = set()
+        self.groups: dict[str, Group] = {}
+        self.group_of: dict[str, str] = {}
+        self.stopping = threading.Event()
+        self.query = None
+        self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the query, then (once it has fixed its starting offsets) register the
+        TaskExecutors, so no deployment for them can come before the query reads."""
+        topic = topic_name(TopicRole.TASK_EXECUTOR, self.config.prefix)
+        stream = (
+            self.spark.readStream.format(self.format)
+            .option("kafka.bootstrap.servers", self.config.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "latest")
+            .load()
+        )
+        self.query = (
+            stream.select("value").writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.config.checkpoint))
+            .trigger(processingTime=self.config.trigger_interval)
+            .start()
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while self.query.lastProgress is None:
+            if time.monotonic() > deadline or not self.query.isActive:
+                raise RuntimeError(f"the runner's query did not start: {self.query.exception()}")
+            time.sleep(0.1)
+        self._register()
+        self.heartbeats.start()
+        log.info("runner %s: %d TaskExecutor(s) x %d slots on %s", self.config.runner_id,
+                 len(self.resource_ids), self.slots, self.spark.sparkContext.master)  # fmt: skip
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.query is not None:
+            self.query.stop()
+        self.pool.shutdown(wait=True, cancel_futures=False)
+
+    def await_termination(self) -> None:
+        assert self.query is not None
+        self.query.awaitTermination()
+
+    # -- TaskExecutors -------------------------------------------------------------------
+
+    def _register(self) -> None:
+        profile = ResourceProfile(
+            kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
+        )
+        now = int(time.time() * 1000)
+        self._emit([
+            TaskManagerRegistered(
+                event_id=derived_id(f"{rid}@{now}", "registered"), event_time=now,
+                producer=task.PRODUCER, resource_id=rid, address=socket.gethostname(),
+                number_of_slots=self.slots, resource_profile=profile,
+            )
+            for rid in self.resource_ids
+        ])  # fmt: skip
+
+    def _heartbeat(self) -> None:
+        while not self.stopping.wait(self.config.heartbeat_interval_s):
+            now = int(time.time() * 1000)
+            try:
+                self._emit([
+                    TaskManagerHeartbeat(
+                        event_id=derived_id(f"{rid}@{now}", "heartbeat"), event_time=now,
+                        producer=task.PRODUCER, resource_id=rid,
+                    )
+                    for rid in self.resource_ids
+                ])  # fmt: skip
+            except Exception:  # a broker hiccup: the next heartbeat tries again
+                log.exception("heartbeat failed")
+
+    def _emit(self, events: list[Event]) -> None:
+        with self.lock:
+            producer = task._producer(self.config.bootstrap)
+            producer.begin_transaction()
+            for event in events:
+                role, key = event.route()
+                topic = topic_name(role, self.config.prefix)
+                producer.produce(topic, key=key.encode(), value=self.serde.encode(event, topic))
+            producer.commit_transaction(60)
+
+    # -- deployments ---------------------------------------------------------------------
+
+    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        deployments: dict[str, list[TaskDeploymentRequested]] = {}
+        for row in batch.collect():
+            try:
+                event = self.serde.decode(row.value, "")
+            except DecodeError:
+                continue  # the services dead-letter what they cannot read
+            if getattr(event, "resource_id", None) not in self.resource_ids:
+                continue
+            if isinstance(event, TaskDeploymentRequested):
+                if event.execution_attempt_id not in self.seen:
+                    self.seen.add(event.execution_attempt_id)
+                    deployments.setdefault(event.job_id, []).append(event)
+            elif isinstance(event, TaskCancellationRequested):
+                self._cancel(event, deployments)
+        for job_id, batch_deployments in deployments.items():
+            group = Group(f"{job_id}/{batch_id}", batch_deployments)
+            with self.lock:
+                self.groups[group.name] = group
+                for d in batch_deployments:
+                    self.group_of[d.execution_attempt_id] = group.name
+            self.pool.submit(self._run_group, group)
+
+    def _cancel(
+        self, event: TaskCancellationRequested, pending: dict[str, list[TaskDeploymentRequested]]
+    ) -> None:
+        """Not started yet: never runs. Running: its Spark job is cancelled once every task
+        of that job is to be cancelled (cancelling is per Spark job)."""
+        attempt = event.execution_attempt_id
+        queued = pending.get(event.job_id, [])
+        for d in queued:
+            if d.execution_attempt_id == attempt:
+                queued.remove(d)
+                self._report(d, ExecutionState.CANCELED)
+                return
+        with self.lock:
+            group = self.groups.get(self.group_of.get(attempt, ""))
+            if group is None:
+                return
+            group.cancelled.add(attempt)
+            everything = len(group.cancelled) == len(group.deployments)
+        if everything:
+            self.spark.sparkContext.cancelJobGroup(group.name)
+
+    def _run_group(self, group: Group) -> None:
+        sc = self.spark.sparkContext
+        sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
+        payloads = [self.serde.encode(d, "") for d in group.deployments]
+        try:
+            sc.parallelize(payloads, len(payloads)).map(
+                partial(task.run_task, self.settings)
+            ).collect()
+        except Exception as exc:
+            for d in group.deployments:
+                if d.execution_attempt_id in group.cancelled:
+                    self._report(d, ExecutionState.CANCELED)
+                else:
+                    self._report(d, ExecutionState.FAILED, _first_line(exc))
+        finally:
+            with self.lock:
+                self.groups.pop(group.name, None)
+                for d in group.deployments:
+                    self.group_of.pop(d.execution_attempt_id, None)
+
+    def _report(
+        self, d: TaskDeploymentRequested, state: ExecutionState, error: str | None = None
+    ) -> None:
+        try:
+            self._emit([task.state_event(d, state, error)])
+        except Exception:
+            log.exception("could not report %s of %s", state.value, d.execution_attempt_id)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:2000]
+
+
+def _session(master: str | None) -> SparkSession:
+    return spark_session(master or "local[*]", "jobledger-runner") if master else _submitted()
+
+
+def _submitted() -> SparkSession:
+    """Under spark-submit: its --master and --packages apply, nothing is overridden."""
+    spark = SparkSession.builder.appName("jobledger-runner").getOrCreate()
+    register(spark)
+    return spark

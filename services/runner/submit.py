@@ -1,0 +1,11 @@
+"""Entry script for `spark-submit`: `spark-submit [--packages ...] submit.py [runner options]`.
+
+spark-submit runs a file, not a module; this file only hands over to the runner's CLI.
+"""
+
+import sys
+
+from jobledger.services.runner.cli import submit_main
+
+if __name__ == "__main__":
+    sys.exit(submit_main())

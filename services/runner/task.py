@@ -1,0 +1,230 @@
+"""One task: an execution attempt of a vertex, run inside a Spark task on an executor.
+
+It reports INITIALIZING, then RUNNING once its chain is accepted, and ends FINISHED or FAILED
+with the error. Everything the attempt produces (result partitions, queryable state and its
+KvStateRegistered, topic sink records) is written in one Kafka transaction together with
+FINISHED, so a failed or retried attempt leaves nothing half-visible. Status events have ids
+derived from the deployment's, so a Spark retry or a restarted query reporting the same state
+again is dropped by the JobMaster as a duplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas.kvstate import KvStateRegistered
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
+
+from ..decisions import derived_id
+from ..key_groups import compute_key_group_range_for_operator_index
+from . import kv_state
+from .exchange import ResultWriter, create_result_topics, read_input_gate
+from .operators import (
+    FunctionLoader,
+    Keyed,
+    Subtask,
+    aggregate,
+    check_chain,
+    open_source,
+    run_transforms,
+    split_chain,
+    to_json,
+    write_file_sink,
+)
+
+PRODUCER = "runner"
+
+
+class InjectedFailure(RuntimeError):
+    """The failure an operator's `fail_on_attempt` config asks for (tests, `--fail-once`)."""
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What a task needs to know of its runner; shipped to the executors with each task."""
+
+    bootstrap: str
+    prefix: str
+    allowed_modules: frozenset[str] = frozenset()
+
+
+_producers: dict[str, Producer] = {}
+_serde = EventSerde()
+
+
+def _producer(bootstrap: str) -> Producer:
+    """One transactional producer per Python worker process, reused by its tasks (a worker
+    runs one task at a time)."""
+    if bootstrap not in _producers:
+        producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            "linger.ms": 5,
+        })  # fmt: skip
+        producer.init_transactions(60)
+        _producers[bootstrap] = producer
+    return _producers[bootstrap]
+
+
+def state_event(
+    deployment: TaskDeploymentRequested, state: ExecutionState, error: str | None = None
+) -> TaskExecutionStateChanged:
+    """The runner's report of one state of an attempt; its id depends only on the deployment
+    and the state, so reporting it twice is reporting it once."""
+    return TaskExecutionStateChanged(
+        event_id=derived_id(deployment.event_id, f"runner/{state.value}"),
+        event_time=int(time.time() * 1000),
+        producer=PRODUCER,
+        job_id=deployment.job_id,
+        job_master_id=deployment.job_master_id,
+        execution_attempt_id=deployment.execution_attempt_id,
+        execution_state=state,
+        error=error,
+        resource_id=deployment.resource_id,
+    )
+
+
+class TaskIO:
+    """The attempt's writes: small transactions for INITIALIZING / RUNNING, one for the rest."""
+
+    def __init__(self, settings: RunnerSettings, deployment: TaskDeploymentRequested) -> None:
+        self.settings = settings
+        self.deployment = deployment
+        self.producer = _producer(settings.bootstrap)
+        self.open = False
+
+    def emit(self, event: Event) -> None:
+        role, key = event.route()
+        topic = topic_name(role, self.settings.prefix)
+        self.producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
+
+    def report(self, state: ExecutionState, error: str | None = None) -> None:
+        self.producer.begin_transaction()
+        self.emit(state_event(self.deployment, state, error))
+        self.producer.commit_transaction(60)
+
+    def begin(self) -> None:
+        self.producer.begin_transaction()
+        self.open = True
+
+    def finish(self) -> None:
+        self.emit(state_event(self.deployment, ExecutionState.FINISHED))
+        self.producer.commit_transaction(60)
+        self.open = False
+
+    def fail(self, error: str) -> None:
+        if self.open:
+            with contextlib.suppress(KafkaException):
+                self.producer.abort_transaction(30)
+            self.open = False
+        self.report(ExecutionState.FAILED, error)
+
+    def sink(self, spec: OperatorSpec, records: Iterable[Any]) -> None:
+        d = self.deployment
+        if spec.name == "file":
+            write_file_sink(Path(spec.config["path"]), d.subtask_index, records)
+            return
+        topic = spec.config["topic"]
+        for record in records:
+            key = to_json(record.key) if isinstance(record, Keyed) else None
+            self.producer.produce(
+                topic, key=None if key is None else json.dumps(key).encode(),
+                value=json.dumps(to_json(record)).encode(),
+            )  # fmt: skip
+
+    def register_kv_state(self, registration_name: str, state: dict[Any, Any]) -> None:
+        """Publish the state and register this attempt as the KvState instance for the
+        subtask's key groups."""
+        d = self.deployment
+        kv_state_id = d.execution_attempt_id
+        kv_state.publish(self.producer, self.settings.prefix, kv_state_id, state)
+        groups = compute_key_group_range_for_operator_index(
+            d.max_parallelism, d.number_of_subtasks, d.subtask_index
+        )
+        self.emit(KvStateRegistered(
+            event_id=derived_id(d.event_id, f"runner/kvstate/{registration_name}"),
+            event_time=int(time.time() * 1000), producer=PRODUCER, job_id=d.job_id,
+            job_master_id=d.job_master_id, job_vertex_id=d.vertex_id,
+            key_group_range=KeyGroupRange(start_key_group=groups.start,
+                                          end_key_group=groups.end),
+            registration_name=registration_name, kv_state_id=kv_state_id,
+            server_host=d.resource_id, server_port=0,
+        ))  # fmt: skip
+
+
+def _fail_where_asked(
+    chain_specs: list[OperatorSpec], attempt: int, records: Iterator[Any]
+) -> Iterator[Any]:
+    """Let one record through, then fail, if an operator asks to fail on this attempt."""
+    failing = [s.name for s in chain_specs if s.config.get("fail_on_attempt") == str(attempt)]
+    if not failing:
+        yield from records
+        return
+    yield from (r for _, r in zip(range(1), records, strict=False))
+    raise InjectedFailure(f"operator {failing[0]!r} fails on attempt {attempt} as configured")
+
+
+def _execute(d: TaskDeploymentRequested, settings: RunnerSettings, io: TaskIO) -> None:
+    loader = FunctionLoader(settings.allowed_modules)
+    check_chain(d.operators, bool(d.inputs), loader)
+    io.report(ExecutionState.RUNNING)
+    subtask = Subtask(d.subtask_index, d.number_of_subtasks)
+    parts = split_chain(d.operators)
+    if parts.source is not None:
+        records: Iterator[Any] = open_source(parts.source, subtask)
+    else:
+        records = chain.from_iterable(
+            read_input_gate(settings.bootstrap, settings.prefix, d.job_id, d.vertex_id,
+                            d.subtask_index, gate)
+            for gate in d.inputs
+        )  # fmt: skip
+    writer = ResultWriter(
+        io.producer, settings.prefix, d.job_id, d.vertex_id, d.subtask_index,
+        d.number_of_subtasks, d.attempt_number, d.outputs,
+    )  # fmt: skip
+    if d.outputs:
+        create_result_topics(settings.bootstrap, writer.topics())
+    io.begin()
+    records = _fail_where_asked(d.operators, d.attempt_number, records)
+    records = run_transforms(parts.before, records, loader, io.sink)
+    if parts.aggregation is not None:
+        state = aggregate(parts.aggregation.name, records)
+        name = parts.aggregation.config.get("queryable")
+        if name:
+            io.register_kv_state(name, state)
+        keyed = (Keyed(k, v) for k, v in state.items())
+        records = run_transforms(parts.after, keyed, loader, io.sink)
+    if d.outputs:
+        writer.write_all(records)
+    else:
+        for _ in records:
+            pass
+
+
+def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
+    """Run one deployment to its end; returns the final state's name. Never raises for what
+    the task does: a bad chain, a raising operator or bad input end as FAILED."""
+    deployment = _serde.decode(deployment_bytes, "")
+    assert isinstance(deployment, TaskDeploymentRequested)
+    io = TaskIO(settings, deployment)
+    io.report(ExecutionState.INITIALIZING)
+    try:
+        _execute(deployment, settings, io)
+        io.finish()
+    except Exception as exc:
+        io.fail(f"{type(exc).__name__}: {exc}")
+        return ExecutionState.FAILED.value
+    return ExecutionState.FINISHED.value
