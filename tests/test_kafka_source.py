@@ -201,6 +201,25 @@ def test_restart_from_checkpoint_reads_every_record_once(
     assert flat(first + second) == everything
 
 
+def test_a_topic_subscribed_on_restart_is_read_from_its_beginning(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Partitions the checkpoint does not know (here: a whole topic) start at their earliest
+    offset, as native's newly discovered partitions do; the others resume."""
+    first_topic, added_topic = new_topic(cluster, "first"), new_topic(cluster, "added", 2)
+    checkpoint = tmp_path / "checkpoint"
+    write_transaction(cluster.bootstrap, first_topic, records(0, "a", 3))
+    write_transaction(cluster.bootstrap, added_topic, records(1, "a", 2))
+    run_available_now(source(spark, cluster.bootstrap, first_topic), checkpoint)  # latest: none
+    write_transaction(cluster.bootstrap, first_topic, records(2, "b", 2))
+
+    both = source(spark, cluster.bootstrap, f"{first_topic},{added_topic}")
+    batches, _ = run_available_now(both, checkpoint)
+
+    got = sorted((r[3] for r in flat(batches)), key=str)
+    assert got == sorted([f"b-2-{i}".encode() for i in range(2)] + [b"a-1-0", b"a-1-1"], key=str)
+
+
 def test_max_offsets_per_trigger_bounds_every_batch(
     spark: SparkSession, cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -167,6 +167,11 @@ def read_input_gate(
         "enable.partition.eof": True,
     })  # fmt: skip
     try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise ResultPartitionError(
+                f"no finished result of {gate.source_vertex_id}: {topic} does not exist"
+            )
         consumer.assign([TopicPartition(topic, subtask_index, 0)])
         while True:
             msg = consumer.poll(10)

@@ -26,15 +26,15 @@ aborts. The latest offset of a partition is then its last stable offset. A posit
 fallen off the log (retention) fails the read, as native's default `failOnDataLoss=true`.
 Offsets in the checkpoint are `{topic: {partition: next offset}}`, exactly native's form.
 
-Writing (`df.writeStream.format("jobledger-kafka")`, or `df.write.mode("append")` for a batch,
-Python data sources knowing no `errorifexists`): `kafka.*` options configure the producer; columns
-`value`
-(binary or string, required), `key`, `topic` (unless the `topic` option is set, which wins),
-`partition` and `headers`, as native. Each Spark task writes its rows with its own producer in one
-Kafka transaction (`transactional`, default true; `kafka.transactional.id` sets the id prefix),
-committed before the task reports success, so read_committed readers never see a failed task's
-rows and a retried task fences its predecessor. Like native, a batch is at least once: a task that
-committed stays committed if a sibling fails. `transactional=false` produces plainly and flushes.
+Writing (`df.writeStream.format("jobledger-kafka")`, or `df.write.mode("append")` for a batch, as
+Python data sources know no `errorifexists`): `kafka.*` options configure the producer; columns
+`value` (binary or string, required), `key`, `topic` (unless the `topic` option is set, which
+wins), `partition` and `headers`, as native. Each Spark task writes its rows with its own producer
+in one Kafka transaction (`transactional`, default true; `kafka.transactional.id` sets the id
+prefix), committed before the task reports success: read_committed readers never see a failed
+task's rows, a retried task fences its predecessor, and the embedded broker's watermark bug for
+plain multi-record batches stays out of the way. Like native, a batch is at least once: a task
+that committed stays committed if a sibling fails. `transactional=false` produces and flushes.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -168,7 +169,8 @@ def _client_config(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _canonical(offsets: Offsets) -> Offsets:
-    """Topics and partitions in a fixed order: Spark compares offsets by their JSON text."""
+    """Topics and partitions in a fixed order: Spark keeps offsets as JSON text, so equal
+    offsets must serialize alike."""
     return {
         topic: {p: offsets[topic][p] for p in sorted(offsets[topic], key=int)}
         for topic in sorted(offsets)
@@ -289,7 +291,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return marks
 
     def initialOffset(self) -> dict:
-        """Resolved once per run: Spark asks again on every trigger until a batch is logged."""
+        """Resolved once per run, so `latest` names the same offsets however often Spark asks."""
         if self._initial is None:
             self._initial = self._resolve_starting(self._watermarks())
         return self._initial
@@ -381,27 +383,27 @@ def _read_range(
     deadline = time.monotonic() + timeout_s
     while True:
         msg = consumer.poll(1.0)
-        if msg is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"no progress reading {part.topic}[{part.partition}] offsets "
-                    f"[{part.start}, {part.end}) for {timeout_s:.0f} s"
-                )
-            continue
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= part.end:
+        error = None if msg is None else msg.error()
+        if msg is not None and error is None:
+            offset = msg.offset()
+            if offset >= part.end:
                 return
-            if error.code() == KafkaError._PARTITION_EOF or error.code() in _TRANSIENT:
-                continue
-            raise KafkaException(error)
-        deadline = time.monotonic() + timeout_s
-        offset = msg.offset()
-        if offset >= part.end:
-            return
-        yield _row(msg, include_headers)
-        if offset >= part.end - 1:
-            return
+            yield _row(msg, include_headers)
+            if offset >= part.end - 1:
+                return
+            deadline = time.monotonic() + timeout_s
+            continue
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if msg.offset() >= part.end:
+                    return
+            elif error.code() not in _TRANSIENT:
+                raise KafkaException(error)
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"no progress reading {part.topic}[{part.partition}] offsets "
+                f"[{part.start}, {part.end}) for {timeout_s:.0f} s"
+            )
 
 
 def _row(msg: Message, include_headers: bool) -> tuple:
@@ -498,8 +500,6 @@ class _KafkaSink:
         self._transactional_id_prefix = prefix or f"jobledger-spark-sink-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[Row]) -> KafkaCommitMessage:
-        from pyspark import TaskContext
-
         config = dict(self._config)
         if self._transactional:
             context = TaskContext.get()

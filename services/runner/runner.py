@@ -116,6 +116,7 @@ class TaskRunner:
         if self.query is not None:
             self.query.stop()
         self.pool.shutdown(wait=True, cancel_futures=False)
+        task.close_producers()
 
     def await_termination(self) -> None:
         assert self.query is not None

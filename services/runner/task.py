@@ -79,6 +79,13 @@ def _producer(bootstrap: str) -> Producer:
     return _producers[bootstrap]
 
 
+def close_producers() -> None:
+    """Flush and forget this process's producers (a stopping runner's driver)."""
+    while _producers:
+        _, producer = _producers.popitem()
+        producer.flush(10)
+
+
 def state_event(
     deployment: TaskDeploymentRequested, state: ExecutionState, error: str | None = None
 ) -> TaskExecutionStateChanged:

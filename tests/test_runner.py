@@ -1,0 +1,151 @@
+"""The Spark runner over the real broker and a real local Spark: the word-count demo end to
+end (also with a failure and a restart), and bad deployments ending as FAILED tasks while
+the runner goes on."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import (
+    DistributionPattern,
+    ExecutionState,
+    InputGateDeploymentDescriptor,
+    OperatorSpec,
+)
+from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.runner import demo
+from jobledger.services.runner.runner import RunnerConfig, TaskRunner
+
+pytestmark = pytest.mark.broker
+
+VOCABULARY = ["flink", "kafka", "spark", "slot", "Slot", "don't", "naïve", "über", "job-master",
+              "task_executor", "x", "42", "résumé", "ALLOCATION", "the", "a"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory) -> Path:
+    rng = random.Random(11)
+    path = tmp_path_factory.mktemp("text") / "words.txt"
+    lines = [" ".join(rng.choices(VOCABULARY, k=rng.randint(0, 12))) + rng.choice(["", ".", ","])
+             for _ in range(3_000)]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def plain_count(path: Path) -> Counter[str]:
+    return Counter(re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)*", path.read_text("utf-8").lower()))
+
+
+def counted(work: Path) -> Counter[str]:
+    result: Counter[str] = Counter()
+    for part in work.glob("*/counts/part-*"):
+        for line in part.read_text("utf-8").splitlines():
+            word, n = json.loads(line)
+            result[word] += n
+    return result
+
+
+@pytest.mark.parametrize("fail_once", [False, True], ids=["clean", "fail-once"])
+def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, text, tmp_path,
+                                                      capsys, fail_once):  # fmt: skip
+    status = demo.run(text, kafka_bootstrap, tmp_path, parallelism=4, fail_once=fail_once,
+                      timeout_s=240)  # fmt: skip
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert counted(tmp_path) == plain_count(text)
+    assert "counts equal a plain Python count" in printed
+    lookup = re.search(r"queryable state 'word-counts'\['(.+?)'\]: .* -> (\d+)$", printed, re.M)
+    assert lookup and int(lookup[2]) == plain_count(text)[lookup[1]]
+    if fail_once:
+        assert re.search(r"count\[\d\] attempt 0 .*FAILED", printed)
+        assert re.search(r"count\[\d\] attempt 1 .*FINISHED", printed)
+
+
+def deployment(cluster, name: str, operators=(), inputs=(), resource_id="bad-0"):
+    return TaskDeploymentRequested(
+        event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="jobmaster",
+        job_id="bad-job", job_master_id="jm", execution_attempt_id=name, vertex_id=name,
+        subtask_index=0, attempt_number=0, number_of_subtasks=1, max_parallelism=128,
+        allocation_id=f"alloc-{name}", resource_id=resource_id, slot_index=0,
+        invokable_class_name="chain", operators=list(operators), inputs=list(inputs),
+    )  # fmt: skip
+
+
+def final_states(
+    cluster, expected: int, timeout_s: float = 120
+) -> dict[str, TaskExecutionStateChanged]:
+    serde, deadline, ends = EventSerde(), time.monotonic() + timeout_s, {}
+    topic = topic_name(TopicRole.JOB, cluster.prefix)
+    while time.monotonic() < deadline and len(ends) < expected:
+        consumer = read_committed_consumer(cluster.bootstrap)
+        for msg in read_topic(consumer, topic, True, True):
+            event = serde.decode(msg.value(), topic)
+            if isinstance(event, TaskExecutionStateChanged) and event.execution_state in (
+                ExecutionState.FINISHED,
+                ExecutionState.FAILED,
+                ExecutionState.CANCELED,
+            ):
+                ends[event.execution_attempt_id] = event
+        consumer.close()
+        time.sleep(0.5)
+    return ends
+
+
+def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, cluster, tmp_path):
+    runner = TaskRunner(RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
+                                     runner_id="bad", allowed_modules=frozenset({"json"})),
+                        spark=spark)  # fmt: skip
+    runner.start()
+    try:
+        lines = tmp_path / "lines.txt"
+        lines.write_text('{"a": 1}\nnot json\n')
+        bad = [
+            deployment(cluster, "unknown-op", [OperatorSpec(name="teleport")]),
+            deployment(cluster, "not-allowed", [
+                OperatorSpec(name="range", config={"start": "0", "end": "3"}),
+                OperatorSpec(name="map", config={"function": "os:system"})]),
+            deployment(cluster, "raises", [
+                OperatorSpec(name="text_file", config={"path": str(lines)}),
+                OperatorSpec(name="map", config={"function": "json:loads"})]),
+            deployment(cluster, "no-input", [OperatorSpec(name="count")], inputs=[
+                InputGateDeploymentDescriptor(source_vertex_id="ghost",
+                                              distribution_pattern=DistributionPattern.ALL_TO_ALL,
+                                              consumed_subtask_indexes=[0])]),
+            deployment(cluster, "missing-file", [
+                OperatorSpec(name="text_file", config={"path": str(tmp_path / "nope")})]),
+            deployment(cluster, "elsewhere", resource_id="someone-else-0"),
+        ]  # fmt: skip
+        good = deployment(
+            cluster, "good", [OperatorSpec(name="range", config={"start": "0", "end": "10"})]
+        )
+        producer = transactional_producer(cluster.bootstrap, "bad-deployments")
+        serde = EventSerde()
+        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+        producer.begin_transaction()
+        for d in [*bad, good]:
+            producer.produce(te_topic, key=d.resource_id.encode(), value=serde.encode(d, te_topic))
+        producer.produce(te_topic, key=b"bad-0", value=b"\x00garbage")
+        producer.commit_transaction(30)
+        ends = final_states(cluster, expected=6)
+    finally:
+        runner.stop()
+    assert ends["good"].execution_state is ExecutionState.FINISHED
+    assert "elsewhere" not in ends, "a deployment for another runner's TaskExecutor ran here"
+    errors = {name: e.error for name, e in ends.items() if name != "good"}
+    assert all(ends[n].execution_state is ExecutionState.FAILED for n in errors)
+    assert "unknown operator 'teleport'" in errors["unknown-op"]
+    assert "allow-list" in errors["not-allowed"]
+    assert "JSONDecodeError" in errors["raises"]
+    assert "no finished result of ghost" in errors["no-input"]
+    assert "is not a readable file" in errors["missing-file"]

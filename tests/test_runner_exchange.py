@@ -1,0 +1,102 @@
+"""Result partitions over the real broker: keyed routing by key group, newest complete
+attempt wins, a re-run chunk is read once, a missing producer is an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobledger.schemas.types import (
+    DistributionPattern,
+    InputGateDeploymentDescriptor,
+    ResultPartitionDeploymentDescriptor,
+)
+from jobledger.services.kafka import transactional_producer
+from jobledger.services.key_groups import assign_key_to_parallel_operator
+from jobledger.services.runner.exchange import (
+    ResultPartitionError,
+    ResultWriter,
+    create_result_topics,
+    read_input_gate,
+)
+from jobledger.services.runner.operators import Keyed
+
+pytestmark = pytest.mark.broker
+
+CONSUMERS, MAX_P = 3, 128
+
+
+def output(pattern=DistributionPattern.ALL_TO_ALL) -> ResultPartitionDeploymentDescriptor:
+    return ResultPartitionDeploymentDescriptor(
+        consumer_vertex_id="count", distribution_pattern=pattern,
+        number_of_consumer_subtasks=CONSUMERS, consumer_max_parallelism=MAX_P,
+    )  # fmt: skip
+
+
+def write(cluster, subtask: int, attempt: int, records, producers: int = 2, commit=True) -> None:
+    producer = transactional_producer(cluster.bootstrap, "exchange-test")
+    writer = ResultWriter(producer, cluster.prefix, "job", "source", subtask, producers, attempt,
+                          [output()])  # fmt: skip
+    create_result_topics(cluster.bootstrap, writer.topics())
+    producer.begin_transaction()
+    writer.write_all(iter(records))
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def gate(*producers: int) -> InputGateDeploymentDescriptor:
+    return InputGateDeploymentDescriptor(
+        source_vertex_id="source", distribution_pattern=DistributionPattern.ALL_TO_ALL,
+        consumed_subtask_indexes=list(producers),
+    )  # fmt: skip
+
+
+def read(cluster, consumer: int, *producers: int):
+    return read_input_gate(cluster.bootstrap, cluster.prefix, "job", "count", consumer,
+                           gate(*producers))  # fmt: skip
+
+
+def test_keyed_records_reach_the_subtask_owning_their_key_group(cluster):
+    words = [f"w{i}" for i in range(1_200)]
+    write(cluster, 0, 0, [Keyed(w, 1) for w in words[:700]])
+    write(cluster, 1, 0, [Keyed(w, 1) for w in words[700:]])
+    seen = []
+    for consumer in range(CONSUMERS):
+        records = read(cluster, consumer, 0, 1)
+        assert all(
+            assign_key_to_parallel_operator(r.key, MAX_P, CONSUMERS) == consumer for r in records
+        )
+        seen += [r.key for r in records]
+    assert sorted(seen) == sorted(words)
+
+
+def test_the_newest_committed_attempt_wins_and_aborted_output_is_invisible(cluster):
+    write(cluster, 0, 0, [Keyed("old", 1)])
+    write(cluster, 1, 0, [Keyed("b", 1)])
+    write(cluster, 0, 1, [Keyed("new", 1)])
+    write(cluster, 0, 2, [Keyed("aborted", 1)], commit=False)
+    keys = {r.key for c in range(CONSUMERS) for r in read(cluster, c, 0, 1)}
+    assert keys == {"new", "b"}
+
+
+def test_an_attempt_written_twice_is_read_once(cluster):
+    records = [Keyed(f"k{i}", i) for i in range(1_100)]
+    write(cluster, 0, 0, records, producers=1)
+    write(cluster, 0, 0, records, producers=1)
+    got = [r for c in range(CONSUMERS) for r in read(cluster, c, 0)]
+    assert sorted((r.key, r.value) for r in got) == sorted((r.key, r.value) for r in records)
+
+
+def test_a_producer_that_never_finished_is_an_error_naming_it(cluster):
+    write(cluster, 0, 0, [Keyed("a", 1)])
+    write(cluster, 1, 0, [Keyed("b", 1)], commit=False)
+    with pytest.raises(ResultPartitionError, match="no finished result of source subtask 1"):
+        read(cluster, 0, 0, 1)
+
+
+def test_unkeyed_records_are_spread_round_robin(cluster):
+    write(cluster, 0, 0, list(range(9)), producers=1)
+    assert [sorted(read(cluster, c, 0)) for c in range(CONSUMERS)] == [
+        [0, 3, 6], [1, 4, 7], [2, 5, 8],
+    ]  # fmt: skip
