@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 FLINK_VENV ?= .venv-flink
 
-.PHONY: install flink demo test lint
+.PHONY: install flink demo roundtrip test lint
 install: $(VENV)/.installed
 
 # Apache Flink's own jars (from the apache-flink wheel), in a virtualenv of their own since
@@ -25,6 +25,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
+	$(BIN)/jobledger demo wordcount examples/words.txt
+
+roundtrip: install
 	JOBLEDGER=$(BIN)/jobledger bash examples/roundtrip.sh
 
 lint: install

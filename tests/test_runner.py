@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from jobledger.schemas import EventSerde, topic_name
-from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+)
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
@@ -149,3 +153,43 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
     assert "JSONDecodeError" in errors["raises"]
     assert "no finished result of ghost" in errors["no-input"]
     assert "is not a readable file" in errors["missing-file"]
+
+
+def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
+    runner = TaskRunner(RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
+                                     runner_id="cancel", allowed_modules=frozenset({"time"})),
+                        spark=spark)  # fmt: skip
+    runner.start()
+    try:
+        slow = deployment(
+            cluster,
+            "slow",
+            [
+                OperatorSpec(name="range", config={"start": "0", "end": "600"}),
+                OperatorSpec(name="map", config={"function": "time:sleep"}),
+            ],
+            resource_id="cancel-0",
+        )
+        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+        serde = EventSerde()
+        producer = transactional_producer(cluster.bootstrap, "cancel")
+        producer.begin_transaction()
+        producer.produce(te_topic, key=b"cancel-0", value=serde.encode(slow, te_topic))
+        producer.commit_transaction(30)
+        deadline = time.monotonic() + 60
+        while "slow" not in runner.group_of and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)
+        cancel = TaskCancellationRequested(
+            event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="jobmaster",
+            job_id="bad-job", resource_id="cancel-0", execution_attempt_id="slow",
+        )  # fmt: skip
+        started = time.monotonic()
+        producer.begin_transaction()
+        producer.produce(te_topic, key=b"cancel-0", value=serde.encode(cancel, te_topic))
+        producer.commit_transaction(30)
+        ends = final_states(cluster, expected=1, timeout_s=60)
+    finally:
+        runner.stop()
+    assert ends["slow"].execution_state is ExecutionState.CANCELED
+    assert time.monotonic() - started < 60, "the task ran to its end instead of being cancelled"

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from jobledger.projections.log_file import LogRecord, read_log
 from jobledger.projections.replay import replay
@@ -42,7 +42,12 @@ from jobledger.schemas.types import (
     ScheduleMode,
 )
 
-from ..kafka import create_topics, read_committed_consumer, transactional_producer
+from ..kafka import (
+    create_topics,
+    partitions_of,
+    read_committed_consumer,
+    transactional_producer,
+)
 from ..key_groups import assign_to_key_group
 from ..runtime import RuntimeConfig, ServiceRuntime
 from . import functions, kv_state
@@ -99,9 +104,11 @@ class Cluster:
     bootstrap: str
     prefix: str
     work: Path
+    slots: int | None = None
 
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)
+        self.watcher = JobWatcher(self.bootstrap, self.prefix)
         self.services = ServiceRuntime(
             self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500, batch_size=200)
         )
@@ -109,12 +116,15 @@ class Cluster:
             target=self.services.run, args=(False,), daemon=True
         )
         self.services_thread.start()
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         self.runner = TaskRunner(
-            RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint")
+            RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint", slots=self.slots)
         )
+        self.runner.spark.sparkContext.setLogLevel("ERROR")
         self.runner.start()
 
     def close(self) -> None:
+        self.watcher.close()
         self.runner.stop()
         self.services.stop()
         self.services_thread.join(30)
@@ -141,25 +151,7 @@ class Cluster:
         producer.commit_transaction(30)
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
-        """The job's terminal JobStatusChanged, read as it is committed."""
-        serde = EventSerde()
-        consumer = read_committed_consumer(self.bootstrap)
-        consumer.subscribe([topic_name(TopicRole.JOB, self.prefix)])
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-                    continue
-                if msg.error():
-                    raise RuntimeError(str(msg.error()))
-                event = serde.decode(msg.value(), msg.topic())
-                if (isinstance(event, JobStatusChanged) and event.job_id == job_id
-                        and event.to_status in TERMINAL):  # fmt: skip
-                    return event
-        finally:
-            consumer.close()
-        raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
+        return self.watcher.wait(job_id, timeout_s)
 
     def log(self) -> list[LogRecord]:
         consumer = read_committed_consumer(self.bootstrap)
@@ -168,6 +160,40 @@ class Cluster:
                     if isinstance(r, LogRecord)]  # fmt: skip
         finally:
             consumer.close()
+
+
+class JobWatcher:
+    """Follows the job topic from its beginning with one consumer (assigned, so no group
+    join delays it) and remembers every job's terminal status."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.serde = EventSerde()
+        self.ended: dict[str, JobStatusChanged] = {}
+        self.consumer = read_committed_consumer(bootstrap)
+        topic = topic_name(TopicRole.JOB, prefix)
+        self.consumer.assign(
+            [
+                TopicPartition(topic, p, OFFSET_BEGINNING)
+                for p in partitions_of(self.consumer, topic)
+            ]
+        )
+
+    def wait(self, job_id: str, timeout_s: float) -> JobStatusChanged:
+        """The job's terminal JobStatusChanged, read as soon as it is committed."""
+        deadline = time.monotonic() + timeout_s
+        while job_id not in self.ended:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
+            for msg in self.consumer.consume(1_000, 0.05):
+                if msg.error():
+                    continue
+                event = self.serde.decode(msg.value(), msg.topic())
+                if isinstance(event, JobStatusChanged) and event.to_status in TERMINAL:
+                    self.ended[event.job_id] = event
+        return self.ended[job_id]
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def python_count(text: Path) -> Counter[str]:

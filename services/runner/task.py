@@ -118,9 +118,11 @@ class TaskIO:
         topic = topic_name(role, self.settings.prefix)
         self.producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
 
-    def report(self, state: ExecutionState, error: str | None = None) -> None:
+    def report(self, *states: tuple[ExecutionState, str | None]) -> None:
+        """States that happened together, in one transaction."""
         self.producer.begin_transaction()
-        self.emit(state_event(self.deployment, state, error))
+        for state, error in states:
+            self.emit(state_event(self.deployment, state, error))
         self.producer.commit_transaction(60)
 
     def begin(self) -> None:
@@ -137,7 +139,7 @@ class TaskIO:
             with contextlib.suppress(KafkaException):
                 self.producer.abort_transaction(30)
             self.open = False
-        self.report(ExecutionState.FAILED, error)
+        self.report((ExecutionState.FAILED, error))
 
     def sink(self, spec: OperatorSpec, records: Iterable[Any]) -> None:
         d = self.deployment
@@ -184,10 +186,9 @@ def _fail_where_asked(
     raise InjectedFailure(f"operator {failing[0]!r} fails on attempt {attempt} as configured")
 
 
-def _execute(d: TaskDeploymentRequested, settings: RunnerSettings, io: TaskIO) -> None:
-    loader = FunctionLoader(settings.allowed_modules)
-    check_chain(d.operators, bool(d.inputs), loader)
-    io.report(ExecutionState.RUNNING)
+def _execute(
+    d: TaskDeploymentRequested, settings: RunnerSettings, loader: FunctionLoader, io: TaskIO
+) -> None:
     subtask = Subtask(d.subtask_index, d.number_of_subtasks)
     parts = split_chain(d.operators)
     if parts.source is not None:
@@ -227,11 +228,21 @@ def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
     deployment = _serde.decode(deployment_bytes, "")
     assert isinstance(deployment, TaskDeploymentRequested)
     io = TaskIO(settings, deployment)
-    io.report(ExecutionState.INITIALIZING)
+    loader = FunctionLoader(settings.allowed_modules)
     try:
-        _execute(deployment, settings, io)
+        check_chain(deployment.operators, bool(deployment.inputs), loader)
+    except Exception as exc:
+        io.report((ExecutionState.INITIALIZING, None), (ExecutionState.FAILED, _error(exc)))
+        return ExecutionState.FAILED.value
+    io.report((ExecutionState.INITIALIZING, None), (ExecutionState.RUNNING, None))
+    try:
+        _execute(deployment, settings, loader, io)
         io.finish()
     except Exception as exc:
-        io.fail(f"{type(exc).__name__}: {exc}")
+        io.fail(_error(exc))
         return ExecutionState.FAILED.value
     return ExecutionState.FINISHED.value
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,145 @@
+"""End-to-end benchmark: jobs of P parallel no-op tasks, submission to FINISHED, on jobledger
+(services + Spark runner already running) and on an already running Apache Flink MiniCluster,
+in the same run.
+
+    python bench/e2e.py [--parallelism 1 8 32 128] [--repeats 3] [--bootstrap HOST:PORT]
+
+jobledger's figure is the time from committing JobSubmitted to reading the job's FINISHED
+JobStatusChanged; Flink's is submitJob to its job result (bench/flink_minicluster.py). The
+Spark micro-batch floor (a record produced to a topic until a foreachBatch of a streaming
+query over it sees it, same source and trigger as the runner) is printed as its own figure:
+every job waits for at least one micro-batch. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from flink_minicluster import measure_flink
+
+from jobledger.schemas.jobs import JobSubmitted
+from jobledger.schemas.types import JobVertex
+from jobledger.services import broker
+from jobledger.services.kafka import transactional_producer
+from jobledger.services.runner.demo import Cluster, _now
+from jobledger.services.runner.exchange import create_result_topics
+from jobledger.services.runner.kafka_source import register
+
+
+def noop_job(job_id: str, parallelism: int) -> JobSubmitted:
+    vertex = JobVertex(
+        vertex_id="noop", name="noop", invokable_class_name="noop", parallelism=parallelism
+    )
+    return JobSubmitted(
+        event_id=uuid.uuid4().hex, event_time=_now(), producer="bench", job_id=job_id,
+        job_name=f"noop x{parallelism}", vertices=[vertex],
+    )  # fmt: skip
+
+
+def time_job(cluster: Cluster, parallelism: int) -> float:
+    job_id = f"noop-{parallelism}-{uuid.uuid4().hex[:6]}"
+    start = time.perf_counter()
+    cluster.submit(noop_job(job_id, parallelism))
+    end = cluster.wait_for_end(job_id, 300)
+    elapsed = time.perf_counter() - start
+    if end.to_status.value != "FINISHED":
+        raise RuntimeError(f"{job_id} ended {end.to_status.value}: {end.cause}")
+    return elapsed
+
+
+def microbatch_floor(cluster: Cluster, samples: int = 5) -> float:
+    """Produce one record, time until a foreachBatch over the topic has it."""
+    spark = cluster.runner.spark
+    topic = f"{cluster.prefix}floor"
+    create_result_topics(cluster.bootstrap, {topic: 1})
+    seen: dict[bytes, float] = {}
+    arrived = threading.Condition()
+
+    def on_batch(batch, _batch_id) -> None:
+        now = time.perf_counter()
+        with arrived:
+            for row in batch.select("value").collect():
+                seen[bytes(row.value)] = now
+            arrived.notify_all()
+
+    query = (
+        spark.readStream.format(register(spark))
+        .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", topic)
+        .option("startingOffsets", "latest").load()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="jobledger-floor-"))
+        .trigger(processingTime=cluster.runner.config.trigger_interval).start()
+    )  # fmt: skip
+    while query.lastProgress is None:
+        time.sleep(0.1)
+    producer = transactional_producer(cluster.bootstrap, "bench-floor")
+    floors = []
+    for i in range(samples + 1):
+        key = f"probe-{i}".encode()
+        sent = time.perf_counter()
+        producer.begin_transaction()
+        producer.produce(topic, value=key)
+        producer.commit_transaction(30)
+        with arrived:
+            arrived.wait_for(lambda k=key: k in seen, timeout=60)
+        if i:  # the first probe also pays for the query's Python workers starting
+            floors.append(seen[key] - sent)
+    query.stop()
+    return statistics.median(floors)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parallelism", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bootstrap", help="a running Kafka (default: start the embedded one)")
+    args = parser.parse_args()
+
+    flink = measure_flink(args.parallelism, args.repeats)
+    print(f"Flink MiniCluster: {json.dumps(flink)}", file=sys.stderr)
+
+    proc = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        port = broker.free_port()
+        proc = broker.spawn(port, Path("/tmp/jobledger-e2e-broker.log"), detach=False)
+        bootstrap = f"127.0.0.1:{port}"
+    work = Path(tempfile.mkdtemp(prefix="jobledger-e2e-"))
+    cluster = Cluster(bootstrap, f"e2e-{uuid.uuid4().hex[:8]}.", work, slots=max(args.parallelism))
+    try:
+        time_job(cluster, 1)  # warm-up: Python workers, producers, consumer fetch sessions
+        ours = {
+            p: statistics.median(time_job(cluster, p) for _ in range(args.repeats))
+            for p in args.parallelism
+        }
+        floor = microbatch_floor(cluster)
+    finally:
+        cluster.close()
+        if proc is not None:
+            proc.terminate()
+
+    result: dict[str, object] = {}
+    print(f"{'P':>5} {'jobledger s':>12} {'Flink s':>9} {'ratio':>7}")
+    for p in args.parallelism:
+        ratio = ours[p] / flink[p]
+        print(f"{p:>5} {ours[p]:>12.2f} {flink[p]:>9.3f} {ratio:>7.1f}")
+        result[str(p)] = {
+            "jobledger_s": round(ours[p], 3), "flink_s": round(flink[p], 3),
+            "ratio": round(ratio, 2),
+        }  # fmt: skip
+    print(f"Spark micro-batch floor (produce -> foreachBatch): {floor:.2f} s")
+    result["spark_microbatch_floor_s"] = round(floor, 3)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
