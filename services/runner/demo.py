@@ -109,6 +109,7 @@ class Cluster:
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)
         self.watcher = JobWatcher(self.bootstrap, self.prefix)
+        self.client = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
         self.services = ServiceRuntime(
             self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500, batch_size=200)
         )
@@ -141,8 +142,7 @@ class Cluster:
                 resource_manager_id="resourcemanager",
             ),
         ]  # fmt: skip
-        serde = EventSerde()
-        producer = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
+        serde, producer = EventSerde(), self.client
         producer.begin_transaction()
         for event in events:
             role, key = event.route()

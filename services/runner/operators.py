@@ -133,7 +133,8 @@ def text_file_split(path: Path, subtask: Subtask) -> Iterator[str]:
             yield line.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def _source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
+def open_source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
+    """This subtask's records of a source operator."""
     if spec.name == "text_file":
         path = Path(_config(spec, "path"))
         if not path.is_file():
@@ -239,7 +240,3 @@ def run_transforms(
             return iter(())
         stream = _transform(spec, stream, loader)
     return iter(stream)
-
-
-def open_source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
-    return _source(spec, subtask)

@@ -51,7 +51,7 @@ class RunnerConfig:
     master: str | None = "local[*]"
     """None under spark-submit, whose --master then applies."""
     heartbeat_interval_s: float = 5.0
-    trigger_interval: str = "250 milliseconds"
+    trigger_interval: str = "100 milliseconds"
 
 
 @dataclass
@@ -212,10 +212,11 @@ class TaskRunner:
         sc = self.spark.sparkContext
         sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
         payloads = [self.serde.encode(d, "") for d in group.deployments]
+        # At most a few Spark tasks per core: a Spark task costs more than a no-op deployment,
+        # and the cores, not the slots, bound how many run at once.
+        slices = min(len(payloads), 2 * sc.defaultParallelism)
         try:
-            sc.parallelize(payloads, len(payloads)).map(
-                partial(task.run_task, self.settings)
-            ).collect()
+            sc.parallelize(payloads, slices).map(partial(task.run_task, self.settings)).collect()
         except Exception as exc:
             for d in group.deployments:
                 if d.execution_attempt_id in group.cancelled:
@@ -243,11 +244,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _session(master: str | None) -> SparkSession:
-    return spark_session(master or "local[*]", "jobledger-runner") if master else _submitted()
-
-
-def _submitted() -> SparkSession:
-    """Under spark-submit: its --master and --packages apply, nothing is overridden."""
-    spark = SparkSession.builder.appName("jobledger-runner").getOrCreate()
-    register(spark)
-    return spark
+    """A session of our own, or under spark-submit (no master) the one spark-submit
+    configured: its --master and --packages apply, nothing is overridden."""
+    if master:
+        return spark_session(master, "jobledger-runner")
+    return SparkSession.builder.appName("jobledger-runner").getOrCreate()

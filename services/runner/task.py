@@ -61,22 +61,23 @@ class RunnerSettings:
     allowed_modules: frozenset[str] = frozenset()
 
 
-_producers: dict[str, Producer] = {}
+_producers: dict[tuple[str, bool], Producer] = {}
 _serde = EventSerde()
 
 
-def _producer(bootstrap: str) -> Producer:
-    """One transactional producer per Python worker process, reused by its tasks (a worker
-    runs one task at a time)."""
-    if bootstrap not in _producers:
-        producer = Producer({
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}",
-            "linger.ms": 5,
-        })  # fmt: skip
-        producer.init_transactions(60)
-        _producers[bootstrap] = producer
-    return _producers[bootstrap]
+def _producer(bootstrap: str, transactional: bool = True) -> Producer:
+    """The producers of this process, reused by its tasks (a Python worker runs one task at
+    a time): a transactional one for what must appear atomically, a plain idempotent one for
+    state reports that may appear on their own."""
+    if (bootstrap, transactional) not in _producers:
+        config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 1}
+        if transactional:
+            config["transactional.id"] = f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        producer = Producer(config)
+        if transactional:
+            producer.init_transactions(60)
+        _producers[(bootstrap, transactional)] = producer
+    return _producers[(bootstrap, transactional)]
 
 
 def close_producers() -> None:
@@ -105,39 +106,51 @@ def state_event(
 
 
 class TaskIO:
-    """The attempt's writes: small transactions for INITIALIZING / RUNNING, one for the rest."""
+    """The attempt's writes. State reports go out as they happen; what the attempt produces
+    (result partitions, state, sink records) goes into one transaction that FINISHED commits,
+    opened only if the attempt produces anything."""
 
     def __init__(self, settings: RunnerSettings, deployment: TaskDeploymentRequested) -> None:
         self.settings = settings
         self.deployment = deployment
-        self.producer = _producer(settings.bootstrap)
+        self.reports = _producer(settings.bootstrap, transactional=False)
         self.open = False
 
-    def emit(self, event: Event) -> None:
+    def _produce(self, producer: Producer, event: Event) -> None:
         role, key = event.route()
         topic = topic_name(role, self.settings.prefix)
-        self.producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
+        producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
+
+    def output(self) -> Producer:
+        """The transactional producer, inside the attempt's transaction."""
+        producer = _producer(self.settings.bootstrap)
+        if not self.open:
+            producer.begin_transaction()
+            self.open = True
+        return producer
 
     def report(self, *states: tuple[ExecutionState, str | None]) -> None:
-        """States that happened together, in one transaction."""
-        self.producer.begin_transaction()
+        """States that happened together, delivered before anything else the attempt
+        writes, so the log has them in the order they happened."""
         for state, error in states:
-            self.emit(state_event(self.deployment, state, error))
-        self.producer.commit_transaction(60)
-
-    def begin(self) -> None:
-        self.producer.begin_transaction()
-        self.open = True
+            self._produce(self.reports, state_event(self.deployment, state, error))
+        if self.reports.flush(60):
+            raise KafkaException(f"state reports of {self.deployment.execution_attempt_id} "
+                                 "were not delivered")  # fmt: skip
 
     def finish(self) -> None:
-        self.emit(state_event(self.deployment, ExecutionState.FINISHED))
-        self.producer.commit_transaction(60)
+        """FINISHED, atomically with everything the attempt produced."""
+        if not self.open:
+            self.report((ExecutionState.FINISHED, None))
+            return
+        self._produce(self.output(), state_event(self.deployment, ExecutionState.FINISHED))
+        _producer(self.settings.bootstrap).commit_transaction(60)
         self.open = False
 
     def fail(self, error: str) -> None:
         if self.open:
             with contextlib.suppress(KafkaException):
-                self.producer.abort_transaction(30)
+                _producer(self.settings.bootstrap).abort_transaction(30)
             self.open = False
         self.report((ExecutionState.FAILED, error))
 
@@ -146,10 +159,10 @@ class TaskIO:
         if spec.name == "file":
             write_file_sink(Path(spec.config["path"]), d.subtask_index, records)
             return
-        topic = spec.config["topic"]
+        topic, producer = spec.config["topic"], self.output()
         for record in records:
             key = to_json(record.key) if isinstance(record, Keyed) else None
-            self.producer.produce(
+            producer.produce(
                 topic, key=None if key is None else json.dumps(key).encode(),
                 value=json.dumps(to_json(record)).encode(),
             )  # fmt: skip
@@ -159,11 +172,11 @@ class TaskIO:
         subtask's key groups."""
         d = self.deployment
         kv_state_id = d.execution_attempt_id
-        kv_state.publish(self.producer, self.settings.prefix, kv_state_id, state)
+        kv_state.publish(self.output(), self.settings.prefix, kv_state_id, state)
         groups = compute_key_group_range_for_operator_index(
             d.max_parallelism, d.number_of_subtasks, d.subtask_index
         )
-        self.emit(KvStateRegistered(
+        self._produce(self.output(), KvStateRegistered(
             event_id=derived_id(d.event_id, f"runner/kvstate/{registration_name}"),
             event_time=int(time.time() * 1000), producer=PRODUCER, job_id=d.job_id,
             job_master_id=d.job_master_id, job_vertex_id=d.vertex_id,
@@ -199,13 +212,6 @@ def _execute(
                             d.subtask_index, gate)
             for gate in d.inputs
         )  # fmt: skip
-    writer = ResultWriter(
-        io.producer, settings.prefix, d.job_id, d.vertex_id, d.subtask_index,
-        d.number_of_subtasks, d.attempt_number, d.outputs,
-    )  # fmt: skip
-    if d.outputs:
-        create_result_topics(settings.bootstrap, writer.topics())
-    io.begin()
     records = _fail_where_asked(d.operators, d.attempt_number, records)
     records = run_transforms(parts.before, records, loader, io.sink)
     if parts.aggregation is not None:
@@ -216,6 +222,11 @@ def _execute(
         keyed = (Keyed(k, v) for k, v in state.items())
         records = run_transforms(parts.after, keyed, loader, io.sink)
     if d.outputs:
+        writer = ResultWriter(
+            io.output(), settings.prefix, d.job_id, d.vertex_id, d.subtask_index,
+            d.number_of_subtasks, d.attempt_number, d.outputs,
+        )  # fmt: skip
+        create_result_topics(settings.bootstrap, writer.topics())
         writer.write_all(records)
     else:
         for _ in records:
