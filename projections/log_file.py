@@ -27,7 +27,7 @@ from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES
 from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.kafka import read_topics
+from jobledger.services.kafka import read_committed_consumer, read_topics
 
 INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
 
@@ -71,6 +71,15 @@ def read_log(
             yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
             continue
         yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
+
+
+def read_events(bootstrap: str, prefix: str) -> list[LogRecord]:
+    """The decodable records of the input topics as they are now (what a replay reads)."""
+    consumer = read_committed_consumer(bootstrap)
+    try:
+        return [r for r in read_log(consumer, prefix, EventSerde()) if isinstance(r, LogRecord)]
+    finally:
+        consumer.close()
 
 
 def _event_union() -> list[Any]:

@@ -167,3 +167,26 @@ def read_topics(
             raise KafkaException(msg.error())
         at_end.discard((msg.topic(), msg.partition()))
         yield msg
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int, silence_s: float = 10.0
+) -> Iterator[Message]:
+    """Every committed record of one partition, from its beginning to its current end (found
+    with partition EOF, like `read_topics`). LookupError if the topic does not exist,
+    TimeoutError if the broker says nothing for `silence_s`."""
+    consumer = read_committed_consumer(bootstrap)
+    try:
+        partitions_of(consumer, topic)
+        consumer.assign([TopicPartition(topic, partition, -2)])
+        while True:
+            msg = consumer.poll(silence_s)
+            if msg is None:
+                raise TimeoutError(f"{topic}[{partition}] did not answer in {silence_s:.0f} s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return
+                raise KafkaException(msg.error())
+            yield msg
+    finally:
+        consumer.close()

@@ -10,9 +10,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jobledger.projections.log_file import LogRecord, read_log
+from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.schemas import Event, EventSerde, topic_name
-from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.kafka import transactional_producer
 from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 
@@ -29,12 +29,7 @@ def append(cluster, events: list[Event]) -> None:
 
 
 def read(cluster) -> list[LogRecord]:
-    consumer = read_committed_consumer(cluster.bootstrap)
-    try:
-        return [r for r in read_log(consumer, cluster.prefix, EventSerde())
-                if isinstance(r, LogRecord)]  # fmt: skip
-    finally:
-        consumer.close()
+    return read_events(cluster.bootstrap, cluster.prefix)
 
 
 def wait_until_quiet(cluster, settle_s: float = 3.0, limit_s: float = 120.0) -> list[LogRecord]:

@@ -271,17 +271,19 @@ def test_end_of_partition_is_found_without_trusting_watermarks(cluster):
     assert ids == [f"plain-{i}" for i in range(6)]
 
 
-def test_topics_create_is_explicit_idempotent_and_compacts_snapshots(cluster, tmp_path):
+def test_topics_create_is_explicit_idempotent_and_compacts_snapshots_and_state(cluster, tmp_path):
     result = jobledger(cluster, tmp_path, "topics", "create", "--partitions", "3")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\texists") == 5
+    assert result.stdout.count("\texists") == len(TopicRole)
     again = create_topics(cluster.bootstrap, cluster.prefix, partitions=3)
     assert not any(r.created or r.error for r in again)
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     snapshot = ConfigResource("topic", topic_name(TopicRole.SNAPSHOT, cluster.prefix))
-    config = admin.describe_configs([snapshot])[snapshot].result()
-    assert config["cleanup.policy"].value == "compact"
+    kv_state = ConfigResource("topic", topic_name(TopicRole.KV_STATE, cluster.prefix))
+    configs = admin.describe_configs([snapshot, kv_state])
+    assert configs[snapshot].result()["cleanup.policy"].value == "compact"
+    assert configs[kv_state].result()["cleanup.policy"].value == "compact"
 
     listed = jobledger(cluster, tmp_path, "topics", "list").stdout
     assert f"{topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)}\t1 partitions" in listed

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from jobledger.projections.log_file import LogRecord, read_log
+from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.projections.replay import replay
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected
@@ -154,12 +154,7 @@ class Cluster:
         return self.watcher.wait(job_id, timeout_s)
 
     def log(self) -> list[LogRecord]:
-        consumer = read_committed_consumer(self.bootstrap)
-        try:
-            return [r for r in read_log(consumer, self.prefix, EventSerde())
-                    if isinstance(r, LogRecord)]  # fmt: skip
-        finally:
-            consumer.close()
+        return read_events(self.bootstrap, self.prefix)
 
 
 class JobWatcher:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobledger.schemas.types import (
@@ -31,6 +31,7 @@ from jobledger.schemas.types import (
 )
 
 from ..execution_graph import pointwise_producers
+from ..kafka import read_partition
 from ..key_groups import assign_key_to_parallel_operator
 from .operators import Keyed
 
@@ -161,34 +162,16 @@ def read_input_gate(
     topic = result_topic(prefix, job_id, gate.source_vertex_id, consumer_vertex)
     chunks: dict[tuple[int, int], dict[int, list[Any]]] = {}
     ends: dict[tuple[int, int], int] = {}
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"jobledger-exchange-{topic}",
-        "enable.auto.commit": False, "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    })  # fmt: skip
     try:
-        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise ResultPartitionError(
-                f"no finished result of {gate.source_vertex_id}: {topic} does not exist"
-            )
-        consumer.assign([TopicPartition(topic, subtask_index, 0)])
-        while True:
-            msg = consumer.poll(10)
-            if msg is None:
-                raise ResultPartitionError(f"{topic}[{subtask_index}] did not answer in 10 s")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                raise ResultPartitionError(f"{topic}[{subtask_index}]: {msg.error()}")
+        for msg in read_partition(bootstrap, topic, subtask_index):
             producer, attempt, chunk = msg.key().decode().split("/")
             origin = (int(producer), int(attempt))
             if any(k == END_HEADER for k, _ in msg.headers() or []):
                 ends[origin] = int(msg.value())
             else:
                 chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
-    finally:
-        consumer.close()
+    except (LookupError, TimeoutError, KafkaException) as exc:
+        raise ResultPartitionError(f"no finished result of {gate.source_vertex_id}: {exc}") from exc
     records: list[Any] = []
     for producer in gate.consumed_subtask_indexes:
         attempts = [a for p, a in ends if p == producer]

@@ -13,10 +13,12 @@ import json
 import zlib
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from jobledger.schemas import topic_name
 from jobledger.schemas.topics import TopicRole
+
+from ..kafka import read_partition
 
 
 class KvStateLookupError(LookupError):
@@ -56,25 +58,17 @@ def publish(producer: Producer, prefix: str, kv_state_id: str, state: dict[Any, 
 def lookup(bootstrap: str, prefix: str, kv_state_id: str, key: Any) -> Any | None:
     """The latest value published for `key` by the KvState instance, or None."""
     topic = _topic(prefix)
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "jobledger-kvstate-lookup",
-        "enable.auto.commit": False, "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    })  # fmt: skip
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "jobledger-kvstate-lookup"})
+    try:
+        partition = _partition(kv_state_id, _partitions(probe, topic))
+    finally:
+        probe.close()
     wanted = _entry_key(kv_state_id, key)
     found = None
     try:
-        partition = _partition(kv_state_id, _partitions(consumer, topic))
-        consumer.assign([TopicPartition(topic, partition, 0)])
-        while True:
-            msg = consumer.poll(10)
-            if msg is None:
-                raise KvStateLookupError(f"{topic}[{partition}] did not answer in 10 s")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return found
-                raise KvStateLookupError(str(msg.error()))
+        for msg in read_partition(bootstrap, topic, partition):
             if msg.key() == wanted:
                 found = json.loads(msg.value())
-    finally:
-        consumer.close()
+    except (TimeoutError, KafkaException) as exc:
+        raise KvStateLookupError(f"{topic}[{partition}]: {exc}") from exc
+    return found
