@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.topics import DEFAULT_PREFIX, TopicRole, topic_name, topic_specs
 
 from . import broker
@@ -110,6 +111,18 @@ def transactional_producer(bootstrap: str, owner: str) -> Producer:
     )
     producer.init_transactions(30)
     return producer
+
+
+def append_events(
+    producer: Producer, prefix: str, events: Iterable[Event], serde: EventSerde
+) -> None:
+    """Append events to their owners' topics, keyed by owner, in one transaction."""
+    producer.begin_transaction()
+    for event in events:
+        role, key = event.route()
+        topic = topic_name(role, prefix)
+        producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
+    producer.commit_transaction(30)
 
 
 def read_committed_consumer(bootstrap: str, group: str | None = None) -> Consumer:

@@ -11,21 +11,15 @@ from collections import Counter
 from pathlib import Path
 
 from jobledger.projections.log_file import LogRecord, read_events
-from jobledger.schemas import Event, EventSerde, topic_name
-from jobledger.services.kafka import transactional_producer
+from jobledger.schemas import Event, EventSerde
+from jobledger.services.kafka import append_events, transactional_producer
 from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 
 def append(cluster, events: list[Event]) -> None:
     """Write input events transactionally, as any client would."""
-    serde = EventSerde()
     producer = transactional_producer(cluster.bootstrap, "test-client")
-    producer.begin_transaction()
-    for event in events:
-        role, key = event.route()
-        topic = topic_name(role, cluster.prefix)
-        producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
-    producer.commit_transaction(30)
+    append_events(producer, cluster.prefix, events, EventSerde())
 
 
 def read(cluster) -> list[LogRecord]:

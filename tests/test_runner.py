@@ -10,6 +10,8 @@ import re
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -106,12 +108,21 @@ def final_states(
     return ends
 
 
-def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, cluster, tmp_path):
-    runner = TaskRunner(RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
-                                     runner_id="bad", allowed_modules=frozenset({"json"})),
-                        spark=spark)  # fmt: skip
+@contextmanager
+def running(spark, cluster, tmp_path, runner_id: str, allowed: str) -> Iterator[TaskRunner]:
+    """A runner of its own (TaskExecutor `<runner_id>-0`) on the shared Spark session."""
+    config = RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
+                          runner_id=runner_id, allowed_modules=frozenset({allowed}))  # fmt: skip
+    runner = TaskRunner(config, spark=spark)
     runner.start()
     try:
+        yield runner
+    finally:
+        runner.stop()
+
+
+def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, cluster, tmp_path):
+    with running(spark, cluster, tmp_path, "bad", "json"):
         lines = tmp_path / "lines.txt"
         lines.write_text('{"a": 1}\nnot json\n')
         bad = [
@@ -142,8 +153,6 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
         producer.produce(te_topic, key=b"bad-0", value=b"\x00garbage")
         producer.commit_transaction(30)
         ends = final_states(cluster, expected=6)
-    finally:
-        runner.stop()
     assert ends["good"].execution_state is ExecutionState.FINISHED
     assert "elsewhere" not in ends, "a deployment for another runner's TaskExecutor ran here"
     errors = {name: e.error for name, e in ends.items() if name != "good"}
@@ -156,11 +165,7 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
 
 
 def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
-    runner = TaskRunner(RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
-                                     runner_id="cancel", allowed_modules=frozenset({"time"})),
-                        spark=spark)  # fmt: skip
-    runner.start()
-    try:
+    with running(spark, cluster, tmp_path, "cancel", "time") as runner:
         slow = deployment(
             cluster,
             "slow",
@@ -189,7 +194,5 @@ def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
         producer.produce(te_topic, key=b"cancel-0", value=serde.encode(cancel, te_topic))
         producer.commit_transaction(30)
         ends = final_states(cluster, expected=1, timeout_s=60)
-    finally:
-        runner.stop()
     assert ends["slow"].execution_state is ExecutionState.CANCELED
     assert time.monotonic() - started < 60, "the task ran to its end instead of being cancelled"

@@ -43,6 +43,7 @@ from jobledger.schemas.types import (
 )
 
 from ..kafka import (
+    append_events,
     create_topics,
     partitions_of,
     read_committed_consumer,
@@ -142,13 +143,7 @@ class Cluster:
                 resource_manager_id="resourcemanager",
             ),
         ]  # fmt: skip
-        serde, producer = EventSerde(), self.client
-        producer.begin_transaction()
-        for event in events:
-            role, key = event.route()
-            topic = topic_name(role, self.prefix)
-            producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
-        producer.commit_transaction(30)
+        append_events(self.client, self.prefix, events, EventSerde())
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
         return self.watcher.wait(job_id, timeout_s)

@@ -31,6 +31,7 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
 from ..decisions import derived_id
+from ..kafka import append_events
 from . import task
 from .kafka_source import register
 from .session import spark_session
@@ -93,6 +94,9 @@ class TaskRunner:
             .option("kafka.bootstrap.servers", self.config.bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", "latest")
+            # the native source reads uncommitted records unless told; the services write
+            # transactionally, so both formats read committed records only
+            .option("kafka.isolation.level", "read_committed")
             .load()
         )
         self.query = (
@@ -155,12 +159,7 @@ class TaskRunner:
     def _emit(self, events: list[Event]) -> None:
         with self.lock:
             producer = task._producer(self.config.bootstrap)
-            producer.begin_transaction()
-            for event in events:
-                role, key = event.route()
-                topic = topic_name(role, self.config.prefix)
-                producer.produce(topic, key=key.encode(), value=self.serde.encode(event, topic))
-            producer.commit_transaction(60)
+            append_events(producer, self.config.prefix, events, self.serde)
 
     # -- deployments ---------------------------------------------------------------------
 
