@@ -183,15 +183,15 @@ def read_topics(
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, silence_s: float = 10.0
+    bootstrap: str, topic: str, partition: int, start: int = -2, silence_s: float = 10.0
 ) -> Iterator[Message]:
-    """Every committed record of one partition, from its beginning to its current end (found
-    with partition EOF, like `read_topics`). LookupError if the topic does not exist,
-    TimeoutError if the broker says nothing for `silence_s`."""
+    """Every committed record of one partition from `start` (default: its beginning) to its
+    current end (found with partition EOF, like `read_topics`). LookupError if the topic does
+    not exist, TimeoutError if the broker says nothing for `silence_s`."""
     consumer = read_committed_consumer(bootstrap)
     try:
         partitions_of(consumer, topic)
-        consumer.assign([TopicPartition(topic, partition, -2)])
+        consumer.assign([TopicPartition(topic, partition, start)])
         while True:
             msg = consumer.poll(silence_s)
             if msg is None:

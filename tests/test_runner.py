@@ -28,6 +28,7 @@ from jobledger.schemas.types import (
     ExecutionState,
     InputGateDeploymentDescriptor,
     OperatorSpec,
+    ResultPartitionType,
 )
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
 from jobledger.services.runner import demo
@@ -62,11 +63,14 @@ def counted(work: Path) -> Counter[str]:
     return result
 
 
-@pytest.mark.parametrize("fail_once", [False, True], ids=["clean", "fail-once"])
+@pytest.mark.parametrize(
+    ("fail_once", "pipelined"), [(False, False), (True, False), (False, True)],
+    ids=["clean", "fail-once", "pipelined"],
+)  # fmt: skip
 def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, text, tmp_path,
-                                                      capsys, fail_once):  # fmt: skip
+                                                      capsys, fail_once, pipelined):  # fmt: skip
     status = demo.run(text, kafka_bootstrap, tmp_path, parallelism=4, fail_once=fail_once,
-                      timeout_s=240)  # fmt: skip
+                      pipelined=pipelined, timeout_s=240)  # fmt: skip
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert counted(tmp_path) == plain_count(text)
@@ -136,6 +140,7 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
             deployment(cluster, "no-input", [OperatorSpec(name="count")], inputs=[
                 InputGateDeploymentDescriptor(source_vertex_id="ghost",
                                               distribution_pattern=DistributionPattern.ALL_TO_ALL,
+                                              result_partition_type=ResultPartitionType.BLOCKING,
                                               consumed_subtask_indexes=[0])]),
             deployment(cluster, "missing-file", [
                 OperatorSpec(name="text_file", config={"path": str(tmp_path / "nope")})]),

@@ -3,12 +3,16 @@ attempt wins, a re-run chunk is read once, a missing producer is an error."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from jobledger.schemas.types import (
     DistributionPattern,
     InputGateDeploymentDescriptor,
     ResultPartitionDeploymentDescriptor,
+    ResultPartitionType,
 )
 from jobledger.services.kafka import transactional_producer
 from jobledger.services.key_groups import assign_key_to_parallel_operator
@@ -45,16 +49,16 @@ def write(cluster, subtask: int, attempt: int, records, producers: int = 2, comm
         producer.abort_transaction(30)
 
 
-def gate(*producers: int) -> InputGateDeploymentDescriptor:
+def gate(*producers: int, kind=ResultPartitionType.BLOCKING) -> InputGateDeploymentDescriptor:
     return InputGateDeploymentDescriptor(
         source_vertex_id="source", distribution_pattern=DistributionPattern.ALL_TO_ALL,
-        consumed_subtask_indexes=list(producers),
+        result_partition_type=kind, consumed_subtask_indexes=list(producers),
     )  # fmt: skip
 
 
-def read(cluster, consumer: int, *producers: int):
-    return read_input_gate(cluster.bootstrap, cluster.prefix, "job", "count", consumer,
-                           gate(*producers))  # fmt: skip
+def read(cluster, consumer: int, *producers: int, attempt: int = 0, **kinds):
+    return read_input_gate(cluster.bootstrap, cluster.prefix, "job", "count", consumer, attempt,
+                           gate(*producers, **kinds), pipelined_wait_s=30)  # fmt: skip
 
 
 def test_keyed_records_reach_the_subtask_owning_their_key_group(cluster):
@@ -100,3 +104,25 @@ def test_unkeyed_records_are_spread_round_robin(cluster):
     assert [sorted(read(cluster, c, 0)) for c in range(CONSUMERS)] == [
         [0, 3, 6], [1, 4, 7], [2, 5, 8],
     ]  # fmt: skip
+
+
+def test_a_pipelined_input_waits_for_producers_still_running(cluster):
+    got: list = []
+    reader = threading.Thread(
+        target=lambda: got.extend(read(cluster, 0, 0, kind=ResultPartitionType.PIPELINED))
+    )
+    reader.start()
+    time.sleep(2)
+    assert reader.is_alive(), "the consumer did not wait for its producer"
+    write(cluster, 0, 0, list(range(6)), producers=1)
+    reader.join(30)
+    assert sorted(got) == [0, 3]
+
+
+def test_a_restarted_consumer_does_not_take_an_older_attempts_output(cluster):
+    write(cluster, 0, 0, [Keyed("old", 1)], producers=1)
+    with pytest.raises(ResultPartitionError, match="no finished result of source subtask 0"):
+        read(cluster, 0, 0, attempt=1)
+    write(cluster, 0, 1, [Keyed("new", 1)], producers=1)
+    keys = {r.key for c in range(CONSUMERS) for r in read(cluster, c, 0, attempt=1)}
+    assert keys == {"new"}

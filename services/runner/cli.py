@@ -58,6 +58,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--fail-once", action="store_true",
         help="the count operator fails on its first attempt; the job restarts and finishes",
     )  # fmt: skip
+    c.add_argument(
+        "--pipelined", action="store_true",
+        help="deploy both vertices at once (EAGER) over a pipelined exchange",
+    )  # fmt: skip
     c.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job")
     c.set_defaults(func=cmd_demo_wordcount)
 
@@ -93,7 +97,8 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     return run(
         args.file, kafka.resolve_bootstrap(args.bootstrap), _home() / "demo",
-        parallelism=args.parallelism, fail_once=args.fail_once, top=args.top,
+        parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
+        top=args.top,
         timeout_s=args.timeout,
     )  # fmt: skip
 

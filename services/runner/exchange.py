@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from jobledger.schemas.types import (
     DistributionPattern,
     InputGateDeploymentDescriptor,
     ResultPartitionDeploymentDescriptor,
+    ResultPartitionType,
 )
 
 from ..execution_graph import pointwise_producers
@@ -155,31 +157,51 @@ def read_input_gate(
     job_id: str,
     consumer_vertex: str,
     subtask_index: int,
+    attempt_number: int,
     gate: InputGateDeploymentDescriptor,
+    pipelined_wait_s: float = 300.0,
 ) -> list[Any]:
-    """Every record of this subtask's partition from the producers the gate names, taking each
-    producer's newest complete attempt."""
+    """Every record of this subtask's partition from the producers the gate names, each
+    producer's newest complete attempt at least as new as this one (a global restart gives
+    every vertex the next attempt number together).
+
+    A BLOCKING input was finished before this task was deployed: anything missing is an error.
+    A PIPELINED input's producers may still run: wait for them, up to `pipelined_wait_s`."""
     topic = result_topic(prefix, job_id, gate.source_vertex_id, consumer_vertex)
+    waits = gate.result_partition_type is ResultPartitionType.PIPELINED
+    deadline = time.monotonic() + (pipelined_wait_s if waits else 0)
     chunks: dict[tuple[int, int], dict[int, list[Any]]] = {}
     ends: dict[tuple[int, int], int] = {}
-    try:
-        for msg in read_partition(bootstrap, topic, subtask_index):
-            producer, attempt, chunk = msg.key().decode().split("/")
-            origin = (int(producer), int(attempt))
-            if any(k == END_HEADER for k, _ in msg.headers() or []):
-                ends[origin] = int(msg.value())
-            else:
-                chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
-    except (LookupError, TimeoutError, KafkaException) as exc:
-        raise ResultPartitionError(f"no finished result of {gate.source_vertex_id}: {exc}") from exc
+    start = -2
+    while True:
+        try:
+            for msg in read_partition(bootstrap, topic, subtask_index, start):
+                start = msg.offset() + 1
+                producer, attempt, chunk = msg.key().decode().split("/")
+                origin = (int(producer), int(attempt))
+                if any(k == END_HEADER for k, _ in msg.headers() or []):
+                    ends[origin] = int(msg.value())
+                else:
+                    chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
+            missing = [
+                p for p in gate.consumed_subtask_indexes
+                if not any(q == p and a >= attempt_number for q, a in ends)
+            ]  # fmt: skip
+        except (LookupError, TimeoutError, KafkaException) as exc:
+            missing, error = gate.consumed_subtask_indexes, exc
+        else:
+            error = None
+        if not missing:
+            break
+        if time.monotonic() >= deadline:
+            raise ResultPartitionError(
+                f"no finished result of {gate.source_vertex_id} subtask {missing[0]} in {topic}"
+                + (f": {error}" if error else "")
+            )
+        time.sleep(0.1)
     records: list[Any] = []
     for producer in gate.consumed_subtask_indexes:
-        attempts = [a for p, a in ends if p == producer]
-        if not attempts:
-            raise ResultPartitionError(
-                f"no finished result of {gate.source_vertex_id} subtask {producer} in {topic}"
-            )
-        newest = (producer, max(attempts))
+        newest = (producer, max(a for p, a in ends if p == producer))
         received = chunks.get(newest, {})
         if sorted(received) != list(range(ends[newest])):
             raise ResultPartitionError(

@@ -209,7 +209,7 @@ def _execute(
     else:
         records = chain.from_iterable(
             read_input_gate(settings.bootstrap, settings.prefix, d.job_id, d.vertex_id,
-                            d.subtask_index, gate)
+                            d.subtask_index, d.attempt_number, gate)
             for gate in d.inputs
         )  # fmt: skip
     records = _fail_where_asked(d.operators, d.attempt_number, records)
