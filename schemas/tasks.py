@@ -92,3 +92,18 @@ class TaskCancellationRequested(Event):
     job_id: JobID
     resource_id: ResourceID
     execution_attempt_id: ExecutionAttemptID
+
+
+class TaskFinalStateReported(Event):
+    """A task told its TaskExecutor how it ended, so the TaskExecutor unregisters it from its
+    slot (Flink's unregisterTaskAndNotifyFinalState); the JobMaster learns the same state
+    from TaskExecutionStateChanged."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the task runner (Spark)"
+
+    job_id: JobID
+    resource_id: ResourceID
+    execution_attempt_id: ExecutionAttemptID
+    execution_state: ExecutionState = Field(description="FINISHED, FAILED or CANCELED.")

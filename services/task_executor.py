@@ -38,6 +38,7 @@ from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
+    TaskFinalStateReported,
     TaskSubmissionRejected,
 )
 from jobledger.schemas.timers import TimerFired
@@ -371,6 +372,17 @@ class TaskExecutor(Reducer):
             self._reject(
                 out, f"Cannot find task to stop for execution {event.execution_attempt_id}."
             )
+
+    @handles(TaskFinalStateReported)
+    def on_final_state(self, event: TaskFinalStateReported, out: Decisions) -> None:
+        """The task ended: it leaves its slot, so freeing the slot later fails nothing."""
+        table = self._registered_table(out)
+        if table is None:
+            return
+        if table.slot_of_task(event.execution_attempt_id) is None:
+            self._reject(out, f"no task {event.execution_attempt_id} in the slot table")
+            return
+        table.remove_task(event.execution_attempt_id)
 
     # -- time ----------------------------------------------------------------------------
 

@@ -77,9 +77,16 @@ def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, tex
     assert "counts equal a plain Python count" in printed
     lookup = re.search(r"queryable state 'word-counts'\['(.+?)'\]: .* -> (\d+)$", printed, re.M)
     assert lookup and int(lookup[2]) == plain_count(text)[lookup[1]]
+    timeline = [line for line in printed.splitlines() if " attempt " in line]
     if fail_once:
         assert re.search(r"count\[\d\] attempt 0 .*FAILED", printed)
         assert re.search(r"count\[\d\] attempt 1 .*FINISHED", printed)
+    else:
+        assert len(timeline) == 8, timeline
+        assert all(
+            line.endswith("FINISHED@" + line.rsplit("FINISHED@", 1)[-1]) for line in timeline
+        )
+        assert "FAILED" not in printed, "a finished task was failed afterwards (slot freed)"
 
 
 def deployment(cluster, name: str, operators=(), inputs=(), resource_id="bad-0"):

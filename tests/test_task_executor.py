@@ -17,9 +17,13 @@ from jobledger.schemas.slots import (
     SlotOfferAccepted,
     SlotOfferRejected,
 )
-from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskFinalStateReported,
+)
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind
+from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind
 from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
 from jobledger.services.task_slot_table import TaskSlotState
 
@@ -322,3 +326,22 @@ def test_a_registration_with_an_absurd_number_of_slots_is_rejected():
     )  # fmt: skip
     assert rejected.reason == "a TaskExecutor has 1 to 4096 slots, not 2147483647"
     assert te.te.table is None and te.te.resource_manager_id is None
+
+
+def test_a_task_that_reported_its_end_is_not_failed_when_its_slot_is_freed():
+    te = TE()
+    te.request(0, "a1", at=1_000)
+    te.connect()
+    te.accept("a1")
+    assert te.submit("a1", attempt="att-1") == te.submit("a1", attempt="att-2") == []
+
+    def report_end(attempt: str):
+        return te.apply(TaskFinalStateReported, job_id=JOB, execution_attempt_id=attempt,
+                        execution_state=ExecutionState.FINISHED)  # fmt: skip
+
+    assert report_end("att-1") == []
+    freed = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="job finished")
+    failed = [e.execution_attempt_id for e in freed if e.type_name() == "TaskExecutionStateChanged"]
+    assert failed == ["att-2"], "only the task that never reported its end is failed"
+    [refused] = report_end("att-1")
+    assert refused.type_name() == "EventRejected" and "att-1" in refused.reason

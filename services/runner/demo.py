@@ -31,7 +31,6 @@ from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateC
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
-    ExecutionState,
     JobEdge,
     JobStatus,
     JobVertex,
@@ -57,7 +56,6 @@ from .runner import RunnerConfig, TaskRunner
 REGISTRATION = "word-counts"
 MAX_PARALLELISM = 128
 TERMINAL = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED}
-TERMINAL_STATES = {ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED}
 
 
 def wordcount_job(
@@ -216,16 +214,12 @@ def timeline(records: list[LogRecord], job_id: str) -> list[str]:
         if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
     }
     states: dict[str, list[str]] = {}
-    ended: set[str] = set()
     for r in records:
         e = r.event
-        if (isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id
-                and e.execution_attempt_id not in ended):  # fmt: skip
+        if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
             states.setdefault(e.execution_attempt_id, []).append(
                 f"{e.execution_state.value}@{(e.event_time - start) / 1000:.2f}s"
             )
-            if e.execution_state in TERMINAL_STATES:
-                ended.add(e.execution_attempt_id)
     lines = []
     for attempt, d in sorted(deployed.items(), key=lambda kv: (kv[1].attempt_number,
                              kv[1].vertex_id != "source", kv[1].subtask_index)):  # fmt: skip

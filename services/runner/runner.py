@@ -232,7 +232,7 @@ class TaskRunner:
         self, d: TaskDeploymentRequested, state: ExecutionState, error: str | None = None
     ) -> None:
         try:
-            self._emit([task.state_event(d, state, error)])
+            self._emit([task.state_event(d, state, error), task.final_state_event(d, state)])
         except Exception:
             log.exception("could not report %s of %s", state.value, d.execution_attempt_id)
 

@@ -25,7 +25,11 @@ from confluent_kafka import KafkaException, Producer
 
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.kvstate import KvStateRegistered
-from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.tasks import (
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskFinalStateReported,
+)
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
 
 from ..decisions import derived_id
@@ -46,6 +50,7 @@ from .operators import (
 )
 
 PRODUCER = "runner"
+FINAL_STATES = frozenset({ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED})
 
 
 class InjectedFailure(RuntimeError):
@@ -85,6 +90,21 @@ def close_producers() -> None:
     while _producers:
         _, producer = _producers.popitem()
         producer.flush(10)
+
+
+def final_state_event(
+    deployment: TaskDeploymentRequested, state: ExecutionState
+) -> TaskFinalStateReported:
+    """The same end told to the attempt's TaskExecutor, which unregisters the task."""
+    return TaskFinalStateReported(
+        event_id=derived_id(deployment.event_id, f"runner/final/{state.value}"),
+        event_time=int(time.time() * 1000),
+        producer=PRODUCER,
+        job_id=deployment.job_id,
+        resource_id=deployment.resource_id,
+        execution_attempt_id=deployment.execution_attempt_id,
+        execution_state=state,
+    )
 
 
 def state_event(
@@ -134,6 +154,8 @@ class TaskIO:
         writes, so the log has them in the order they happened."""
         for state, error in states:
             self._produce(self.reports, state_event(self.deployment, state, error))
+            if state in FINAL_STATES:
+                self._produce(self.reports, final_state_event(self.deployment, state))
         if self.reports.flush(60):
             raise KafkaException(f"state reports of {self.deployment.execution_attempt_id} "
                                  "were not delivered")  # fmt: skip
@@ -144,6 +166,7 @@ class TaskIO:
             self.report((ExecutionState.FINISHED, None))
             return
         self._produce(self.output(), state_event(self.deployment, ExecutionState.FINISHED))
+        self._produce(self.output(), final_state_event(self.deployment, ExecutionState.FINISHED))
         _producer(self.settings.bootstrap).commit_transaction(60)
         self.open = False
 
