@@ -25,7 +25,11 @@ from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
-from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.tasks import (
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskFinalStateReported,
+)
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import (
     DistributionPattern,
@@ -127,9 +131,15 @@ class Generator:
                 registration_name="counts", kv_state_id=d.execution_attempt_id,
                 server_host=d.resource_id, server_port=9069,
             ))  # fmt: skip
+        end = ExecutionState.FINISHED
         if d.attempt_number == 0 and self.rng.random() < 0.01:
-            return [*events, state(ExecutionState.FAILED, "java.io.IOException: flaky")]
-        return [*events, state(ExecutionState.FINISHED)]
+            end = ExecutionState.FAILED
+        told = self.make(
+            TaskFinalStateReported, job_id=d.job_id, resource_id=d.resource_id,
+            execution_attempt_id=d.execution_attempt_id, execution_state=end,
+        )  # fmt: skip
+        error = "java.io.IOException: flaky" if end is ExecutionState.FAILED else None
+        return [*events, state(end, error), told]
 
 
 def generate(target: int) -> list[Event]:
