@@ -125,7 +125,11 @@ def append_events(
     producer.commit_transaction(30)
 
 
-def read_committed_consumer(bootstrap: str, group: str | None = None) -> Consumer:
+def read_committed_consumer(
+    bootstrap: str, group: str | None = None, extra: dict[str, object] | None = None
+) -> Consumer:
+    """A consumer that sees committed records only; `extra` overrides librdkafka settings
+    (e.g. a short `fetch.wait.max.ms` for a reader waiting on one record)."""
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -135,6 +139,7 @@ def read_committed_consumer(bootstrap: str, group: str | None = None) -> Consume
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
+            **(extra or {}),
         }
     )
 

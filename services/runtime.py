@@ -12,6 +12,7 @@ reducers only through the log, so replay fires every timeout where it fired live
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -60,6 +61,10 @@ class RuntimeConfig:
     timer_interval_ms: int = 1_000
     """Append a TimerFired for every owner this often (0: no clock)."""
     health_interval_s: float = 10.0
+    idle_commit_interval_s: float = 1.0
+    """Inputs that derive nothing are committed with the next transaction that has output, or
+    after this long: a transaction per tiny batch of such inputs (a task's end told to its
+    TaskExecutor, a heartbeat) cost more than the reducing."""
     poll_timeout_s: float = 0.02
     """How long one poll waits for a full batch: librdkafka waits the whole timeout unless
     the batch fills, so under light traffic this is the latency each hop of a job adds."""
@@ -78,6 +83,9 @@ class PartitionWorker:
     processed: int = 0
     rebuilt_from_snapshot_at: int | None = None
     last_snapshot: float = field(default_factory=time.monotonic)
+    uncommitted_since: float | None = None
+    """When the oldest input processed but not yet committed was processed (it derived
+    nothing, so redoing it after a crash changes nothing)."""
 
 
 @dataclass
@@ -120,7 +128,10 @@ class ServiceRuntime:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self.workers.pop((tp.topic, tp.partition), None)
+            worker = self.workers.pop((tp.topic, tp.partition), None)
+            if worker is not None and worker.uncommitted_since is not None:
+                with contextlib.suppress(KafkaException):  # the next owner redoes them
+                    self._commit(worker, [])
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
     def _rebuild(self, committed: TopicPartition) -> PartitionWorker:
@@ -217,6 +228,7 @@ class ServiceRuntime:
         try:
             while self.running:
                 self.step()
+            self._commit_idle(0)
         finally:
             self.consumer.close()
             log.info("stopped")
@@ -237,22 +249,32 @@ class ServiceRuntime:
             worker = self.workers.get(key)
             if worker is not None:
                 self._process(worker, messages)
+        self._commit_idle(self.config.idle_commit_interval_s)
         self._tick_if_due()
         self._report_health()
         return sum(len(m) for m in batches.values())
 
     def _process(self, worker: PartitionWorker, messages: list[Message]) -> None:
-        producer = worker.producer
-        topic = topic_name(worker.role, self.prefix)
-        producer.begin_transaction()
+        outputs: list[Event] = []
         for msg in messages:
             if msg.offset() < worker.next_offset:
                 continue
-            for out in self._reduce(worker, msg):
-                self._produce(producer, out)
+            outputs += self._reduce(worker, msg)
             worker.next_offset = msg.offset() + 1
             worker.since_snapshot += 1
             worker.processed += 1
+        if outputs or self._snapshot_due(worker):
+            self._commit(worker, outputs)
+        elif worker.uncommitted_since is None:
+            worker.uncommitted_since = time.monotonic()
+
+    def _commit(self, worker: PartitionWorker, outputs: list[Event]) -> None:
+        """One transaction: the decisions, the input offsets and, when due, a snapshot."""
+        producer = worker.producer
+        topic = topic_name(worker.role, self.prefix)
+        producer.begin_transaction()
+        for out in outputs:
+            self._produce(producer, out)
         producer.send_offsets_to_transaction(
             [TopicPartition(topic, worker.partition, worker.next_offset)],
             self.consumer.consumer_group_metadata(), 30,
@@ -260,6 +282,15 @@ class ServiceRuntime:
         if self._snapshot_due(worker):
             self._write_snapshot(worker, topic)
         producer.commit_transaction(60)
+        worker.uncommitted_since = None
+
+    def _commit_idle(self, older_than_s: float) -> None:
+        """Commit the offsets of inputs that derived nothing, once they wait long enough."""
+        now = time.monotonic()
+        for worker in list(self.workers.values()):
+            since = worker.uncommitted_since
+            if since is not None and now - since >= older_than_s:
+                self._commit(worker, [])
 
     def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
         """The input's decisions, or a dead letter if it is not an event at all."""

@@ -160,7 +160,8 @@ class JobWatcher:
     def __init__(self, bootstrap: str, prefix: str) -> None:
         self.serde = EventSerde()
         self.ended: dict[str, JobStatusChanged] = {}
-        self.consumer = read_committed_consumer(bootstrap)
+        # librdkafka's default 500 ms fetch wait would be most of a short job's latency
+        self.consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
         topic = topic_name(TopicRole.JOB, prefix)
         self.consumer.assign(
             [

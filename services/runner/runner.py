@@ -215,7 +215,9 @@ class TaskRunner:
         # and the cores, not the slots, bound how many run at once.
         slices = min(len(payloads), 2 * sc.defaultParallelism)
         try:
-            sc.parallelize(payloads, slices).map(partial(task.run_task, self.settings)).collect()
+            sc.parallelize(payloads, slices).mapPartitions(
+                partial(task.run_tasks, self.settings)
+            ).collect()
         except Exception as exc:
             for d in group.deployments:
                 if d.execution_attempt_id in group.cancelled:

@@ -142,23 +142,25 @@ class TaskIO:
         producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
 
     def output(self) -> Producer:
-        """The transactional producer, inside the attempt's transaction."""
+        """The transactional producer, inside the attempt's transaction. The state reports
+        so far are delivered first, so the log has them before anything the attempt writes."""
         producer = _producer(self.settings.bootstrap)
         if not self.open:
+            self._delivered()
             producer.begin_transaction()
             self.open = True
         return producer
 
     def report(self, *states: tuple[ExecutionState, str | None]) -> None:
-        """States that happened together, delivered before anything else the attempt
-        writes, so the log has them in the order they happened."""
+        """States that happened together; a final state is also told to the TaskExecutor.
+        `run_tasks` waits for their delivery before its Spark task ends."""
         for state, error in states:
             self._produce(self.reports, state_event(self.deployment, state, error))
             if state in FINAL_STATES:
                 self._produce(self.reports, final_state_event(self.deployment, state))
-        if self.reports.flush(60):
-            raise KafkaException(f"state reports of {self.deployment.execution_attempt_id} "
-                                 "were not delivered")  # fmt: skip
+
+    def _delivered(self) -> None:
+        _deliver(self.reports)
 
     def finish(self) -> None:
         """FINISHED, atomically with everything the attempt produced."""
@@ -254,6 +256,20 @@ def _execute(
     else:
         for _ in records:
             pass
+
+
+def _deliver(producer: Producer) -> None:
+    if producer.flush(60):
+        raise KafkaException("state reports were not delivered within 60 s")
+
+
+def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterator[str]:
+    """One Spark task's share of a job's deployments, one after another; their state reports
+    are delivered before it ends (a delivery wait per deployment was most of a no-op's cost).
+    If the process dies first, Spark fails the job and the runner reports the tasks FAILED."""
+    for deployment in deployments:
+        yield run_task(settings, deployment)
+    _deliver(_producer(settings.bootstrap, transactional=False))
 
 
 def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
