@@ -120,10 +120,13 @@ def final_states(
 
 
 @contextmanager
-def running(spark, cluster, tmp_path, runner_id: str, allowed: str) -> Iterator[TaskRunner]:
+def running(
+    spark, cluster, tmp_path, runner_id: str, allowed: str, **config
+) -> Iterator[TaskRunner]:
     """A runner of its own (TaskExecutor `<runner_id>-0`) on the shared Spark session."""
     config = RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
-                          runner_id=runner_id, allowed_modules=frozenset({allowed}))  # fmt: skip
+                          runner_id=runner_id, allowed_modules=frozenset({allowed}),
+                          **config)  # fmt: skip
     runner = TaskRunner(config, spark=spark)
     runner.start()
     try:
@@ -208,3 +211,23 @@ def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
         ends = final_states(cluster, expected=1, timeout_s=60)
     assert ends["slow"].execution_state is ExecutionState.CANCELED
     assert time.monotonic() - started < 60, "the task ran to its end instead of being cancelled"
+
+
+def test_a_query_that_ends_on_its_own_is_started_again(spark, cluster, tmp_path):
+    with running(spark, cluster, tmp_path, "revive", "json", heartbeat_interval_s=0.5) as runner:
+        dead = runner.query
+        dead.stop()  # as if its stream thread had died
+        deadline = time.monotonic() + 60
+        while runner.query is dead or not runner.query.isActive:
+            assert time.monotonic() < deadline, "the query was not started again"
+            time.sleep(0.2)
+        good = deployment(cluster, "after-revival", [
+            OperatorSpec(name="range", config={"start": "0", "end": "5"})],
+            resource_id="revive-0")  # fmt: skip
+        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+        producer = transactional_producer(cluster.bootstrap, "revive")
+        producer.begin_transaction()
+        producer.produce(te_topic, key=b"revive-0", value=EventSerde().encode(good, te_topic))
+        producer.commit_transaction(30)
+        ends = final_states(cluster, expected=1, timeout_s=60)
+    assert ends["after-revival"].execution_state is ExecutionState.FINISHED

@@ -231,6 +231,20 @@ def timeline(records: list[LogRecord], job_id: str) -> list[str]:
     return lines
 
 
+def _explain_timeout(exc: TimeoutError, records: list[LogRecord], job_id: str) -> int:
+    """What the log says about a job that did not end: its status and every attempt."""
+    print(f"\n{exc}")
+    jm = replay(records).driver.job_masters.get(job_id)
+    print(f"job status: {jm.status.value if jm else 'unknown to the JobMaster'}")
+    print("timeline (seconds since submission):")
+    print("\n".join(timeline(records, job_id)))
+    if jm is not None and jm.graph is not None:
+        for ev in jm.graph.execution_vertices():
+            print(f"  {ev.job_vertex_id}[{ev.subtask_index}] attempt "
+                  f"{ev.current.attempt_number}: {ev.current.state.value}")  # fmt: skip
+    return 1
+
+
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
         pipelined: bool = False,
         top: int = 10, timeout_s: float = 300) -> int:  # fmt: skip
@@ -249,7 +263,10 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         started = time.monotonic()
         job = wordcount_job(job_id, text.resolve(), out, parallelism, fail_once, pipelined)
         cluster.submit(job)
-        end = cluster.wait_for_end(job_id, timeout_s)
+        try:
+            end = cluster.wait_for_end(job_id, timeout_s)
+        except TimeoutError as exc:
+            return _explain_timeout(exc, cluster.log(), job_id)
         elapsed = time.monotonic() - started
         records = cluster.log()
     finally:

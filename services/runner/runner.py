@@ -88,6 +88,18 @@ class TaskRunner:
     def start(self) -> None:
         """Start the query, then (once it has fixed its starting offsets) register the
         TaskExecutors, so no deployment for them can come before the query reads."""
+        self._start_query()
+        deadline = time.monotonic() + 120
+        while self.query.lastProgress is None:
+            if time.monotonic() > deadline or not self.query.isActive:
+                raise RuntimeError(f"the runner's query did not start: {self.query.exception()}")
+            time.sleep(0.1)
+        self._register()
+        self.heartbeats.start()
+        log.info("runner %s: %d TaskExecutor(s) x %d slots on %s", self.config.runner_id,
+                 len(self.resource_ids), self.slots, self.spark.sparkContext.master)  # fmt: skip
+
+    def _start_query(self) -> None:
         topic = topic_name(TopicRole.TASK_EXECUTOR, self.config.prefix)
         stream = (
             self.spark.readStream.format(self.format)
@@ -105,15 +117,15 @@ class TaskRunner:
             .trigger(processingTime=self.config.trigger_interval)
             .start()
         )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while self.query.lastProgress is None:
-            if time.monotonic() > deadline or not self.query.isActive:
-                raise RuntimeError(f"the runner's query did not start: {self.query.exception()}")
-            time.sleep(0.1)
-        self._register()
-        self.heartbeats.start()
-        log.info("runner %s: %d TaskExecutor(s) x %d slots on %s", self.config.runner_id,
-                 len(self.resource_ids), self.slots, self.spark.sparkContext.master)  # fmt: skip
+
+    def _revive_query(self) -> None:
+        """A query that ended without `stop()` (a failed micro-batch, a dying stream thread)
+        starts again from its checkpoint: the runner must not die with it."""
+        if self.stopping.is_set() or self.query is None or self.query.isActive:
+            return
+        log.error("the runner's query ended (%s); starting it again from its checkpoint",
+                  self.query.exception())  # fmt: skip
+        self._start_query()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -123,8 +135,8 @@ class TaskRunner:
         task.close_producers()
 
     def await_termination(self) -> None:
-        assert self.query is not None
-        self.query.awaitTermination()
+        """Until `stop()`; the query may be restarted meanwhile."""
+        self.stopping.wait()
 
     # -- TaskExecutors -------------------------------------------------------------------
 
@@ -144,6 +156,10 @@ class TaskRunner:
 
     def _heartbeat(self) -> None:
         while not self.stopping.wait(self.config.heartbeat_interval_s):
+            try:
+                self._revive_query()
+            except Exception:  # tried again at the next heartbeat
+                log.exception("could not start the runner's query again")
             now = int(time.time() * 1000)
             try:
                 self._emit([

@@ -20,6 +20,10 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.ui.showConsoleProgress": "false",
+    # A streaming query stopped or cancelled mid-batch hands Spark a long Python traceback,
+    # which a recursive java.util.regex match overflowed the default 512 KiB thread stack on
+    # (StackOverflowError in the stream execution thread, which then dies).
+    "spark.driver.extraJavaOptions": "-Xss16m",
 }
 
 
