@@ -66,23 +66,22 @@ class RunnerSettings:
     allowed_modules: frozenset[str] = frozenset()
 
 
-_producers: dict[tuple[str, bool], Producer] = {}
+_producers: dict[str, Producer] = {}
 _serde = EventSerde()
 
 
-def _producer(bootstrap: str, transactional: bool = True) -> Producer:
-    """The producers of this process, reused by its tasks (a Python worker runs one task at
-    a time): a transactional one for what must appear atomically, a plain idempotent one for
-    state reports that may appear on their own."""
-    if (bootstrap, transactional) not in _producers:
-        config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 1}
-        if transactional:
-            config["transactional.id"] = f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        producer = Producer(config)
-        if transactional:
-            producer.init_transactions(60)
-        _producers[(bootstrap, transactional)] = producer
-    return _producers[(bootstrap, transactional)]
+def _producer(bootstrap: str) -> Producer:
+    """One transactional producer per process, reused by its tasks (a Python worker runs one
+    task at a time)."""
+    if bootstrap not in _producers:
+        producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            "linger.ms": 1,
+        })  # fmt: skip
+        producer.init_transactions(60)
+        _producers[bootstrap] = producer
+    return _producers[bootstrap]
 
 
 def close_producers() -> None:
@@ -126,56 +125,54 @@ def state_event(
 
 
 class TaskIO:
-    """The attempt's writes. State reports go out as they happen; what the attempt produces
-    (result partitions, state, sink records) goes into one transaction that FINISHED commits,
-    opened only if the attempt produces anything."""
+    """The attempt's writes, all transactional (the embedded broker mishandled the last stable
+    offset when idempotent non-transactional records were interleaved with transactions, which
+    stalled read_committed readers). INITIALIZING + RUNNING commit together before the chain
+    runs, unless there is no chain (a no-op attempt reports everything at its end); what the
+    attempt produces commits with its final state."""
 
     def __init__(self, settings: RunnerSettings, deployment: TaskDeploymentRequested) -> None:
         self.settings = settings
         self.deployment = deployment
-        self.reports = _producer(settings.bootstrap, transactional=False)
+        self.producer = _producer(settings.bootstrap)
         self.open = False
+        self.pending: list[tuple[ExecutionState, str | None]] = []
 
-    def _produce(self, producer: Producer, event: Event) -> None:
+    def emit(self, event: Event) -> None:
         role, key = event.route()
         topic = topic_name(role, self.settings.prefix)
-        producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
+        self.producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
 
     def output(self) -> Producer:
-        """The transactional producer, inside the attempt's transaction. The state reports
-        so far are delivered first, so the log has them before anything the attempt writes."""
-        producer = _producer(self.settings.bootstrap)
+        """The transactional producer, inside the attempt's transaction."""
         if not self.open:
-            self._delivered()
-            producer.begin_transaction()
+            self.producer.begin_transaction()
             self.open = True
-        return producer
+        return self.producer
 
-    def report(self, *states: tuple[ExecutionState, str | None]) -> None:
-        """States that happened together; a final state is also told to the TaskExecutor.
-        `run_tasks` waits for their delivery before its Spark task ends."""
-        for state, error in states:
-            self._produce(self.reports, state_event(self.deployment, state, error))
+    def report(self, *states: tuple[ExecutionState, str | None], now: bool = True) -> None:
+        """States that happened together, committed now (or, with `now=False`, with the
+        attempt's last transaction); a final state is also told to the TaskExecutor."""
+        self.pending += states
+        if not now:
+            return
+        self.output()
+        for state, error in self.pending:
+            self.emit(state_event(self.deployment, state, error))
             if state in FINAL_STATES:
-                self._produce(self.reports, final_state_event(self.deployment, state))
-
-    def _delivered(self) -> None:
-        _deliver(self.reports)
+                self.emit(final_state_event(self.deployment, state))
+        self.pending = []
+        self.producer.commit_transaction(60)
+        self.open = False
 
     def finish(self) -> None:
         """FINISHED, atomically with everything the attempt produced."""
-        if not self.open:
-            self.report((ExecutionState.FINISHED, None))
-            return
-        self._produce(self.output(), state_event(self.deployment, ExecutionState.FINISHED))
-        self._produce(self.output(), final_state_event(self.deployment, ExecutionState.FINISHED))
-        _producer(self.settings.bootstrap).commit_transaction(60)
-        self.open = False
+        self.report((ExecutionState.FINISHED, None))
 
     def fail(self, error: str) -> None:
         if self.open:
             with contextlib.suppress(KafkaException):
-                _producer(self.settings.bootstrap).abort_transaction(30)
+                self.producer.abort_transaction(30)
             self.open = False
         self.report((ExecutionState.FAILED, error))
 
@@ -201,7 +198,8 @@ class TaskIO:
         groups = compute_key_group_range_for_operator_index(
             d.max_parallelism, d.number_of_subtasks, d.subtask_index
         )
-        self._produce(self.output(), KvStateRegistered(
+        self.output()
+        self.emit(KvStateRegistered(
             event_id=derived_id(d.event_id, f"runner/kvstate/{registration_name}"),
             event_time=int(time.time() * 1000), producer=PRODUCER, job_id=d.job_id,
             job_master_id=d.job_master_id, job_vertex_id=d.vertex_id,
@@ -258,18 +256,37 @@ def _execute(
             pass
 
 
-def _deliver(producer: Producer) -> None:
-    if producer.flush(60):
-        raise KafkaException("state reports were not delivered within 60 s")
-
-
 def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterator[str]:
-    """One Spark task's share of a job's deployments, one after another; their state reports
-    are delivered before it ends (a delivery wait per deployment was most of a no-op's cost).
-    If the process dies first, Spark fails the job and the runner reports the tasks FAILED."""
-    for deployment in deployments:
-        yield run_task(settings, deployment)
-    _deliver(_producer(settings.bootstrap, transactional=False))
+    """One Spark task's share of a job's deployments, one after another (a Spark task costs
+    more than a no-op deployment). Consecutive attempts with nothing to run (no operators,
+    inputs or outputs) report their whole lives in one shared transaction: a commit per
+    no-op attempt was most of its cost."""
+    noops: list[TaskDeploymentRequested] = []
+    for payload in deployments:
+        deployment = _serde.decode(payload, "")
+        assert isinstance(deployment, TaskDeploymentRequested)
+        if not (deployment.operators or deployment.inputs or deployment.outputs):
+            noops.append(deployment)
+            continue
+        yield from _finish_noops(settings, noops)
+        yield run_task(settings, payload)
+    yield from _finish_noops(settings, noops)
+
+
+def _finish_noops(settings: RunnerSettings, noops: list[TaskDeploymentRequested]) -> list[str]:
+    if not noops:
+        return []
+    producer = _producer(settings.bootstrap)
+    producer.begin_transaction()
+    for deployment in noops:
+        io = TaskIO(settings, deployment)
+        for state in (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED):
+            io.emit(state_event(deployment, state))
+        io.emit(final_state_event(deployment, ExecutionState.FINISHED))
+    producer.commit_transaction(60)
+    finished = [ExecutionState.FINISHED.value] * len(noops)
+    noops.clear()
+    return finished
 
 
 def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
@@ -284,7 +301,8 @@ def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
     except Exception as exc:
         io.report((ExecutionState.INITIALIZING, None), (ExecutionState.FAILED, _error(exc)))
         return ExecutionState.FAILED.value
-    io.report((ExecutionState.INITIALIZING, None), (ExecutionState.RUNNING, None))
+    started = ((ExecutionState.INITIALIZING, None), (ExecutionState.RUNNING, None))
+    io.report(*started, now=bool(deployment.operators))
     try:
         _execute(deployment, settings, loader, io)
         io.finish()
