@@ -33,6 +33,7 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
 
 from ..decisions import derived_id
+from ..kafka import append_events
 from ..key_groups import compute_key_group_range_for_operator_index
 from . import kv_state
 from .exchange import ResultWriter, create_result_topics, read_input_gate
@@ -198,7 +199,6 @@ class TaskIO:
         groups = compute_key_group_range_for_operator_index(
             d.max_parallelism, d.number_of_subtasks, d.subtask_index
         )
-        self.output()
         self.emit(KvStateRegistered(
             event_id=derived_id(d.event_id, f"runner/kvstate/{registration_name}"),
             event_time=int(time.time() * 1000), producer=PRODUCER, job_id=d.job_id,
@@ -269,31 +269,27 @@ def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterato
             noops.append(deployment)
             continue
         yield from _finish_noops(settings, noops)
-        yield run_task(settings, payload)
+        yield run_task(settings, deployment)
     yield from _finish_noops(settings, noops)
 
 
 def _finish_noops(settings: RunnerSettings, noops: list[TaskDeploymentRequested]) -> list[str]:
     if not noops:
         return []
-    producer = _producer(settings.bootstrap)
-    producer.begin_transaction()
+    lives = (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
+    events: list[Event] = []
     for deployment in noops:
-        io = TaskIO(settings, deployment)
-        for state in (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED):
-            io.emit(state_event(deployment, state))
-        io.emit(final_state_event(deployment, ExecutionState.FINISHED))
-    producer.commit_transaction(60)
+        events += [state_event(deployment, state) for state in lives]
+        events.append(final_state_event(deployment, ExecutionState.FINISHED))
+    append_events(_producer(settings.bootstrap), settings.prefix, events, _serde)
     finished = [ExecutionState.FINISHED.value] * len(noops)
     noops.clear()
     return finished
 
 
-def run_task(settings: RunnerSettings, deployment_bytes: bytes) -> str:
+def run_task(settings: RunnerSettings, deployment: TaskDeploymentRequested) -> str:
     """Run one deployment to its end; returns the final state's name. Never raises for what
     the task does: a bad chain, a raising operator or bad input end as FAILED."""
-    deployment = _serde.decode(deployment_bytes, "")
-    assert isinstance(deployment, TaskDeploymentRequested)
     io = TaskIO(settings, deployment)
     loader = FunctionLoader(settings.allowed_modules)
     try:
