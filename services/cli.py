@@ -26,7 +26,7 @@ from jobledger.projections.tables import state_table
 from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
 from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, write_files
 
-from . import broker, kafka
+from . import apache_kafka, broker, kafka
 from .produce import produce_lines
 from .runner import cli as runner_cli
 from .runtime import RuntimeConfig, ServiceRuntime
@@ -37,7 +37,7 @@ def _connection_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap",
-        help=f"Kafka bootstrap servers (default: ${kafka.BOOTSTRAP_ENV}, else the embedded broker)",
+        help=f"Kafka bootstrap servers (default: ${kafka.BOOTSTRAP_ENV}, else the local broker)",
     )
     common.add_argument(
         "--topic-prefix",
@@ -63,7 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _connection_options()
 
-    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker on loopback")
+    p = sub.add_parser(
+        "broker", help="run a local broker on loopback: Apache Kafka (KRaft) or the light Tansu"
+    )
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--kafka", dest="kind", action="store_const", const="kafka",
+        help="Apache Kafka from Maven Central's jars (default where Java and the jars are here)",
+    )  # fmt: skip
+    kind.add_argument(
+        "--tansu", dest="kind", action="store_const", const="tansu",
+        help="the in-memory Tansu broker from the `embedded` extra (no Java needed)",
+    )  # fmt: skip
     p.add_argument(
         "--port", type=int, help="port (default 9092; --detach picks a free one if it is taken)"
     )
@@ -71,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--detach", action="store_true", help="start in the background and return")
     mode.add_argument("--stop", action="store_true", help="stop the background broker")
     mode.add_argument("--status", action="store_true", help="say whether one is running")
+    mode.add_argument(
+        "--install", action="store_true",
+        help="fetch Apache Kafka's jars from Maven Central (needs Maven) and exit",
+    )  # fmt: skip
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("topics", help="manage the cluster's topics")
@@ -148,28 +163,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    if args.install:
+        print(f"Apache Kafka {apache_kafka.KAFKA_VERSION}: {apache_kafka.install()}")
+        return 0
     if args.status:
         record = broker.read_record()
-        print(f"running on {record.bootstrap} (pid {record.pid})" if record else "not running")
+        print(_describe(record) if record else "not running")
         return 0 if record else 1
     if args.stop:
         record = broker.stop()
-        print(f"stopped the broker on {record.bootstrap}" if record else "no broker was running")
+        print(f"stopped {_describe(record)}" if record else "no broker was running")
         return 0
+    kind = args.kind or broker.default_kind()
     if args.detach:
-        record = broker.read_record() or broker.start_detached(args.port)
-        print(f"embedded broker listening on {record.bootstrap} (pid {record.pid})")
+        record = broker.read_record() or broker.start_detached(args.port, kind)
+        print(_describe(record))
         print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
         return 0
-    return _run_broker_in_foreground(args.port or broker.DEFAULT_PORT)
+    return _run_broker_in_foreground(kind, args.port or broker.DEFAULT_PORT)
 
 
-def _run_broker_in_foreground(port: int) -> int:
-    log_path = broker.state_file().with_name(f"broker-{port}.log")
-    proc = broker.spawn(port, log_path, detach=False)
-    record = broker.BrokerRecord(pid=proc.pid, port=port, log=str(log_path))
+def _describe(record: broker.BrokerRecord) -> str:
+    name = "Apache Kafka" if record.kind == "kafka" else "the Tansu broker"
+    return f"{name} listening on {record.bootstrap} (pid {record.pid}, log {record.log})"
+
+
+def _run_broker_in_foreground(kind: broker.Kind, port: int) -> int:
+    workdir = broker.home() / "broker"
+    print(f"starting {kind} on {broker.LOOPBACK}:{port} ...", flush=True)
+    proc = broker.spawn(kind, port, workdir, detach=False)
+    record = broker.BrokerRecord(proc.pid, port, str(workdir / f"{kind}-{port}.log"), kind)
     broker.write_record(record)
-    print(f"embedded broker listening on {record.bootstrap} (log: {log_path})", flush=True)
+    print(_describe(record), flush=True)
     print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:

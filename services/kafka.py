@@ -1,7 +1,7 @@
 """Kafka plumbing shared by every command: where the broker is, topics, clients.
 
 Bootstrap servers come from `--bootstrap`, then `JOBLEDGER_BOOTSTRAP` (any real Kafka), and
-only then from the embedded broker, started in the background if none is running.
+only then from the local broker (`broker.py`), started in the background if none is running.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def resolve_bootstrap(explicit: str | None) -> str:
     record = broker.read_record()
     if record is None:
         record = broker.start_detached()
+        name = "Apache Kafka" if record.kind == "kafka" else "the Tansu broker"
         print(
-            f"started the embedded broker on {record.bootstrap} (pid {record.pid}); "
+            f"started {name} on {record.bootstrap} (pid {record.pid}); "
             "stop it with `jobledger broker --stop`",
             file=sys.stderr,
         )

