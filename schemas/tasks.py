@@ -52,6 +52,20 @@ class TaskDeploymentRequested(Event):
     )
 
 
+class TaskSubmissionAccepted(Event):
+    """The TaskExecutor took a deployment into its slot (Flink's submitTask acknowledged): the
+    task runner starts only what the TaskExecutor accepted, never a refused submission."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the TaskExecutor"
+
+    job_id: JobID
+    resource_id: ResourceID
+    execution_attempt_id: ExecutionAttemptID
+    allocation_id: AllocationID
+
+
 class TaskSubmissionRejected(Event):
     """The TaskExecutor refused a deployment (no JobManager connection, JobMasterId mismatch,
     slot not active, duplicate attempt)."""

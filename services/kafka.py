@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -89,7 +90,27 @@ def create_topics(
                 results.append(TopicCreation(name, spec.partitions, created=False))
             else:
                 results.append(TopicCreation(name, spec.partitions, False, err.str()))
+    await_metadata(admin, {r.topic: r.partitions for r in results if r.error is None})
     return results
+
+
+def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Until the broker's metadata lists every topic with (at least) its partitions. Apache
+    Kafka answers CreateTopics once the controller has the topic, a moment before the broker
+    serving it does, and makes its partitions known one by one: a client asking in between is
+    told the topic, or a partition of it, does not exist, and a record produced to such a
+    partition is lost."""
+    deadline = time.monotonic() + timeout_s
+    missing = set(topics)
+    while missing:
+        listed = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        missing = {t for t in missing if t not in listed or len(listed[t].partitions) < topics[t]}
+        if missing and time.monotonic() > deadline:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"topics not in metadata: {sorted(missing)}")
+            )
+        if missing:
+            time.sleep(0.05)
 
 
 def resolve_topic(name: str, prefix: str) -> str:
@@ -207,5 +228,20 @@ def read_partition(
                     return
                 raise KafkaException(msg.error())
             yield msg
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """The offsets `group` has committed on every partition of `topics` (absent: none)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        wanted = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in consumer.committed(wanted, timeout=30)
+            if tp.offset >= 0
+        }
     finally:
         consumer.close()

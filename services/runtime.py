@@ -43,6 +43,9 @@ from .kafka import SESSION_TIMEOUT_MS
 
 log = logging.getLogger("jobledger.runtime")
 
+SERVICES_GROUP_PREFIX = "jobledger-services-"
+"""The services' consumer group is this plus the topic prefix: its committed offsets say
+which inputs have been decided."""
 INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
 OWNER_OF_ROLE = {
     TopicRole.JOB: OwnerKind.JOB,
@@ -96,10 +99,12 @@ class ServiceRuntime:
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver
     workers: dict[tuple[str, int], PartitionWorker] = field(default_factory=dict)
     running: bool = True
+    failure: BaseException | None = None
+    """What stopped `run()` if it did not stop cleanly (a host thread reads it)."""
 
     def __post_init__(self) -> None:
         self.serde = EventSerde()
-        self.group = f"jobledger-services-{self.prefix}"
+        self.group = f"{SERVICES_GROUP_PREFIX}{self.prefix}"
         self.consumer = Consumer({
             "bootstrap.servers": self.bootstrap,
             "group.id": self.group,
@@ -134,14 +139,18 @@ class ServiceRuntime:
                     self._commit(worker, [])
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
-    def _rebuild(self, committed: TopicPartition) -> PartitionWorker:
-        """Latest snapshot plus the tail of the log up to the committed offset."""
+    def _rebuild(
+        self, committed: TopicPartition, producer: Producer | None = None
+    ) -> PartitionWorker:
+        """Latest snapshot plus the tail of the log up to the committed offset; the
+        partition's producer is made (fencing the previous owner's) unless one is given."""
         role = self.roles[committed.topic]
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
-        })  # fmt: skip
-        producer.init_transactions(60)
+        if producer is None:
+            producer = Producer({
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
+            })  # fmt: skip
+            producer.init_transactions(60)
         if committed.offset < 0:
             return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
         end = committed.offset
@@ -229,6 +238,10 @@ class ServiceRuntime:
             while self.running:
                 self.step()
             self._commit_idle(0)
+        except BaseException as exc:
+            self.failure = exc
+            log.exception("the service runtime stopped on an error")
+            raise
         finally:
             self.consumer.close()
             log.info("stopped")
@@ -270,19 +283,54 @@ class ServiceRuntime:
 
     def _commit(self, worker: PartitionWorker, outputs: list[Event]) -> None:
         """One transaction: the decisions, the input offsets and, when due, a snapshot."""
-        producer = worker.producer
         topic = topic_name(worker.role, self.prefix)
-        producer.begin_transaction()
-        for out in outputs:
-            self._produce(producer, out)
-        producer.send_offsets_to_transaction(
-            [TopicPartition(topic, worker.partition, worker.next_offset)],
-            self.consumer.consumer_group_metadata(), 30,
-        )  # fmt: skip
-        if self._snapshot_due(worker):
-            self._write_snapshot(worker, topic)
-        producer.commit_transaction(60)
-        worker.uncommitted_since = None
+
+        def write(producer: Producer) -> None:
+            for out in outputs:
+                self._produce(producer, out)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(topic, worker.partition, worker.next_offset)],
+                self.consumer.consumer_group_metadata(), 30,
+            )  # fmt: skip
+            if self._snapshot_due(worker):
+                self._write_snapshot(worker, topic)
+
+        if self._transaction(worker, write, restore=True):
+            worker.uncommitted_since = None
+
+    def _transaction(
+        self, worker: PartitionWorker, write: Callable[[Producer], None], restore: bool
+    ) -> bool:
+        """Run one transaction of the worker's producer. If the broker refuses it (an
+        abortable error: a timeout, a lost coordinator, a full queue), it is aborted and, with
+        `restore`, the worker goes back to its last committed offset: its reducers have seen
+        inputs whose decisions were just thrown away, and going on from there would lose
+        them. A fatal error (fenced: another instance owns the partition now) is raised."""
+        producer = worker.producer
+        try:
+            producer.begin_transaction()
+            write(producer)
+            _commit_transaction(producer)
+            return True
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                raise
+            log.warning("%s/%d: transaction aborted (%s)%s", worker.role.value,
+                        worker.partition, exc.args[0],
+                        "; going back to the committed offset" if restore else "")  # fmt: skip
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(60)
+            if restore:
+                self._restore(worker)
+            return False
+
+    def _restore(self, worker: PartitionWorker) -> None:
+        """Rebuild the worker from its committed offset and fetch again from there."""
+        topic = topic_name(worker.role, self.prefix)
+        committed = self.consumer.committed([TopicPartition(topic, worker.partition)], 30)[0]
+        self.workers[(topic, worker.partition)] = self._rebuild(committed, worker.producer)
+        start = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+        self.consumer.seek(TopicPartition(topic, worker.partition, start))
 
     def _commit_idle(self, older_than_s: float) -> None:
         """Commit the offsets of inputs that derived nothing, once they wait long enough."""
@@ -344,13 +392,15 @@ class ServiceRuntime:
             owners = _owners(worker)
             if not owners:
                 continue
-            worker.producer.begin_transaction()
-            for owner in owners:
-                self._produce(worker.producer, TimerFired(
-                    event_id=uuid.uuid4().hex, event_time=now_ms, producer="clock",
-                    scope=OWNER_OF_ROLE[worker.role], owner_id=owner,
-                ))  # fmt: skip
-            worker.producer.commit_transaction(60)
+
+            def write(producer: Producer, owners: list[str] = owners, role=worker.role) -> None:
+                for owner in owners:
+                    self._produce(producer, TimerFired(
+                        event_id=uuid.uuid4().hex, event_time=now_ms, producer="clock",
+                        scope=OWNER_OF_ROLE[role], owner_id=owner,
+                    ))  # fmt: skip
+
+            self._transaction(worker, write, restore=False)  # the next tick tries again
 
     def _report_health(self) -> None:
         if time.monotonic() - self.last_health < self.config.health_interval_s:
@@ -374,6 +424,18 @@ class ServiceRuntime:
         except KafkaException as exc:
             return f"unknown ({exc.args[0]})"
         return str(max(0, high - worker.next_offset))
+
+
+def _commit_transaction(producer: Producer, attempts: int = 3) -> None:
+    """Commit; a retriable error means the outcome is not known yet, and librdkafka's
+    contract is to call commit again until it is, or the error is no longer retriable."""
+    for attempt in range(attempts):
+        try:
+            producer.commit_transaction(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or attempt == attempts - 1:
+                raise
 
 
 def _owners(worker: PartitionWorker) -> list[str]:

@@ -39,6 +39,7 @@ from jobledger.schemas.tasks import (
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
     TaskFinalStateReported,
+    TaskSubmissionAccepted,
     TaskSubmissionRejected,
 )
 from jobledger.schemas.timers import TimerFired
@@ -322,7 +323,8 @@ class TaskExecutor(Reducer):
 
     @handles(TaskDeploymentRequested)
     def on_deployment(self, event: TaskDeploymentRequested, out: Decisions) -> None:
-        """submitTask with Flink's checks in Flink's order (TE-22, TE-23)."""
+        """submitTask with Flink's checks in Flink's order (TE-22, TE-23); an accepted task
+        is acknowledged on the TaskExecutor's own topic, where the runner waits for it."""
         reason = self._submission_refusal(event)
         if reason is not None:
             out.emit(
@@ -333,6 +335,14 @@ class TaskExecutor(Reducer):
                 allocation_id=event.allocation_id,
                 reason=reason,
             )
+            return
+        out.emit(
+            TaskSubmissionAccepted,
+            job_id=event.job_id,
+            resource_id=self.resource_id,
+            execution_attempt_id=event.execution_attempt_id,
+            allocation_id=event.allocation_id,
+        )
 
     def _submission_refusal(self, event: TaskDeploymentRequested) -> str | None:
         """Why the task cannot run here, or None once it is added. Checked before anything

@@ -101,6 +101,26 @@ def test_verify_reports_the_first_tampered_decision(logged):
     assert f"taskexecutor/{target.partition}@{target.offset}" in divergence.describe()
 
 
+def test_a_decision_of_an_input_the_services_have_not_consumed_yet_is_not_missing(logged):
+    """The services stopped (or lag) after reading an input's cause but before deciding it:
+    its decision is not in the log yet. Only inputs below the services' committed offsets are
+    owed a decision; past them, a missing decision is pending, not lost."""
+    decided = {r.event.cause_event_id for r in logged if r.event.cause_event_id}
+    by_id = {r.event.event_id: r for r in logged}
+    cause = by_id[next(r.event.cause_event_id for r in reversed(logged)
+                       if r.event.cause_event_id in by_id)]  # fmt: skip
+    assert cause.event.event_id in decided
+    without = [r for r in logged if r.event.cause_event_id != cause.event.event_id]
+    _, divergence = verify(without)
+    assert divergence is not None and divergence.recorded is None, "a lost decision is reported"
+
+    def processed(r: LogRecord) -> bool:
+        return (r.role, r.partition) != (cause.role, cause.partition) or r.offset < cause.offset
+
+    _, pending = verify(without, processed=processed)
+    assert pending is None, pending.describe()
+
+
 def test_the_replay_and_export_commands(cluster, live, tmp_path):
     env = cluster.env(str(tmp_path))
     path = tmp_path / "exported.avro"

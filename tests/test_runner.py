@@ -21,6 +21,7 @@ from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
+    TaskSubmissionAccepted,
 )
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
@@ -99,6 +100,49 @@ def deployment(cluster, name: str, operators=(), inputs=(), resource_id="bad-0")
     )  # fmt: skip
 
 
+def accepted(d: TaskDeploymentRequested) -> TaskSubmissionAccepted:
+    """What the TaskExecutor reducer answers to a deployment it takes (the tests play it)."""
+    return TaskSubmissionAccepted(
+        event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="taskexecutor",
+        job_id=d.job_id, resource_id=d.resource_id, execution_attempt_id=d.execution_attempt_id,
+        allocation_id=d.allocation_id,
+    )  # fmt: skip
+
+
+def write(cluster, *events, raw: tuple[bytes, bytes] | None = None) -> None:
+    """Events (and, if given, one raw key/value record) on the TaskExecutor topic, in one
+    transaction, in this order."""
+    producer = transactional_producer(cluster.bootstrap, "runner-test")
+    serde = EventSerde()
+    te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    producer.begin_transaction()
+    for e in events:
+        producer.produce(te_topic, key=e.resource_id.encode(), value=serde.encode(e, te_topic))
+    if raw is not None:
+        producer.produce(te_topic, key=raw[0], value=raw[1])
+    producer.commit_transaction(30)
+
+
+def cancellation(d: TaskDeploymentRequested) -> TaskCancellationRequested:
+    return TaskCancellationRequested(
+        event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="jobmaster",
+        job_id=d.job_id, resource_id=d.resource_id, execution_attempt_id=d.execution_attempt_id,
+    )  # fmt: skip
+
+
+def reported_states(cluster) -> dict[str, list[ExecutionState]]:
+    """Every state the runner reported, per attempt, in log order."""
+    serde, states = EventSerde(), {}
+    topic = topic_name(TopicRole.JOB, cluster.prefix)
+    consumer = read_committed_consumer(cluster.bootstrap)
+    for msg in read_topic(consumer, topic, True, True):
+        event = serde.decode(msg.value(), topic)
+        if isinstance(event, TaskExecutionStateChanged):
+            states.setdefault(event.execution_attempt_id, []).append(event.execution_state)
+    consumer.close()
+    return states
+
+
 def final_states(
     cluster, expected: int, timeout_s: float = 120
 ) -> dict[str, TaskExecutionStateChanged]:
@@ -159,17 +203,15 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
         good = deployment(
             cluster, "good", [OperatorSpec(name="range", config={"start": "0", "end": "10"})]
         )
-        producer = transactional_producer(cluster.bootstrap, "bad-deployments")
-        serde = EventSerde()
-        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
-        producer.begin_transaction()
-        for d in [*bad, good]:
-            producer.produce(te_topic, key=d.resource_id.encode(), value=serde.encode(d, te_topic))
-        producer.produce(te_topic, key=b"bad-0", value=b"\x00garbage")
-        producer.commit_transaction(30)
+        unaccepted = deployment(
+            cluster, "unaccepted", [OperatorSpec(name="range", config={"start": "0", "end": "1"})]
+        )
+        write(cluster, *[*bad, good], *map(accepted, [*bad, good]), unaccepted,
+              raw=(b"bad-0", b"\x00garbage"))  # fmt: skip
         ends = final_states(cluster, expected=6)
     assert ends["good"].execution_state is ExecutionState.FINISHED
     assert "elsewhere" not in ends, "a deployment for another runner's TaskExecutor ran here"
+    assert "unaccepted" not in reported_states(cluster), "ran what no TaskExecutor accepted"
     errors = {name: e.error for name, e in ends.items() if name != "good"}
     assert all(ends[n].execution_state is ExecutionState.FAILED for n in errors)
     assert "unknown operator 'teleport'" in errors["unknown-op"]
@@ -190,24 +232,12 @@ def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
             ],
             resource_id="cancel-0",
         )
-        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
-        serde = EventSerde()
-        producer = transactional_producer(cluster.bootstrap, "cancel")
-        producer.begin_transaction()
-        producer.produce(te_topic, key=b"cancel-0", value=serde.encode(slow, te_topic))
-        producer.commit_transaction(30)
+        write(cluster, slow, accepted(slow))
         deadline = time.monotonic() + 60
-        while "slow" not in runner.group_of and time.monotonic() < deadline:
+        while "slow" not in runner.gate.started and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(3)
-        cancel = TaskCancellationRequested(
-            event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="jobmaster",
-            job_id="bad-job", resource_id="cancel-0", execution_attempt_id="slow",
-        )  # fmt: skip
         started = time.monotonic()
-        producer.begin_transaction()
-        producer.produce(te_topic, key=b"cancel-0", value=serde.encode(cancel, te_topic))
-        producer.commit_transaction(30)
+        write(cluster, cancellation(slow))
         ends = final_states(cluster, expected=1, timeout_s=60)
     assert ends["slow"].execution_state is ExecutionState.CANCELED
     assert time.monotonic() - started < 60, "the task ran to its end instead of being cancelled"
@@ -224,10 +254,6 @@ def test_a_query_that_ends_on_its_own_is_started_again(spark, cluster, tmp_path)
         good = deployment(cluster, "after-revival", [
             OperatorSpec(name="range", config={"start": "0", "end": "5"})],
             resource_id="revive-0")  # fmt: skip
-        te_topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
-        producer = transactional_producer(cluster.bootstrap, "revive")
-        producer.begin_transaction()
-        producer.produce(te_topic, key=b"revive-0", value=EventSerde().encode(good, te_topic))
-        producer.commit_transaction(30)
+        write(cluster, good, accepted(good))
         ends = final_states(cluster, expected=1, timeout_s=60)
     assert ends["after-revival"].execution_state is ExecutionState.FINISHED

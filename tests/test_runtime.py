@@ -9,6 +9,7 @@ import signal
 import time
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from jobledger.projections.replay import replay, verify
 from jobledger.schemas import EventSerde, event_from_json, topic_name
@@ -173,9 +174,8 @@ def test_a_zombie_instance_is_fenced(cluster, broker_aborts_dangling_transaction
         old_topic = topic_name(worker.role, cluster.prefix)
         zombie.produce(old_topic, key=b"zombie", value=b"zombie write")
         zombie.flush(10)
-    with RuntimeThread(cluster):
-        with pytest.raises(KafkaException) as fenced:
-            zombie.commit_transaction(30)
+    with RuntimeThread(cluster), pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(30)
     assert fenced.value.args[0].fatal() or fenced.value.args[0].txn_requires_abort()
     consumer = read_committed_consumer(cluster.bootstrap)
     values = [m.value() for m in read_topic(consumer, old_topic, True, True)]
@@ -233,3 +233,45 @@ def test_health_lines_say_what_is_owned_its_offset_lag_and_throughput(cluster, c
     assert lines, caplog.messages[-10:]
     assert re.fullmatch(rf"{re.escape(rm_topic)}/0 at offset \d+, lag \d+, \d+ events/s", lines[-1])
     assert any(m.startswith("owns [") and rm_topic in m for m in caplog.messages)
+
+
+class RefusedCommits:
+    """A transactional producer whose next `refusals` commits the broker refuses with an
+    abortable error (what a request timeout or a coordinator moving away looks like)."""
+
+    def __init__(self, producer, refusals: int = 1) -> None:
+        self.producer = producer
+        self.refusals = refusals
+
+    def commit_transaction(self, *args):
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "refused by the test", txn_requires_abort=True)
+            )
+        return self.producer.commit_transaction(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.producer, name)
+
+
+def test_a_refused_commit_loses_no_decision_and_duplicates_none(cluster):
+    """The reducers had already applied the inputs of a transaction the broker then refused:
+    the runtime must not go on from that state (their decisions were thrown away with the
+    transaction) nor die. It aborts, goes back to the committed offset and derives them again."""
+    with RuntimeThread(cluster) as runtime:
+        refused = []
+        for worker in runtime.workers.values():
+            worker.producer = RefusedCommits(worker.producer)
+            refused.append(worker.producer)
+        append(cluster, scenario.start_cluster(Clock()))
+        records = wait_until_quiet(cluster)
+        assert runtime.failure is None
+        states = {key: w.driver.to_dict() for key, w in runtime.workers.items()}
+    assert any(p.refusals == 0 for p in refused), "no commit was refused: the test tests nothing"
+    assert_healthy(records)
+    final = replay(records).driver.to_dict()
+    rebuilt_jobs = {j: s for state in states.values() for j, s in state["job_masters"].items()}
+    assert rebuilt_jobs == final["job_masters"]
+    rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+    assert states[(rm_topic, 0)]["resource_manager"] == final["resource_manager"]

@@ -85,6 +85,12 @@ class TE:
         return self.te.table.slots[alloc].state
 
 
+def accepted(events) -> list[tuple[str, str]]:
+    """The (attempt, allocation) of each event, which must all be TaskSubmissionAccepted."""
+    assert types(events) == ["TaskSubmissionAccepted"] * len(events)
+    return [(e.execution_attempt_id, e.allocation_id) for e in events]
+
+
 def test_te_1_slot_requests_before_rm_registration_are_refused():
     te = TE(registered=False)
     [failed] = te.request(0, "a1")
@@ -148,7 +154,7 @@ def test_te_7_partial_acceptance_frees_the_rejected_slot_and_tells_the_rm():
     assert te.accept("a1") == []
     [freed] = te.reject("a2")
     assert (freed.type_name(), freed.slot_index, freed.allocation_id) == ("SlotFreed", 1, "a2")
-    assert te.submit("a1") == []
+    assert accepted(te.submit("a1")) == [("att-1", "a1")]
     [refused] = te.submit("a2", attempt="att-2")
     assert refused.reason == "No task slot allocated for job ID job-1 and allocation ID a2."
     assert types(te.request(1, "a2")) == ["SlotAllocated", "SlotOffered"]
@@ -159,7 +165,7 @@ def test_te_8_a_task_submitted_before_the_offer_reply_activates_its_slot():
     te.request(0, "a1")
     te.request(1, "a2")
     te.connect()
-    assert te.submit("a1") == []
+    assert accepted(te.submit("a1")) == [("att-1", "a1")]
     assert te.state("a1") is TaskSlotState.ACTIVE
     assert te.accept("a1") == []
     assert types(te.reject("a2")) == ["SlotFreed"]
@@ -333,7 +339,8 @@ def test_a_task_that_reported_its_end_is_not_failed_when_its_slot_is_freed():
     te.request(0, "a1", at=1_000)
     te.connect()
     te.accept("a1")
-    assert te.submit("a1", attempt="att-1") == te.submit("a1", attempt="att-2") == []
+    assert accepted(te.submit("a1", attempt="att-1")) == [("att-1", "a1")]
+    assert accepted(te.submit("a1", attempt="att-2")) == [("att-2", "a1")]
 
     def report_end(attempt: str):
         return te.apply(TaskFinalStateReported, job_id=JOB, execution_attempt_id=attempt,

@@ -63,6 +63,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         help="deploy both vertices at once (EAGER) over a pipelined exchange",
     )  # fmt: skip
     c.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job")
+    c.add_argument(
+        "--master", default="local[*]",
+        help="Spark master of the runner, e.g. spark://HOST:PORT (default: local[*])",
+    )  # fmt: skip
     c.set_defaults(func=cmd_demo_wordcount)
 
 
@@ -98,8 +102,7 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
     return run(
         args.file, kafka.resolve_bootstrap(args.bootstrap), _home() / "demo",
         parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
-        top=args.top,
-        timeout_s=args.timeout,
+        top=args.top, timeout_s=args.timeout, master=args.master,
     )  # fmt: skip
 
 

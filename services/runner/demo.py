@@ -1,22 +1,24 @@
 """`jobledger demo wordcount FILE`: the whole system on one machine, end to end.
 
 It starts (or reuses) the broker, creates a fresh set of topics, runs the services and the
-Spark runner (`local[*]`) in this process, submits a word-count JobGraph (a text source split
-into words and keyed, an ALL_TO_ALL blocking exchange, a keyed count registered as queryable
-state and written to files), waits for the job to end and prints the top words, each task's
-timeline, the slot assignment and a queryable-state lookup answered through the job's KvState
-location registry. The counts are checked against a plain Python count of the same file; the
-exit status is non-zero if anything differs or fails.
+Spark runner (`local[*]`, or the `--master` given) in this process, submits a word-count
+JobGraph (a text source split into words and keyed, an ALL_TO_ALL blocking exchange, a keyed
+count registered as queryable state and written to files), waits for the job to end and prints
+the top words, each task's timeline, the slot assignment and a queryable-state lookup answered
+through the job's KvState location registry. The counts are checked against a plain Python
+count of the same file; the exit status is non-zero if anything differs or fails.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +101,15 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+def progress(message: str) -> None:
+    """One line of what the demo is doing now, on stderr so results stay clean on stdout."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class ComponentStopped(RuntimeError):
+    """A part of the demo's cluster (the services) stopped on an error."""
+
+
 @dataclass
 class Cluster:
     """Services and runner of one demo run, in this process."""
@@ -107,9 +118,11 @@ class Cluster:
     prefix: str
     work: Path
     slots: int | None = None
+    master: str = "local[*]"
 
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)
+        progress(f"topics {self.prefix}* created")
         self.watcher = JobWatcher(self.bootstrap, self.prefix)
         self.client = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
         self.services = ServiceRuntime(
@@ -119,12 +132,17 @@ class Cluster:
             target=self.services.run, args=(False,), daemon=True
         )
         self.services_thread.start()
+        progress("services started (JobMaster, ResourceManager, TaskExecutors)")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        self.runner = TaskRunner(
-            RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint", slots=self.slots)
-        )
+        config = RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint",
+                              slots=self.slots, master=self.master)  # fmt: skip
+        progress(f"starting Spark ({self.master}) ...")
+        self.runner = TaskRunner(config)
         self.runner.spark.sparkContext.setLogLevel("ERROR")
+        progress("starting the runner's streaming query ...")
         self.runner.start()
+        progress(f"runner ready: TaskExecutor(s) {', '.join(self.runner.resource_ids)} with "
+                 f"{self.runner.slots} slots each")  # fmt: skip
 
     def close(self) -> None:
         self.watcher.close()
@@ -147,7 +165,12 @@ class Cluster:
         append_events(self.client, self.prefix, events, EventSerde())
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
-        return self.watcher.wait(job_id, timeout_s)
+        return self.watcher.wait(job_id, timeout_s, self.check_alive)
+
+    def check_alive(self) -> None:
+        """Raise if the services stopped: waiting on would be waiting forever."""
+        if not self.services_thread.is_alive():
+            raise ComponentStopped(f"the services stopped: {self.services.failure!r}")
 
     def log(self) -> list[LogRecord]:
         return read_events(self.bootstrap, self.prefix)
@@ -170,10 +193,13 @@ class JobWatcher:
             ]
         )
 
-    def wait(self, job_id: str, timeout_s: float) -> JobStatusChanged:
+    def wait(
+        self, job_id: str, timeout_s: float, check_alive: Callable[[], None] = lambda: None
+    ) -> JobStatusChanged:
         """The job's terminal JobStatusChanged, read as soon as it is committed."""
         deadline = time.monotonic() + timeout_s
         while job_id not in self.ended:
+            check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
             for msg in self.consumer.consume(1_000, 0.05):
@@ -231,7 +257,7 @@ def timeline(records: list[LogRecord], job_id: str) -> list[str]:
     return lines
 
 
-def _explain_timeout(exc: TimeoutError, records: list[LogRecord], job_id: str) -> int:
+def _explain_timeout(exc: Exception, records: list[LogRecord], job_id: str) -> int:
     """What the log says about a job that did not end: its status and every attempt."""
     print(f"\n{exc}")
     jm = replay(records).driver.job_masters.get(job_id)
@@ -246,8 +272,8 @@ def _explain_timeout(exc: TimeoutError, records: list[LogRecord], job_id: str) -
 
 
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
-        pipelined: bool = False,
-        top: int = 10, timeout_s: float = 300) -> int:  # fmt: skip
+        pipelined: bool = False, top: int = 10, timeout_s: float = 300,
+        master: str = "local[*]") -> int:  # fmt: skip
     """The demo; returns the exit status."""
     if not text.is_file():
         print(f"{text}: no such file")
@@ -258,19 +284,35 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
     print(f"topics {prefix}* on {bootstrap}; output in {out}")
     # Slots are not cores: enough of them for both vertices at once (jobledger has no slot
     # sharing), which EAGER scheduling of the pipelined variant needs.
-    cluster = Cluster(bootstrap, prefix, work / prefix.rstrip("."), slots=2 * parallelism)
+    cluster = Cluster(bootstrap, prefix, work / prefix.rstrip("."), slots=2 * parallelism,
+                      master=master)  # fmt: skip
+    print(f"Spark {cluster.runner.spark.sparkContext.master}, Kafka read through the "
+          f"{cluster.runner.format!r} format")  # fmt: skip
     try:
         started = time.monotonic()
         job = wordcount_job(job_id, text.resolve(), out, parallelism, fail_once, pipelined)
         cluster.submit(job)
+        progress(f"submitted job {job_id} (parallelism {parallelism}); waiting for it to end")
         try:
             end = cluster.wait_for_end(job_id, timeout_s)
-        except TimeoutError as exc:
+        except (TimeoutError, ComponentStopped) as exc:
             return _explain_timeout(exc, cluster.log(), job_id)
         elapsed = time.monotonic() - started
-        records = cluster.log()
+        return _print_results(
+            cluster.log(), job_id, end, elapsed, text, out, bootstrap, prefix, top
+        )
     finally:
+        progress("shutting down the runner and the services")
+        stopping = time.monotonic()
         cluster.close()
+        progress(f"stopped in {time.monotonic() - stopping:.1f} s")
+
+
+def _print_results(
+    records: list[LogRecord], job_id: str, end: JobStatusChanged, elapsed: float, text: Path,
+    out: Path, bootstrap: str, prefix: str, top: int,
+) -> int:  # fmt: skip
+    """Everything the demo has to show, printed the moment the job ends; the exit status."""
     print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s"
           + (f": {end.cause}" if end.cause else ""))  # fmt: skip
     print("\ntimeline (seconds since submission):")

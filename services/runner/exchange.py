@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from jobledger.schemas.types import (
     DistributionPattern,
@@ -33,7 +33,7 @@ from jobledger.schemas.types import (
 )
 
 from ..execution_graph import pointwise_producers
-from ..kafka import read_partition
+from ..kafka import await_metadata, read_partition
 from ..key_groups import assign_key_to_parallel_operator
 from .operators import Keyed
 
@@ -52,9 +52,12 @@ def result_topic(prefix: str, job_id: str, producer: str, consumer: str) -> str:
 
 
 def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    """Create the topics (name -> partitions) that do not exist yet."""
+    """Create the topics (name -> partitions) that do not exist yet, and grow those that have
+    fewer partitions than asked (a job rescaled to more consumer subtasks), then wait until
+    the broker serves them all."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()])
+    existing = []
     for topic, future in futures.items():
         try:
             future.result(30)
@@ -62,6 +65,26 @@ def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
             code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
             if code != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ResultPartitionError(f"cannot create {topic}: {exc}") from exc
+            existing.append(topic)
+    if existing:
+        _grow(admin, {t: topics[t] for t in existing})
+    await_metadata(admin, topics)
+
+
+def _grow(admin: AdminClient, wanted: dict[str, int]) -> None:
+    listed = admin.list_topics(timeout=30).topics
+    growing = [
+        NewPartitions(topic, count)
+        for topic, count in wanted.items()
+        if topic in listed and len(listed[topic].partitions) < count
+    ]
+    for topic, future in admin.create_partitions(growing).items() if growing else []:
+        try:
+            future.result(30)
+        except Exception as exc:
+            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
+            if code != KafkaError.INVALID_PARTITIONS:  # another producer grew it first
+                raise ResultPartitionError(f"cannot add partitions to {topic}: {exc}") from exc
 
 
 def encode_record(record: Any) -> Any:

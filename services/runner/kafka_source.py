@@ -522,12 +522,14 @@ class _KafkaSink:
                 records += 1
                 if failures:
                     raise KafkaException(failures[0])
-            if self._transactional:
-                producer.commit_transaction()
-            elif producer.flush() > 0:
+            # every delivery report first: a failed record must fail the write with its own
+            # error (Kafka then refuses the commit with a vaguer one)
+            if producer.flush() > 0:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "records left unsent"))
             if failures:
                 raise KafkaException(failures[0])
+            if self._transactional:
+                producer.commit_transaction()
         except BaseException:
             if self._transactional:
                 _abort_quietly(producer)

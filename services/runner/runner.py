@@ -17,16 +17,22 @@ import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from pyspark.sql import DataFrame, SparkSession
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
-from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskSubmissionAccepted,
+)
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
@@ -35,8 +41,13 @@ from ..kafka import append_events
 from . import task
 from .kafka_source import register
 from .session import spark_session
+from .start_gate import StartGate
 
 log = logging.getLogger("jobledger.runner")
+
+MAX_AWAITING_ACCEPTANCE = 100_000
+"""Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
+accepted, so the oldest are forgotten past this many."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +81,21 @@ class TaskRunner:
         self.spark = spark or _session(config.master)
         self.format = register(self.spark)
         self.serde = EventSerde()
-        self.settings = task.RunnerSettings(config.bootstrap, config.prefix, config.allowed_modules)
+        self.transactional_id = f"jobledger-runner-{config.prefix}{config.runner_id}"
+        self.gate = StartGate(self.spark.conf.get("spark.driver.host", "127.0.0.1"))
+        self.settings = task.RunnerSettings(
+            config.bootstrap, config.prefix, config.allowed_modules, self.gate.url
+        )
         slots = config.slots or self.spark.sparkContext.defaultParallelism
         self.slots = max(1, slots)
         self.resource_ids = [f"{config.runner_id}-{i}" for i in range(config.task_executors)]
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="jobledger-task")
         self.lock = threading.Lock()
+        # the driver's own reports; a restarted runner's producer fences what this left open
+        self.producer = task.task_producer(config.bootstrap, f"{self.transactional_id}-driver")
         self.seen: set[str] = set()
+        self.awaiting_acceptance: OrderedDict[str, TaskDeploymentRequested] = OrderedDict()
+        self.cancelled_before_acceptance: set[str] = set()
         self.groups: dict[str, Group] = {}
         self.group_of: dict[str, str] = {}
         self.stopping = threading.Event()
@@ -128,11 +147,22 @@ class TaskRunner:
         self._start_query()
 
     def stop(self) -> None:
+        """Stop reading, cancel the Spark jobs still running (their attempts are reported
+        CANCELED) and wait for them to end: nothing this runner started outlives it."""
         self.stopping.set()
         if self.query is not None:
+            # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
+            # collect as an error with a long Java trace: expected here, so not shown
+            logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
             self.query.stop()
-        self.pool.shutdown(wait=True, cancel_futures=False)
-        task.close_producers()
+        with self.lock:
+            running = list(self.groups.values())
+        for group in running:
+            group.cancelled.update(d.execution_attempt_id for d in group.deployments)
+            self.spark.sparkContext.cancelJobGroup(group.name)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.gate.close()
+        self.producer.close()
 
     def await_termination(self) -> None:
         """Until `stop()`; the query may be restarted meanwhile."""
@@ -174,13 +204,15 @@ class TaskRunner:
 
     def _emit(self, events: list[Event]) -> None:
         with self.lock:
-            producer = task._producer(self.config.bootstrap)
-            append_events(producer, self.config.prefix, events, self.serde)
+            append_events(self.producer, self.config.prefix, events, self.serde)
 
     # -- deployments ---------------------------------------------------------------------
 
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
-        deployments: dict[str, list[TaskDeploymentRequested]] = {}
+        """Deployments wait for their TaskExecutor's acceptance (`TaskSubmissionAccepted`,
+        later on the same partition), so nothing the TaskExecutor refused ever runs; the
+        accepted ones of each job go to Spark as one job."""
+        accepted: dict[str, list[TaskDeploymentRequested]] = {}
         for row in batch.collect():
             try:
                 event = self.serde.decode(row.value, "")
@@ -191,10 +223,12 @@ class TaskRunner:
             if isinstance(event, TaskDeploymentRequested):
                 if event.execution_attempt_id not in self.seen:
                     self.seen.add(event.execution_attempt_id)
-                    deployments.setdefault(event.job_id, []).append(event)
+                    self._await_acceptance(event)
+            elif isinstance(event, TaskSubmissionAccepted):
+                self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
-                self._cancel(event, deployments)
-        for job_id, batch_deployments in deployments.items():
+                self._cancel(event, accepted)
+        for job_id, batch_deployments in accepted.items():
             group = Group(f"{job_id}/{batch_id}", batch_deployments)
             with self.lock:
                 self.groups[group.name] = group
@@ -202,12 +236,34 @@ class TaskRunner:
                     self.group_of[d.execution_attempt_id] = group.name
             self.pool.submit(self._run_group, group)
 
+    def _await_acceptance(self, deployment: TaskDeploymentRequested) -> None:
+        self.awaiting_acceptance[deployment.execution_attempt_id] = deployment
+        while len(self.awaiting_acceptance) > MAX_AWAITING_ACCEPTANCE:  # refused long ago
+            attempt, _ = self.awaiting_acceptance.popitem(last=False)
+            self.cancelled_before_acceptance.discard(attempt)
+
+    def _accept(
+        self, event: TaskSubmissionAccepted, accepted: dict[str, list[TaskDeploymentRequested]]
+    ) -> None:
+        deployment = self.awaiting_acceptance.pop(event.execution_attempt_id, None)
+        if deployment is None:
+            return  # not deployed to this runner since it started, or accepted twice
+        if event.execution_attempt_id in self.cancelled_before_acceptance:
+            self.cancelled_before_acceptance.discard(event.execution_attempt_id)
+            self._report(deployment, ExecutionState.CANCELED)
+            return
+        accepted.setdefault(deployment.job_id, []).append(deployment)
+
     def _cancel(
         self, event: TaskCancellationRequested, pending: dict[str, list[TaskDeploymentRequested]]
     ) -> None:
-        """Not started yet: never runs. Running: its Spark job is cancelled once every task
-        of that job is to be cancelled (cancelling is per Spark job)."""
+        """Not started yet: never starts, and is reported CANCELED here. Started: its Spark
+        job is cancelled once every task of that job is to be cancelled (cancelling is per
+        Spark job)."""
         attempt = event.execution_attempt_id
+        if attempt in self.awaiting_acceptance:
+            self.cancelled_before_acceptance.add(attempt)
+            return
         queued = pending.get(event.job_id, [])
         for d in queued:
             if d.execution_attempt_id == attempt:
@@ -220,6 +276,9 @@ class TaskRunner:
                 return
             group.cancelled.add(attempt)
             everything = len(group.cancelled) == len(group.deployments)
+            deployment = next(d for d in group.deployments if d.execution_attempt_id == attempt)
+        if self.gate.cancel_unstarted(attempt):
+            self._report(deployment, ExecutionState.CANCELED)
         if everything:
             self.spark.sparkContext.cancelJobGroup(group.name)
 
@@ -230,21 +289,42 @@ class TaskRunner:
         # At most a few Spark tasks per core: a Spark task costs more than a no-op deployment,
         # and the cores, not the slots, bound how many run at once.
         slices = min(len(payloads), 2 * sc.defaultParallelism)
+        settings = replace(self.settings, transactional_id=f"{self.transactional_id}-{group.name}")
         try:
             sc.parallelize(payloads, slices).mapPartitions(
-                partial(task.run_tasks, self.settings)
+                partial(task.run_tasks, settings)
             ).collect()
         except Exception as exc:
+            # A killed or failed Spark task may have left its transaction open, which would
+            # hold back every read_committed reader of the partitions it wrote to.
+            self._fence(settings.transactional_id, slices)
+            never_started = self.gate.cancelled_before_start(
+                d.execution_attempt_id for d in group.deployments
+            )
             for d in group.deployments:
+                if d.execution_attempt_id in never_started:
+                    continue  # reported CANCELED when it was cancelled
                 if d.execution_attempt_id in group.cancelled:
                     self._report(d, ExecutionState.CANCELED)
                 else:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
+            self.gate.forget(d.execution_attempt_id for d in group.deployments)
             with self.lock:
                 self.groups.pop(group.name, None)
                 for d in group.deployments:
                     self.group_of.pop(d.execution_attempt_id, None)
+
+    def _fence(self, transactional_id: str, slices: int) -> None:
+        """Abort whatever the Spark tasks of an ended Spark job left open, by starting a
+        producer under each of their transactional ids."""
+        for partition in range(slices):
+            try:
+                task.task_producer(self.config.bootstrap, f"{transactional_id}-{partition}").close(
+                    5
+                )
+            except KafkaException:
+                log.exception("could not fence %s-%d", transactional_id, partition)
 
     def _report(
         self, d: TaskDeploymentRequested, state: ExecutionState, error: str | None = None

@@ -1,17 +1,29 @@
 """The runner's SparkSession: small, quiet, and able to read and write Kafka.
 
 Python workers must run this interpreter (the project's virtualenv): tasks unpickle the Kafka
-data source by importing `jobledger`, which another Python may not have.
+data source by importing `jobledger`, which another Python may not have. On a standalone
+cluster the executors start their Python workers with the interpreter the driver names, so the
+same holds there as long as the workers share this machine's paths.
+
+On a standalone cluster (`spark://`) the runner reads Kafka through Spark's own connector,
+resolved by Ivy from Maven Central (`spark.jars.packages`) in exactly this PySpark's version:
+that is the deployment Spark documents, and its executors then read Kafka in the JVM. Local
+masters keep jobledger's Python data source: no download, so `local[*]` works offline, and the
+test suite exercises both Kafka paths.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 
+import pyspark
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from .kafka_source import register
+from .kafka_source import NATIVE_PROVIDER_CLASS, native_kafka_available, register
 
 # The runner executes many tiny micro-batches: Spark's 200 shuffle partitions would mean 200
 # near-empty tasks per aggregation, and the UI is a port nobody reads.
@@ -26,21 +38,105 @@ DEFAULT_CONF = {
     "spark.driver.extraJavaOptions": "-Xss16m",
 }
 
+PACKAGES = "spark.jars.packages"
+EXECUTOR_WAIT_S = 120.0
+
+
+def kafka_connector_package() -> str:
+    """Maven coordinates of Spark's Kafka connector built for this PySpark: a connector of
+    another Spark or Scala version fails inside the stream with linkage errors."""
+    jars = Path(pyspark.__file__).parent / "jars"
+    core = next(jars.glob("spark-core_*.jar"), None)
+    if core is None:
+        raise RuntimeError(f"no spark-core jar in {jars}: an incomplete PySpark installation")
+    scala = core.name.removeprefix("spark-core_").split("-", 1)[0]
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{pyspark.__version__}"
+
+
+def is_standalone(master: str) -> bool:
+    return master.startswith("spark://")
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """What a standalone master needs on top of the defaults: the native Kafka connector."""
+    if not is_standalone(master):
+        return {}
+    return {PACKAGES: kafka_connector_package()}
+
 
 def spark_session(
     master: str = "local[*]", app_name: str = "jobledger", conf: dict[str, str] | None = None
 ) -> SparkSession:
     """A session with the `jobledger-kafka` format registered (see `kafka_source.register`).
 
-    `conf` overrides the defaults. As with any `getOrCreate`, a session already running in
-    this process is returned, and settings fixed at its start (master, UI) stay as they were.
+    `conf` overrides the defaults and `cluster_conf`. On a standalone master it returns once an
+    executor has registered (see `await_executor`). As with any `getOrCreate`, a session
+    already running in this process is returned, and settings fixed at its start (master, UI,
+    packages) stay as they were.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = {**DEFAULT_CONF, **cluster_conf(master), **(conf or {})}
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED" or PACKAGES not in settings:
+            raise
+        # spark-submit resolves the packages before the JVM serves PySpark; when Ivy fails,
+        # its report went to stderr and PySpark only learns that the JVM is gone.
+        raise RuntimeError(
+            f"Spark did not start: Ivy could not resolve {PACKAGES}={settings[PACKAGES]} "
+            "(its report is above: a version Maven Central does not serve, or no way to "
+            "reach it)"
+        ) from exc
     spark.sparkContext.setLogLevel("WARN")
+    try:
+        check_kafka_connector(spark)
+        if is_standalone(master):
+            await_executor(spark, EXECUTOR_WAIT_S)
+    except RuntimeError:
+        spark.stop()
+        raise
     register(spark)
     return spark
+
+
+def check_kafka_connector(spark: SparkSession) -> None:
+    """Refuse a native Kafka connector of another Spark version than the one running: it
+    loads, then fails inside the stream thread, where the runner would restart its query
+    forever instead of saying why."""
+    if not native_kafka_available(spark):
+        return
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    provider = jvm.java.lang.Class.forName(NATIVE_PROVIDER_CLASS, False, loader)
+    version = provider.getPackage().getImplementationVersion()
+    if version is not None and version != spark.version:
+        raise RuntimeError(
+            f"Spark's Kafka connector on the classpath is version {version}, Spark is "
+            f"{spark.version}; the connector's version must be Spark's"
+        )
+
+
+def await_executor(spark: SparkSession, timeout_s: float) -> None:
+    """Until the first executor has registered. A standalone master grants executors after
+    the session has started, or never (no worker with a free core and the executor memory),
+    and an executor that cannot connect back to the driver never registers: either way Spark
+    only logs warnings while every job waits, and a runner that had registered its
+    TaskExecutors would leave each deployment hanging instead of failing."""
+    sc = spark.sparkContext
+    deadline = time.monotonic() + timeout_s
+    while sc._jsc.sc().getExecutorIds().isEmpty():  # type: ignore[attr-defined]
+        if time.monotonic() > deadline:
+            conf = sc.getConf()
+            raise RuntimeError(
+                f"no executor registered from {sc.master} within {timeout_s:.0f} s: no worker "
+                f"has a free core and spark.executor.memory="
+                f"{conf.get('spark.executor.memory', '1g')}, or executors cannot reach this "
+                f"driver at {conf.get('spark.driver.host')}:{conf.get('spark.driver.port')} "
+                "(see the master's web UI and the workers' logs)"
+            )
+        time.sleep(0.1)

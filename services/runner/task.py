@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from pyspark import TaskContext
 
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.kvstate import KvStateRegistered
@@ -49,6 +48,7 @@ from .operators import (
     to_json,
     write_file_sink,
 )
+from .start_gate import may_start
 
 PRODUCER = "runner"
 FINAL_STATES = frozenset({ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED})
@@ -65,31 +65,35 @@ class RunnerSettings:
     bootstrap: str
     prefix: str
     allowed_modules: frozenset[str] = frozenset()
+    gate_url: str = ""
+    """The driver's start gate (`start_gate.py`), asked before each attempt starts."""
+    transactional_id: str = ""
+    """Prefix of the Spark tasks' transactional ids: `<prefix>-<Spark partition>`, one per
+    Spark task of one Spark job, so a retry of a killed task (or the driver, once that job
+    ended badly) fences the transaction the killed one left open."""
 
 
-_producers: dict[str, Producer] = {}
 _serde = EventSerde()
 
 
-def _producer(bootstrap: str) -> Producer:
-    """One transactional producer per process, reused by its tasks (a Python worker runs one
-    task at a time)."""
-    if bootstrap not in _producers:
-        producer = Producer({
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"jobledger-runner-{os.getpid()}-{uuid.uuid4().hex[:12]}",
-            "linger.ms": 1,
-        })  # fmt: skip
-        producer.init_transactions(60)
-        _producers[bootstrap] = producer
-    return _producers[bootstrap]
+def task_producer(
+    bootstrap: str, transactional_id: str, failures: list[KafkaError] | None = None
+) -> Producer:
+    """A transactional producer under a fixed id: starting it aborts whatever transaction a
+    predecessor with the same id left open (on Apache Kafka; Tansu does not fence). Records
+    whose delivery failed go to `failures`, so a transaction missing one is never committed
+    as if it were whole."""
 
+    def delivered(error: KafkaError | None, _msg: object) -> None:
+        if error is not None and failures is not None:
+            failures.append(error)
 
-def close_producers() -> None:
-    """Flush and forget this process's producers (a stopping runner's driver)."""
-    while _producers:
-        _, producer = _producers.popitem()
-        producer.flush(10)
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 1,
+        "on_delivery": delivered,
+    })  # fmt: skip
+    producer.init_transactions(60)
+    return producer
 
 
 def final_state_event(
@@ -132,10 +136,17 @@ class TaskIO:
     runs, unless there is no chain (a no-op attempt reports everything at its end); what the
     attempt produces commits with its final state."""
 
-    def __init__(self, settings: RunnerSettings, deployment: TaskDeploymentRequested) -> None:
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        deployment: TaskDeploymentRequested,
+        producer: Producer,
+        failures: list[KafkaError],
+    ) -> None:
         self.settings = settings
         self.deployment = deployment
-        self.producer = _producer(settings.bootstrap)
+        self.producer = producer
+        self.failures = failures
         self.open = False
         self.pending: list[tuple[ExecutionState, str | None]] = []
 
@@ -163,6 +174,11 @@ class TaskIO:
             if state in FINAL_STATES:
                 self.emit(final_state_event(self.deployment, state))
         self.pending = []
+        self.producer.flush(60)
+        if self.failures:
+            error = self.failures[0]
+            self.failures.clear()
+            raise KafkaException(error)  # the caller aborts: never commit a partial output
         self.producer.commit_transaction(60)
         self.open = False
 
@@ -258,39 +274,65 @@ def _execute(
 
 def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterator[str]:
     """One Spark task's share of a job's deployments, one after another (a Spark task costs
-    more than a no-op deployment). Consecutive attempts with nothing to run (no operators,
-    inputs or outputs) report their whole lives in one shared transaction: a commit per
-    no-op attempt was most of its cost."""
-    noops: list[TaskDeploymentRequested] = []
-    for payload in deployments:
-        deployment = _serde.decode(payload, "")
-        assert isinstance(deployment, TaskDeploymentRequested)
-        if not (deployment.operators or deployment.inputs or deployment.outputs):
-            noops.append(deployment)
-            continue
-        yield from _finish_noops(settings, noops)
-        yield run_task(settings, deployment)
-    yield from _finish_noops(settings, noops)
+    more than a no-op deployment), each started only if the driver's start gate says so.
+    Consecutive attempts with nothing to run (no operators, inputs or outputs) report their
+    whole lives in one shared transaction: a commit per no-op attempt was most of its cost."""
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    failures: list[KafkaError] = []
+    producer = task_producer(
+        settings.bootstrap, f"{settings.transactional_id}-{partition}", failures
+    )
+    try:
+        noops: list[TaskDeploymentRequested] = []
+        for payload in deployments:
+            deployment = _serde.decode(payload, "")
+            assert isinstance(deployment, TaskDeploymentRequested)
+            if not (deployment.operators or deployment.inputs or deployment.outputs):
+                noops.append(deployment)
+                continue
+            yield from _finish_noops(settings, producer, failures, noops)
+            if deployment.execution_attempt_id in may_start(
+                settings.gate_url, [deployment.execution_attempt_id]
+            ):
+                yield run_task(settings, deployment, producer, failures)
+        yield from _finish_noops(settings, producer, failures, noops)
+    finally:
+        producer.close()
 
 
-def _finish_noops(settings: RunnerSettings, noops: list[TaskDeploymentRequested]) -> list[str]:
+def _finish_noops(
+    settings: RunnerSettings,
+    producer: Producer,
+    failures: list[KafkaError],
+    noops: list[TaskDeploymentRequested],
+) -> list[str]:
     if not noops:
         return []
+    allowed = may_start(settings.gate_url, [d.execution_attempt_id for d in noops])
+    started = [d for d in noops if d.execution_attempt_id in allowed]
+    noops.clear()
     lives = (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
     events: list[Event] = []
-    for deployment in noops:
+    for deployment in started:
         events += [state_event(deployment, state) for state in lives]
         events.append(final_state_event(deployment, ExecutionState.FINISHED))
-    append_events(_producer(settings.bootstrap), settings.prefix, events, _serde)
-    finished = [ExecutionState.FINISHED.value] * len(noops)
-    noops.clear()
-    return finished
+    if events:
+        append_events(producer, settings.prefix, events, _serde)
+    if failures:  # a report was lost after all: fail the Spark task, the driver reports FAILED
+        raise KafkaException(failures[0])
+    return [ExecutionState.FINISHED.value] * len(started)
 
 
-def run_task(settings: RunnerSettings, deployment: TaskDeploymentRequested) -> str:
+def run_task(
+    settings: RunnerSettings,
+    deployment: TaskDeploymentRequested,
+    producer: Producer,
+    failures: list[KafkaError],
+) -> str:
     """Run one deployment to its end; returns the final state's name. Never raises for what
     the task does: a bad chain, a raising operator or bad input end as FAILED."""
-    io = TaskIO(settings, deployment)
+    io = TaskIO(settings, deployment, producer, failures)
     loader = FunctionLoader(settings.allowed_modules)
     try:
         check_chain(deployment.operators, bool(deployment.inputs), loader)

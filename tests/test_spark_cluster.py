@@ -1,0 +1,201 @@
+"""The runner on a Spark standalone cluster (a master and two one-core workers started from
+PySpark's own jars): the word-count demo end to end, clean and with a restart, reading Kafka
+through Spark's native connector; the runner's query reading committed records only, from
+where it started, with either Kafka format; and a session that cannot work on the cluster
+failing with the reason instead of hanging.
+
+Every Spark driver here runs in a process of its own: a process holds one SparkContext, and
+this test session may already hold a local one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobledger.services.broker import LOOPBACK
+from jobledger.services.kafka import transactional_producer
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import DataFrame
+
+from .conftest import Cluster
+from .spark_cluster import StandaloneCluster, standalone_cluster
+from .test_kafka_source import new_topic
+from .test_runner import counted, plain_count, text  # noqa: F401  (text: a fixture)
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER_APP = "jobledger-runner"
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
+def in_own_process(function: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`function` of this module called with `args` in a Python process of its own."""
+    call = f"import sys; from tests.test_spark_cluster import {function}; {function}(*sys.argv[1:])"
+    return subprocess.run(
+        [sys.executable, "-c", call, *args], cwd=ROOT,
+        env={**os.environ, "SPARK_LOCAL_IP": LOOPBACK}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def runner_apps(spark_cluster: StandaloneCluster) -> set[str]:
+    """Ids of the runner's applications the master has seen, running or finished."""
+    state = spark_cluster.state()
+    apps = state["activeapps"] + state["completedapps"]
+    return {app["id"] for app in apps if app["name"] == RUNNER_APP}
+
+
+@pytest.mark.parametrize("fail_once", [False, True], ids=["clean", "fail-once"])
+def test_the_wordcount_demo_runs_on_a_standalone_cluster(
+    spark_cluster: StandaloneCluster,
+    cluster: Cluster,
+    text: Path,  # noqa: F811
+    tmp_path: Path,
+    fail_once: bool,
+) -> None:
+    before = runner_apps(spark_cluster)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobledger.services.cli", "demo", "wordcount", str(text),
+         "--master", spark_cluster.master_url, "--timeout", "240",
+         *(["--fail-once"] if fail_once else [])],
+        env=cluster.env(str(tmp_path)), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    printed = done.stdout
+    assert done.returncode == 0, f"{printed}\n--- stderr (end) ---\n{done.stderr[-4000:]}"
+    assert f"Spark {spark_cluster.master_url}, Kafka read through the 'kafka' format" in printed
+    assert len(runner_apps(spark_cluster) - before) == 1, "the runner did not run on the cluster"
+    assert counted(tmp_path / "demo") == plain_count(text)
+    assert "counts equal a plain Python count" in printed
+    if fail_once:
+        assert re.search(r"count\[\d\] attempt 0 .*FAILED", printed), printed
+        assert re.search(r"count\[\d\] attempt 1 .*FINISHED", printed), printed
+    else:
+        timeline = [line for line in printed.splitlines() if " attempt " in line]
+        assert len(timeline) == 8, printed
+        assert all(re.search(r"-> FINISHED@[\d.]+s$", line) for line in timeline), printed
+
+
+@pytest.mark.parametrize(
+    ("where", "expected_format"), [("cluster", "kafka"), ("local", "jobledger-kafka")]
+)
+def test_the_runner_query_reads_committed_records_from_where_it_started(
+    request: pytest.FixtureRequest,
+    cluster: Cluster,
+    tmp_path: Path,
+    where: str,
+    expected_format: str,
+) -> None:
+    """The runner's source options (`startingOffsets=latest`, `kafka.isolation.level=
+    read_committed`) mean the same through Spark's native connector on the cluster as through
+    jobledger's Python source locally: nothing from before the start, nothing past a
+    transaction still open, never an aborted record."""
+    if where == "cluster":
+        master = request.getfixturevalue("spark_cluster").master_url
+    else:
+        master = "local[1]"
+    topic = new_topic(cluster, "probe", partitions=1)
+    done = in_own_process("probe", master, cluster.bootstrap, topic, str(tmp_path / "ckpt"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["format"] == expected_format
+    assert seen["held_back"] == [], "read past a transaction still open"
+    assert seen["read"] == ["pending", "committed 1", "committed 2"]
+
+
+@pytest.mark.parametrize(
+    ("conf", "error"),
+    [
+        ({"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:0.0.0"},
+         "Ivy could not resolve spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13"),
+        ({"spark.executor.memory": "64g"}, "no executor registered from spark://"),
+    ],
+    ids=["connector-not-served", "no-room-for-an-executor"],
+)  # fmt: skip
+def test_a_cluster_session_that_cannot_work_fails_with_the_reason(
+    spark_cluster: StandaloneCluster, conf: dict[str, str], error: str
+) -> None:
+    started = time.monotonic()
+    done = in_own_process("start_session", spark_cluster.master_url, json.dumps(conf))
+    assert done.returncode != 0
+    assert error in done.stderr, done.stderr[-4000:]
+    assert time.monotonic() - started < 120
+
+
+def start_session(master: str, conf: str) -> None:
+    from jobledger.services.runner import session
+
+    session.EXECUTOR_WAIT_S = 15  # this test's patience, not the runner's
+    session.spark_session(master, conf=json.loads(conf))
+
+
+def _write(bootstrap: str, topic: str, value: str, commit: bool) -> None:
+    producer = transactional_producer(bootstrap, "probe")
+    producer.begin_transaction()
+    producer.produce(topic, value=value.encode())
+    producer.flush(30)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def probe(master: str, bootstrap: str, topic: str, checkpoint: str) -> None:
+    """The runner's query over `topic` (in a process of its own, see the module's doc),
+    reading around a transaction left open; prints what it read as one JSON line."""
+    from jobledger.services.runner.kafka_source import register
+    from jobledger.services.runner.session import spark_session
+
+    _write(bootstrap, topic, "before the start", commit=True)
+    spark = spark_session(master, "jobledger-probe")
+    seen: list[str] = []
+
+    def collect(batch: DataFrame, _batch_id: int) -> None:
+        seen.extend(bytes(row.value).decode() for row in batch.collect())
+
+    format_ = register(spark)
+    query = (
+        spark.readStream.format(format_)
+        .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        .option("startingOffsets", "latest").option("kafka.isolation.level", "read_committed")
+        .load().select("value").writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint).trigger(processingTime="100 milliseconds")
+        .start()
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while query.lastProgress is None:  # as the runner: `latest` is fixed by the first batch
+        assert time.monotonic() < deadline, f"the query did not start: {query.exception()}"
+        time.sleep(0.1)
+    pending = transactional_producer(bootstrap, "probe-open")
+    pending.begin_transaction()
+    pending.produce(topic, value=b"pending")
+    pending.flush(30)
+    _write(bootstrap, topic, "committed 1", commit=True)
+    _write(bootstrap, topic, "aborted", commit=False)
+    _write(bootstrap, topic, "committed 2", commit=True)
+    time.sleep(2)
+    query.processAllAvailable()
+    held_back = list(seen)
+    pending.commit_transaction(30)
+    deadline = time.monotonic() + 120
+    while len(seen) < 3 and time.monotonic() < deadline:
+        query.processAllAvailable()
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+    print(json.dumps({"format": format_, "held_back": held_back, "read": seen}))
