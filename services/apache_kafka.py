@@ -14,6 +14,7 @@ Kafka Streams' own `EmbeddedKafkaCluster`: wait for the real thing, not for an o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -253,7 +254,7 @@ def probe(bootstrap: str, timeout_s: float) -> None:
 
     topic = f"__jobledger_ready_{uuid.uuid4().hex[:8]}"
     timeout = max(5.0, timeout_s)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     try:
         admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=timeout)[topic].result()
         # log_level 3: librdkafka's retries while the transaction coordinator loads are
@@ -279,4 +280,5 @@ def probe(bootstrap: str, timeout_s: float) -> None:
     except KafkaException as exc:
         raise BrokerError(f"Apache Kafka on {bootstrap} is not ready: {exc.args[0]}") from exc
     finally:
-        admin.delete_topics([topic])
+        with contextlib.suppress(KafkaException):
+            admin.delete_topics([topic])[topic].result(timeout)

@@ -136,7 +136,7 @@ class ServiceRuntime:
             worker = self.workers.pop((tp.topic, tp.partition), None)
             if worker is not None and worker.uncommitted_since is not None:
                 with contextlib.suppress(KafkaException):  # the next owner redoes them
-                    self._commit(worker, [])
+                    self._commit(worker, [], restore=False)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
     def _rebuild(
@@ -281,8 +281,9 @@ class ServiceRuntime:
         elif worker.uncommitted_since is None:
             worker.uncommitted_since = time.monotonic()
 
-    def _commit(self, worker: PartitionWorker, outputs: list[Event]) -> None:
-        """One transaction: the decisions, the input offsets and, when due, a snapshot."""
+    def _commit(self, worker: PartitionWorker, outputs: list[Event], restore: bool = True) -> None:
+        """One transaction: the decisions, the input offsets and, when due, a snapshot;
+        `restore=False` for a partition being given up (its next owner starts over)."""
         topic = topic_name(worker.role, self.prefix)
 
         def write(producer: Producer) -> None:
@@ -295,7 +296,7 @@ class ServiceRuntime:
             if self._snapshot_due(worker):
                 self._write_snapshot(worker, topic)
 
-        if self._transaction(worker, write, restore=True):
+        if self._transaction(worker, write, restore):
             worker.uncommitted_since = None
 
     def _transaction(

@@ -101,6 +101,22 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+def job_submission(job: JobSubmitted) -> list[Event]:
+    """What a client writes to run a job: the JobGraph, the JobMaster's leadership and its
+    connection to the ResourceManager."""
+    return [
+        job,
+        JobMasterLeadershipGranted(
+            event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+            job_master_id=f"jm-{job.job_id}",
+        ),
+        ResourceManagerConnected(
+            event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+            resource_manager_id="resourcemanager",
+        ),
+    ]  # fmt: skip
+
+
 def progress(message: str) -> None:
     """One line of what the demo is doing now, on stderr so results stay clean on stdout."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -151,18 +167,7 @@ class Cluster:
         self.services_thread.join(30)
 
     def submit(self, job: JobSubmitted) -> None:
-        events: list[Event] = [
-            job,
-            JobMasterLeadershipGranted(
-                event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
-                job_master_id=f"jm-{job.job_id}",
-            ),
-            ResourceManagerConnected(
-                event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
-                resource_manager_id="resourcemanager",
-            ),
-        ]  # fmt: skip
-        append_events(self.client, self.prefix, events, EventSerde())
+        append_events(self.client, self.prefix, job_submission(job), EventSerde())
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
         return self.watcher.wait(job_id, timeout_s, self.check_alive)
