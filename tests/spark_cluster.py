@@ -11,7 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ class StandaloneCluster:
     web_url: str
     """The master's web UI; `<web_url>/json/` is its state."""
     logs: Path
+    worker_pids: tuple[int, ...] = ()
+    """The worker JVMs, for tests that kill one."""
 
     def state(self) -> dict[str, Any]:
         """The master's own account: workers, their state and cores, running and finished
@@ -95,7 +97,7 @@ def standalone_cluster(
                 "--work-dir", str(work_dir), cluster.master_url,
             ))  # fmt: skip
         _await_workers(cluster, daemons, workers, timeout_s)
-        yield cluster
+        yield replace(cluster, worker_pids=tuple(d.pid for d in daemons[1:]))
 
 
 def _await_workers(
@@ -118,3 +120,16 @@ def _await_workers(
                 f"logs in {cluster.logs}"
             )
         time.sleep(0.2)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a worker's executors), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from jobledger.projections.log_file import read_events
+from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.services.broker import LOOPBACK
 from jobledger.services.kafka import transactional_producer
 
@@ -29,7 +32,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame
 
 from .conftest import Cluster
-from .spark_cluster import StandaloneCluster, standalone_cluster
+from .spark_cluster import StandaloneCluster, children, standalone_cluster
 from .test_kafka_source import new_topic
 from .test_runner import counted, plain_count, text  # noqa: F401  (text: a fixture)
 
@@ -199,3 +202,50 @@ def probe(master: str, bootstrap: str, topic: str, checkpoint: str) -> None:
     query.stop()
     spark.stop()
     print(json.dumps({"format": format_, "held_back": held_back, "read": seen}))
+
+
+def test_a_worker_killed_with_its_executor_mid_job_loses_no_count(
+    cluster: Cluster,
+    text: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """kill -9 of a Spark worker and its executor as the count tasks are deployed: Spark runs
+    their tasks again on the other worker (the start gate lets a retried attempt start again,
+    its fixed transactional id fences what the dead one left open), and the job finishes
+    with exact counts."""
+    with standalone_cluster(tmp_path / "spark") as spark:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "jobledger.services.cli", "demo", "wordcount", str(text),
+             "--master", spark.master_url, "--timeout", "240"],
+            env={**cluster.env(str(tmp_path)), "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            first = run.stdout.readline()
+            prefix = re.search(r"topics (\S+)\* on ", first)[1]
+            deadline = time.monotonic() + 240
+            while not any(
+                isinstance(r.event, TaskDeploymentRequested) and r.event.vertex_id == "count"
+                for r in events_so_far(cluster.bootstrap, prefix)
+            ):
+                assert run.poll() is None and time.monotonic() < deadline, "no count deployed"
+                time.sleep(0.1)
+            worker = spark.worker_pids[0]
+            executors = children(worker)
+            for pid in [worker, *executors]:
+                os.kill(pid, signal.SIGKILL)
+            printed = first + run.communicate(timeout=400)[0]
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert executors, "the killed worker ran no executor: the test tested nothing"
+    assert run.returncode == 0, printed
+    assert counted(tmp_path / "demo") == plain_count(text)
+
+
+def events_so_far(bootstrap: str, prefix: str) -> list:
+    """The demo's log as it is now; empty while the demo has not created its topics yet."""
+    try:
+        return read_events(bootstrap, prefix)
+    except LookupError:
+        return []
