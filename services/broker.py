@@ -37,6 +37,9 @@ __all__ = ["LOOPBACK", "BrokerError", "free_port", "port_is_free"]
 DEFAULT_PORT = 9092
 Kind = Literal["kafka", "tansu"]
 KINDS: tuple[Kind, ...] = ("kafka", "tansu")
+NAMES: dict[Kind, str] = {"kafka": "Apache Kafka", "tansu": "the Tansu broker"}
+STOP_GRACE_S: dict[Kind, float] = {"kafka": 20.0, "tansu": 10.0}
+"""How long a broker gets to stop on SIGTERM (Kafka's controlled shutdown) before SIGKILL."""
 
 
 def tansu_binary() -> str:
@@ -73,6 +76,10 @@ class BrokerRecord:
     kind: Kind = "tansu"
 
     @property
+    def name(self) -> str:
+        return NAMES[self.kind]
+
+    @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
@@ -103,10 +110,14 @@ def spawn_tansu(port: int, log_path: Path, detach: bool) -> subprocess.Popen[byt
     return proc
 
 
+def log_path_of(kind: Kind, port: int, workdir: Path) -> Path:
+    return workdir / f"{kind}-{port}.log"
+
+
 def spawn(kind: Kind, port: int, workdir: Path, detach: bool) -> subprocess.Popen[bytes]:
-    """Start a broker of `kind` on loopback, its log (and Kafka's data) under `workdir`, and
-    return once it is ready."""
-    log_path = workdir / f"{kind}-{port}.log"
+    """Start a broker of `kind` on loopback, its log (`log_path_of`) and Kafka's data under
+    `workdir`, and return once it is ready."""
+    log_path = log_path_of(kind, port, workdir)
     if kind == "kafka":
         return apache_kafka.spawn(port, workdir / "kafka-data", log_path, detach)
     return spawn_tansu(port, log_path, detach)
@@ -116,7 +127,7 @@ def stop_child(proc: subprocess.Popen[bytes], kind: Kind) -> None:
     """Stop a broker this process started (Kafka gets time for a controlled shutdown)."""
     proc.terminate()
     try:
-        proc.wait(20 if kind == "kafka" else 10)
+        proc.wait(STOP_GRACE_S[kind])
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -154,7 +165,7 @@ def start_detached(port: int | None = None, kind: Kind | None = None) -> BrokerR
     )
     workdir = home() / "broker"
     proc = spawn(kind, chosen, workdir, detach=True)
-    record = BrokerRecord(proc.pid, chosen, str(workdir / f"{kind}-{chosen}.log"), kind)
+    record = BrokerRecord(proc.pid, chosen, str(log_path_of(kind, chosen, workdir)), kind)
     write_record(record)
     return record
 
@@ -168,6 +179,6 @@ def stop() -> BrokerRecord | None:
     record = read_record()
     if record is None:
         return None
-    terminate(record.pid, 20 if record.kind == "kafka" else 10)
+    terminate(record.pid, STOP_GRACE_S[record.kind])
     clear_record(record.pid)
     return record

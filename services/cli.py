@@ -184,15 +184,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _describe(record: broker.BrokerRecord) -> str:
-    name = "Apache Kafka" if record.kind == "kafka" else "the Tansu broker"
-    return f"{name} listening on {record.bootstrap} (pid {record.pid}, log {record.log})"
+    return f"{record.name} listening on {record.bootstrap} (pid {record.pid}, log {record.log})"
 
 
 def _run_broker_in_foreground(kind: broker.Kind, port: int) -> int:
     workdir = broker.home() / "broker"
     print(f"starting {kind} on {broker.LOOPBACK}:{port} ...", flush=True)
     proc = broker.spawn(kind, port, workdir, detach=False)
-    record = broker.BrokerRecord(proc.pid, port, str(workdir / f"{kind}-{port}.log"), kind)
+    record = broker.BrokerRecord(proc.pid, port, str(broker.log_path_of(kind, port, workdir)), kind)
     broker.write_record(record)
     print(_describe(record), flush=True)
     print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)

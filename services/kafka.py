@@ -38,9 +38,8 @@ def resolve_bootstrap(explicit: str | None) -> str:
     record = broker.read_record()
     if record is None:
         record = broker.start_detached()
-        name = "Apache Kafka" if record.kind == "kafka" else "the Tansu broker"
         print(
-            f"started {name} on {record.bootstrap} (pid {record.pid}); "
+            f"started {record.name} on {record.bootstrap} (pid {record.pid}); "
             "stop it with `jobledger broker --stop`",
             file=sys.stderr,
         )

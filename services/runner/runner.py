@@ -319,12 +319,11 @@ class TaskRunner:
         """Abort whatever the Spark tasks of an ended Spark job left open, by starting a
         producer under each of their transactional ids."""
         for partition in range(slices):
+            fencing = f"{transactional_id}-{partition}"
             try:
-                task.task_producer(self.config.bootstrap, f"{transactional_id}-{partition}").close(
-                    5
-                )
+                task.task_producer(self.config.bootstrap, fencing).close()
             except KafkaException:
-                log.exception("could not fence %s-%d", transactional_id, partition)
+                log.exception("could not fence %s", fencing)
 
     def _report(
         self, d: TaskDeploymentRequested, state: ExecutionState, error: str | None = None
