@@ -45,7 +45,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services import broker
 from jobledger.services.driver import ReducerDriver
-from jobledger.services.kafka import create_topics, partitions_of
+from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
 from jobledger.services.runtime import INPUT_ROLES
 from jobledger.services.snapshot import Snapshot, decode, encode
@@ -154,6 +154,7 @@ def generate(target: int) -> list[Event]:
 
 def write(bootstrap: str, prefix: str, events: list[Event], serde: EventSerde) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{prefix}",
+                         "partitioner": PARTITIONER,
                          "linger.ms": 20, "queue.buffering.max.messages": 500_000})  # fmt: skip
     producer.init_transactions(60)
     for start in range(0, len(events), 20_000):

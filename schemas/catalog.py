@@ -17,10 +17,13 @@ from fastavro.schema import UnknownType, fingerprint, load_schema, to_parsing_ca
 
 from . import cluster, deadletters, jobs, kvstate, rejections, slots, tasks, timers
 from .avro import full_name, named_schema, record_schema, referenced_types
-from .model import Event
+from .model import Event, Record
 
 SCHEMA_DIR = Path(__file__).resolve().parent
 HISTORY_DIR = SCHEMA_DIR / "history"
+LOAD_ORDER = SCHEMA_DIR / "load-order.txt"
+"""Every `.avsc` file, each after the named types it references: the order a parser that
+needs a type defined before its use (Java's `Schema.Parser`, avro-js, ...) loads them in."""
 
 EVENT_TYPES: tuple[type[Event], ...] = tuple(
     cls
@@ -45,6 +48,27 @@ def generated_files() -> dict[Path, dict[str, Any]]:
     return files
 
 
+def load_order() -> list[str]:
+    """File names of every named type and event, each after everything it references."""
+    ordered: list[type] = []
+
+    def visit(cls: type) -> None:
+        if cls in ordered:
+            return
+        if issubclass(cls, Record):
+            for named in referenced_types(cls):
+                visit(named)
+        ordered.append(cls)
+
+    for cls in (*NAMED_TYPES, *EVENT_TYPES):
+        visit(cls)
+    return [avsc_path(cls).name for cls in ordered]
+
+
+def load_order_text() -> str:
+    return "".join(f"{name}\n" for name in load_order())
+
+
 def stray_files() -> list[Path]:
     """`.avsc` files beside the models that no model generates (a renamed or removed type)."""
     return sorted(set(SCHEMA_DIR.glob("*.avsc")) - set(generated_files()))
@@ -59,6 +83,8 @@ def write_files() -> list[Path]:
     for path, schema in generated_files().items():
         path.write_text(json.dumps(schema, indent=2) + "\n")
         written.append(path)
+    LOAD_ORDER.write_text(load_order_text())
+    written.append(LOAD_ORDER)
     return written
 
 
@@ -77,9 +103,15 @@ class WriterSchema:
 
 
 def schema_fingerprint(parsed: dict[str, Any]) -> bytes:
-    """CRC-64-AVRO of the Parsing Canonical Form, little-endian, as single-object encoding uses."""
-    digest = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
-    return bytes.fromhex(digest)[::-1]
+    """CRC-64-AVRO of the Parsing Canonical Form as the 8 little-endian bytes single-object
+    encoding writes (Java's `SchemaNormalization.parsingFingerprint64`, least significant byte
+    first). fastavro's hex digest already lists the bytes in that order."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+
+
+def fingerprint_number(fp: bytes) -> int:
+    """The fingerprint as the 64-bit number Avro's libraries print (`0x9ef411078b89f334`)."""
+    return int.from_bytes(fp, "little")
 
 
 class SchemaCatalog:
@@ -88,6 +120,9 @@ class SchemaCatalog:
     def __init__(self, history_dirs: tuple[Path, ...] = (HISTORY_DIR,)) -> None:
         self._readers: dict[type[Event], dict[str, Any]] = {}
         self._writers: dict[bytes, WriterSchema] = {}
+        self._legacy: dict[bytes, WriterSchema] = {}
+        """The same writers under the byte-reversed fingerprint jobledger wrote before it
+        followed the specification; such logs stay readable, nothing writes that order."""
         self._current: dict[type[Event], bytes] = {}
         for cls in EVENT_TYPES:
             parsed = load_schema(str(avsc_path(cls)))
@@ -116,9 +151,9 @@ class SchemaCatalog:
         self, cls: type[Event], parsed: dict[str, Any], is_current: bool
     ) -> WriterSchema:
         fp = schema_fingerprint(parsed)
-        writer = WriterSchema(cls, parsed, fp, is_current)
-        self._writers.setdefault(fp, writer)
-        return self._writers[fp]
+        writer = self._writers.setdefault(fp, WriterSchema(cls, parsed, fp, is_current))
+        self._legacy.setdefault(fp[::-1], writer)
+        return writer
 
     def reader(self, cls: type[Event]) -> dict[str, Any]:
         return self._readers[cls]
@@ -127,12 +162,15 @@ class SchemaCatalog:
         return self._current[cls]
 
     def writer(self, fp: bytes) -> WriterSchema:
-        try:
-            return self._writers[fp]
-        except KeyError:
+        """The writer schema of a single-object header's fingerprint bytes. The standard
+        (little-endian) order is tried first, so a legacy alias can never shadow a schema."""
+        found = self._writers.get(fp) or self._legacy.get(fp)
+        if found is None:
             raise UnknownSchemaError(
-                f"no schema with fingerprint {fp.hex()} in the catalog"
-            ) from None
+                f"no schema with fingerprint {fp.hex()} in the catalog "
+                f"(CRC-64-AVRO 0x{fingerprint_number(fp):016x})"
+            )
+        return found
 
     def schema_json(self, cls: type[Event]) -> str:
         """The event's full schema as one standalone JSON document (for a schema registry)."""

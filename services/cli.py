@@ -24,7 +24,14 @@ from jobledger.projections.log_file import (
 from jobledger.projections.replay import Limit, replay, verify
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs, topic_name
-from jobledger.schemas.catalog import avsc_path, generated_files, stray_files, write_files
+from jobledger.schemas.catalog import (
+    LOAD_ORDER,
+    avsc_path,
+    generated_files,
+    load_order_text,
+    stray_files,
+    write_files,
+)
 
 from . import apache_kafka, broker, kafka
 from .produce import produce_lines
@@ -370,6 +377,8 @@ def cmd_schemas_write(args: argparse.Namespace) -> int:
             if not path.exists() or json.loads(path.read_text()) != schema
         ]
         stale.extend(f"{path.name} (no model generates it)" for path in stray_files())
+        if not LOAD_ORDER.exists() or LOAD_ORDER.read_text() != load_order_text():
+            stale.append(LOAD_ORDER.name)
         if docs.readme_with_table(readme) != readme:
             stale.append(docs.README.name)
         for name in stale:

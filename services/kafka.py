@@ -25,6 +25,12 @@ BOOTSTRAP_ENV = "JOBLEDGER_BOOTSTRAP"
 PREFIX_ENV = "JOBLEDGER_TOPIC_PREFIX"
 REGISTRY_ENV = "JOBLEDGER_SCHEMA_REGISTRY"
 
+PARTITIONER = "murmur2_random"
+"""Keyed records go where Java's client puts them (murmur2 of the key bytes, made positive,
+modulo the partition count): the partitioner of every Kafka client that follows Java's, so an
+owner's events land in one partition whichever language wrote them. librdkafka's own default
+(CRC32) would split them."""
+
 # Tansu takes ~20 s to settle a group join with librdkafka's 45 s default; 6 s keeps it quick
 # and is well inside what any Kafka accepts.
 SESSION_TIMEOUT_MS = 6000
@@ -128,6 +134,7 @@ def transactional_producer(bootstrap: str, owner: str) -> Producer:
             "bootstrap.servers": bootstrap,
             "transactional.id": f"jobledger-{owner}-{uuid.uuid4()}",
             "enable.idempotence": True,
+            "partitioner": PARTITIONER,
         }
     )
     producer.init_transactions(30)

@@ -39,7 +39,7 @@ from jobledger.schemas.types import OwnerKind
 
 from . import snapshot
 from .driver import ReducerDriver
-from .kafka import SESSION_TIMEOUT_MS
+from .kafka import PARTITIONER, SESSION_TIMEOUT_MS
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -149,6 +149,7 @@ class ServiceRuntime:
             producer = Producer({
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
+                "partitioner": PARTITIONER,
             })  # fmt: skip
             producer.init_transactions(60)
         if committed.offset < 0:

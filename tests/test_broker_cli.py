@@ -227,7 +227,7 @@ for path in Path(schema_dir).glob("*.avsc"):
     schema = load_schema(str(path))
     if schema.get("type") == "record":
         fp = fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")
-        schemas[bytes.fromhex(fp)[::-1]] = schema
+        schemas[bytes.fromhex(fp)] = schema  # the spec: little-endian, as fastavro lists it
 
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "foreign",
                      "isolation.level": "read_committed", "enable.partition.eof": True})

@@ -86,6 +86,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..kafka import PARTITIONER
+
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
 
@@ -493,7 +495,8 @@ class _KafkaSink:
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._topic = options.get("topic") or None
         self._columns = SinkColumns.of(schema, self._topic)
-        self._config: dict[str, Any] = _client_config(options)
+        # keys partitioned as Spark's native Kafka sink (Java's client) does
+        self._config: dict[str, Any] = {"partitioner": PARTITIONER, **_client_config(options)}
         self._transactional = _bool_option(options, "transactional", True)
         # One id per task position: a retried task fences the attempt it replaces.
         prefix = self._config.pop("transactional.id", None)

@@ -32,7 +32,7 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
 
 from ..decisions import derived_id
-from ..kafka import append_events
+from ..kafka import PARTITIONER, append_events
 from ..key_groups import compute_key_group_range_for_operator_index
 from . import kv_state
 from .exchange import ResultWriter, create_result_topics, read_input_gate
@@ -90,7 +90,7 @@ def task_producer(
 
     producer = Producer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 1,
-        "on_delivery": delivered,
+        "on_delivery": delivered, "partitioner": PARTITIONER,
     })  # fmt: skip
     producer.init_transactions(60)
     return producer

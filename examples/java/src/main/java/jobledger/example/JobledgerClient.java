@@ -1,0 +1,327 @@
+package jobledger.example;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.UUID;
+
+import org.apache.avro.Schema;
+import org.apache.avro.generic.GenericData;
+import org.apache.avro.generic.GenericRecord;
+import org.apache.avro.generic.GenericRecordBuilder;
+import org.apache.avro.message.BinaryMessageDecoder;
+import org.apache.avro.message.BinaryMessageEncoder;
+import org.apache.avro.message.SchemaStore;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * A jobledger client that knows only Kafka, Avro and the published {@code .avsc} files.
+ *
+ * <p>It plays a TaskExecutor with its own task runner and a client submitting a job: it registers
+ * the TaskExecutor at the ResourceManager, submits a JobGraph of one no-op vertex, and prints the
+ * decisions the services take (registration, slot offers, deployments, job status). Each task
+ * deployed into its slots is reported INITIALIZING, RUNNING and FINISHED, as a task runner would;
+ * it exits 0 when the job is FINISHED and 1 when it ends otherwise or not within the time limit.
+ *
+ * <p>Usage: {@code JobledgerClient --bootstrap HOST:PORT --schemas DIR [--prefix P]
+ * [--parallelism N] [--timeout-s S]}
+ */
+public final class JobledgerClient {
+  private static final String PRODUCER = "java-client";
+  private static final String TYPE_HEADER = "jobledger.type";
+  private static final Set<String> TERMINAL = Set.of("FINISHED", "FAILED", "CANCELED");
+
+  private final Map<String, Schema> schemas = new HashMap<>();
+  private final SchemaStore.Cache store = new SchemaStore.Cache();
+  private final Map<Schema, BinaryMessageDecoder<GenericRecord>> decoders = new HashMap<>();
+  private final String prefix;
+  private final KafkaProducer<String, byte[]> producer;
+  private final KafkaConsumer<String, byte[]> consumer;
+  private final String resourceId = "java-tm-" + UUID.randomUUID().toString().substring(0, 8);
+  private final String jobId = "java-job-" + UUID.randomUUID().toString().substring(0, 8);
+  private final Map<String, GenericRecord> deployments = new HashMap<>();
+
+  private JobledgerClient(String bootstrap, Path schemaDir, String prefix) throws Exception {
+    this.prefix = prefix;
+    loadSchemas(schemaDir);
+    Properties p = new Properties();
+    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    p.put(ProducerConfig.ACKS_CONFIG, "all");
+    p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true);
+    producer = new KafkaProducer<>(p, new StringSerializer(), new ByteArraySerializer());
+    Properties c = new Properties();
+    c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+    c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    consumer = new KafkaConsumer<>(c, new StringDeserializer(), new ByteArrayDeserializer());
+  }
+
+  /** Every named type, in the published load order: Java's parser needs types defined first. */
+  private void loadSchemas(Path dir) throws Exception {
+    Schema.Parser parser = new Schema.Parser();
+    for (String file : Files.readAllLines(dir.resolve("load-order.txt"))) {
+      if (!file.isBlank()) {
+        parser.parse(dir.resolve(file.strip()).toFile());
+      }
+    }
+    for (Schema schema : parser.getTypes().values()) {
+      schemas.put(schema.getName(), schema);
+      if (schema.getType() == Schema.Type.RECORD) {
+        store.addSchema(schema);
+      }
+    }
+  }
+
+  private String topic(String role) {
+    return prefix + role;
+  }
+
+  /** An event with the header every event carries; unset fields take their schema defaults. */
+  private GenericRecordBuilder event(String type) {
+    return new GenericRecordBuilder(schemas.get(type))
+        .set("event_id", UUID.randomUUID().toString())
+        .set("event_time", System.currentTimeMillis())
+        .set("producer", PRODUCER);
+  }
+
+  private GenericData.EnumSymbol symbol(String enumType, String value) {
+    return new GenericData.EnumSymbol(schemas.get(enumType), value);
+  }
+
+  private void send(String role, String key, GenericRecord record) throws Exception {
+    ByteBuffer body =
+        new BinaryMessageEncoder<GenericRecord>(GenericData.get(), record.getSchema())
+            .encode(record);
+    byte[] value = new byte[body.remaining()];
+    body.get(value);
+    ProducerRecord<String, byte[]> out = new ProducerRecord<>(topic(role), key, value);
+    out.headers()
+        .add(TYPE_HEADER, record.getSchema().getName().getBytes(StandardCharsets.UTF_8));
+    producer.send(out).get();
+  }
+
+  /** Single-object bytes -> record: the writer schema is found by the fingerprint. */
+  private GenericRecord decode(byte[] value) throws Exception {
+    long fingerprint = ByteBuffer.wrap(value, 2, 8).order(java.nio.ByteOrder.LITTLE_ENDIAN).getLong();
+    Schema writer = store.findByFingerprint(fingerprint);
+    if (writer == null) {
+      return null; // an event type newer than these schemas: not ours to read
+    }
+    return decoders
+        .computeIfAbsent(writer, s -> new BinaryMessageDecoder<>(GenericData.get(), s, store))
+        .decode(value);
+  }
+
+  private void listenFromNow() {
+    List<TopicPartition> parts = new ArrayList<>();
+    for (String role : List.of("job", "taskexecutor")) {
+      for (PartitionInfo info : consumer.partitionsFor(topic(role))) {
+        parts.add(new TopicPartition(info.topic(), info.partition()));
+      }
+    }
+    consumer.assign(parts);
+    consumer.seekToEnd(parts);
+    parts.forEach(consumer::position); // fix the start before anything is written
+  }
+
+  private void registerTaskExecutor(int slots) throws Exception {
+    GenericRecord profile =
+        new GenericRecordBuilder(schemas.get("ResourceProfile"))
+            .set("kind", symbol("ResourceProfileKind", "ANY"))
+            .build();
+    send(
+        "resourcemanager",
+        resourceId,
+        event("TaskManagerRegistered")
+            .set("resource_id", resourceId)
+            .set("address", "java-client")
+            .set("number_of_slots", slots)
+            .set("resource_profile", profile)
+            .build());
+  }
+
+  private void heartbeat() throws Exception {
+    send("resourcemanager", resourceId, event("TaskManagerHeartbeat").set("resource_id", resourceId).build());
+  }
+
+  private void submitJob(int parallelism) throws Exception {
+    GenericRecord vertex =
+        new GenericRecordBuilder(schemas.get("JobVertex"))
+            .set("vertex_id", "noop")
+            .set("name", "no-op tasks")
+            .set("invokable_class_name", "noop")
+            .set("parallelism", parallelism)
+            .build();
+    send(
+        "job",
+        jobId,
+        event("JobSubmitted")
+            .set("job_id", jobId)
+            .set("job_name", "submitted from Java")
+            .set("vertices", List.of(vertex))
+            .build());
+    send(
+        "job",
+        jobId,
+        event("JobMasterLeadershipGranted")
+            .set("job_id", jobId)
+            .set("job_master_id", "jm-" + jobId)
+            .build());
+    send(
+        "job",
+        jobId,
+        event("ResourceManagerConnected")
+            .set("job_id", jobId)
+            .set("resource_manager_id", "resourcemanager")
+            .build());
+  }
+
+  /** The task runner's part: a deployment accepted into our slot runs and finishes at once. */
+  private void runTask(GenericRecord deployment) throws Exception {
+    for (String state : List.of("INITIALIZING", "RUNNING", "FINISHED")) {
+      send(
+          "job",
+          jobId,
+          event("TaskExecutionStateChanged")
+              .set("job_id", jobId)
+              .set("job_master_id", deployment.get("job_master_id").toString())
+              .set("execution_attempt_id", deployment.get("execution_attempt_id").toString())
+              .set("execution_state", symbol("ExecutionState", state))
+              .set("resource_id", resourceId)
+              .build());
+    }
+    send(
+        "taskexecutor",
+        resourceId,
+        event("TaskFinalStateReported")
+            .set("job_id", jobId)
+            .set("resource_id", resourceId)
+            .set("execution_attempt_id", deployment.get("execution_attempt_id").toString())
+            .set("execution_state", symbol("ExecutionState", "FINISHED"))
+            .build());
+  }
+
+  /** A field's value as text, or null where the event has no such field or it is null. */
+  private static String text(GenericRecord e, String field) {
+    Object value = e.hasField(field) ? e.get(field) : null;
+    return value == null ? null : value.toString();
+  }
+
+  /** Prints what concerns us; returns the job's final status once it has one. */
+  private String handle(GenericRecord e) throws Exception {
+    String type = e.getSchema().getName();
+    boolean ours = resourceId.equals(text(e, "resource_id")) || jobId.equals(text(e, "job_id"))
+        || resourceId.equals(text(e, "owner_id")) || jobId.equals(text(e, "owner_id"));
+    if (!ours) {
+      return null;
+    }
+    switch (type) {
+      case "TaskManagerRegistrationAccepted":
+        System.out.println("TaskExecutor " + resourceId + " registered at the ResourceManager");
+        break;
+      case "SlotOfferAccepted":
+        System.out.println("slot offer accepted: slot " + e.get("slot_index") + " as allocation "
+            + e.get("allocation_id"));
+        break;
+      case "SlotOfferRejected":
+        System.out.println("slot offer rejected: " + e.get("reason"));
+        break;
+      case "TaskDeploymentRequested":
+        deployments.put(e.get("execution_attempt_id").toString(), e);
+        System.out.println("task deployed: " + e.get("vertex_id") + "[" + e.get("subtask_index")
+            + "] into slot " + e.get("slot_index"));
+        break;
+      case "TaskSubmissionAccepted":
+        GenericRecord deployment = deployments.get(e.get("execution_attempt_id").toString());
+        if (deployment != null) {
+          runTask(deployment);
+        }
+        break;
+      case "JobStatusChanged":
+        String to = e.get("to_status").toString();
+        System.out.println("job " + jobId + ": " + e.get("from_status") + " -> " + to
+            + (text(e, "cause") != null ? " (" + text(e, "cause") + ")" : ""));
+        return TERMINAL.contains(to) ? to : null;
+      case "EventRejected":
+        System.out.println("rejected: " + e.get("reason"));
+        break;
+      default:
+        break;
+    }
+    return null;
+  }
+
+  private String run(int parallelism, long timeoutMs) throws Exception {
+    listenFromNow();
+    registerTaskExecutor(parallelism);
+    submitJob(parallelism);
+    System.out.println("submitted job " + jobId + " (" + parallelism + " no-op tasks)");
+    long deadline = System.currentTimeMillis() + timeoutMs;
+    long nextHeartbeat = 0;
+    while (System.currentTimeMillis() < deadline) {
+      if (System.currentTimeMillis() >= nextHeartbeat) {
+        heartbeat();
+        nextHeartbeat = System.currentTimeMillis() + 2_000;
+      }
+      for (ConsumerRecord<String, byte[]> record : consumer.poll(Duration.ofMillis(200))) {
+        byte[] value = record.value();
+        if (value == null || value.length < 10 || value[0] != (byte) 0xC3 || value[1] != 0x01) {
+          continue; // not single-object encoded (e.g. a Confluent-format writer)
+        }
+        GenericRecord event = decode(value);
+        String end = event == null ? null : handle(event);
+        if (end != null) {
+          return end;
+        }
+      }
+    }
+    return null;
+  }
+
+  public static void main(String[] args) throws Exception {
+    Map<String, String> options = new HashMap<>(Map.of(
+        "--prefix", "jobledger.", "--parallelism", "2", "--timeout-s", "120"));
+    for (int i = 0; i + 1 < args.length; i += 2) {
+      options.put(args[i], args[i + 1]);
+    }
+    if (!options.containsKey("--bootstrap") || !options.containsKey("--schemas")) {
+      System.err.println("usage: JobledgerClient --bootstrap HOST:PORT --schemas DIR "
+          + "[--prefix P] [--parallelism N] [--timeout-s S]");
+      System.exit(2);
+    }
+    JobledgerClient client = new JobledgerClient(
+        options.get("--bootstrap"), Path.of(options.get("--schemas")), options.get("--prefix"));
+    String end;
+    try {
+      end = client.run(Integer.parseInt(options.get("--parallelism")),
+          Long.parseLong(options.get("--timeout-s")) * 1000);
+    } finally {
+      client.producer.close();
+      client.consumer.close();
+    }
+    if (end == null) {
+      System.out.println("job " + client.jobId + " did not end within "
+          + options.get("--timeout-s") + " s");
+    }
+    System.exit("FINISHED".equals(end) ? 0 : 1);
+  }
+}
