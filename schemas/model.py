@@ -23,6 +23,17 @@ from .topics import TopicRole
 
 NAMESPACE = "jobledger"
 
+MAX_EVENT_BYTES = 512 * 1024
+"""The largest encoded event jobledger accepts where events enter (`jobledger produce`):
+half of Apache Kafka's default `max.message.bytes`, so an event always fits a record, with room
+for the dead letter that carries it."""
+
+SERVICE_PRODUCERS = frozenset(
+    {"jobmaster", "slotpool", "resourcemanager", "taskexecutor", "runtime", "clock"}
+)
+"""The `producer` names of the services' reducers, runtime and clock: only their decisions
+carry them, never a client's input."""
+
 
 class AvroInt:
     """Marker: this Python `int` is an Avro `int` (32-bit), not the default `long`."""

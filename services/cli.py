@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         "produce", parents=[common], help="append JSON events (one per line) to their topics"
     )
     p.add_argument("file", nargs="?", default="-", help="JSON lines file, or - for stdin")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="write the valid lines even if some are not (default: one bad line writes nothing)",
+    )
     _registry_option(p)
     p.set_defaults(func=cmd_produce)
 
@@ -244,9 +249,29 @@ def cmd_produce(args: argparse.Namespace) -> int:
     producer = kafka.transactional_producer(bootstrap, "cli")
     with ExitStack() as stack:
         lines = sys.stdin if args.file == "-" else stack.enter_context(open(args.file))
-        report = produce_lines(lines, producer, serde, kafka.resolve_prefix(args.topic_prefix))
+        report = produce_lines(
+            lines,
+            producer,
+            serde,
+            kafka.resolve_prefix(args.topic_prefix),
+            skip_invalid=args.skip_invalid,
+        )
     for rejected in report.rejected:
         print(f"line {rejected.line_number}: {rejected.reason}", file=sys.stderr)
+    if report.rejected and not args.skip_invalid:
+        print(
+            f"wrote nothing: {len(report.rejected)} lines are not valid events "
+            "(fix them, or pass --skip-invalid to write the others)",
+            file=sys.stderr,
+        )
+        return 1
+    if report.failure is not None:
+        print(
+            f"the broker refused a write: {report.failure}; lines 1-{report.last_written_line} "
+            f"were written ({report.written} events), the lines after them were not",
+            file=sys.stderr,
+        )
+        return 1
     print(f"wrote {report.written} events, rejected {len(report.rejected)} lines", file=sys.stderr)
     return 1 if report.rejected else 0
 

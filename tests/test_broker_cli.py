@@ -113,23 +113,55 @@ BAD_LINES = [
     (json.dumps({**OFFERED, "resource_profile": {"kind": "HUGE"}}), "resource_profile.kind"),
     (json.dumps({**OFFERED, "slot_indx": 2}), "slot_indx: Extra inputs are not permitted"),
     (json.dumps({**OFFERED, "slot_index": 2**40}), "slot_index: Input should be less than"),
+    (json.dumps({**OFFERED, "event_time": 99999999999999999999999}), "not encodable in Avro"),
+    (json.dumps({**OFFERED, "resource_profile": {"kind": "ANY"}}).replace(
+        '"ANY"}', '"ANY", "cpu_cores": NaN}'), "NaN is not a JSON number"),
+    (json.dumps({**OFFERED, "allocation_id": "a" * 2_000_000}), "more than the 524288"),
+    (json.dumps({**OFFERED, "producer": "jobmaster"}), "is the name of a jobledger service"),
+    (json.dumps({**OFFERED, "cause_event_id": "x"}), "cause_event_id is for decisions"),
+    (json.dumps({"type": "EventRejected", "scope": "JOB", "owner_id": "job-1",
+                 "rejected_event_id": "e", "rejected_event_type": "SlotOffered", "reason": "r"}),
+     "EventRejected is written by the services only"),
+    (json.dumps({"type": "DeadLettered", "source_topic": "t", "source_partition": 0,
+                 "source_offset": 1, "reason": "r"}),
+     "DeadLettered is written by the services only"),
 ]  # fmt: skip
 
 
-def test_bad_lines_are_reported_with_number_and_reason_and_good_lines_still_go(cluster, tmp_path):
+def _bad_file(tmp_path):
     good = [{**OFFERED, "event_id": f"good-{i}"} for i in range(2)]
     lines = [json.dumps(good[0])] + [line for line, _ in BAD_LINES] + ["", json.dumps(good[1])]
     source = tmp_path / "events.jsonl"
     source.write_text("\n".join(lines) + "\n")
+    return source, good
 
-    result = jobledger(cluster, tmp_path, "produce", str(source))
 
+def _assert_every_bad_line_reported(result):
     assert result.returncode == 1
+    assert "Traceback" not in result.stderr
     for number, (_, reason) in enumerate(BAD_LINES, start=2):
         assert any(
             line.startswith(f"line {number}: ") and reason in line
             for line in result.stderr.splitlines()
         ), (number, reason, result.stderr)
+
+
+def test_one_bad_line_writes_nothing_and_every_bad_line_is_reported(cluster, tmp_path):
+    source, _ = _bad_file(tmp_path)
+
+    result = jobledger(cluster, tmp_path, "produce", str(source))
+
+    _assert_every_bad_line_reported(result)
+    assert f"wrote nothing: {len(BAD_LINES)} lines are not valid events" in result.stderr
+    assert tail_all(cluster, tmp_path, "job") == []
+
+
+def test_skip_invalid_writes_the_good_lines_and_reports_the_bad(cluster, tmp_path):
+    source, good = _bad_file(tmp_path)
+
+    result = jobledger(cluster, tmp_path, "produce", "--skip-invalid", str(source))
+
+    _assert_every_bad_line_reported(result)
     assert f"wrote 2 events, rejected {len(BAD_LINES)} lines" in result.stderr
     assert tail_all(cluster, tmp_path, "job") == good
 
