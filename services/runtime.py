@@ -191,7 +191,7 @@ class ServiceRuntime:
         for msg in self._read_range(snapshots, self._snapshot_partition(partition), 0, None):
             if msg.key() == key:
                 latest = msg.value()
-        return snapshot.decode(latest)
+        return snapshot.decode_or_rebuild(latest, f"{topic}[{partition}]")
 
     def _read_range(self, topic: str, partition: int, start: int, end: int | None):
         """Committed records of one partition from `start` up to `end` (exclusive) or its end."""
