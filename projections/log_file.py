@@ -29,7 +29,14 @@ from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.kafka import read_committed_consumer, read_topics
 
-INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
+LOG_ROLES = (
+    TopicRole.JOB,
+    TopicRole.RESOURCE_MANAGER,
+    TopicRole.TASK_EXECUTOR,
+    TopicRole.DEAD_LETTER,
+)
+"""The topics a log is: the reducers' inputs, and the dead letters that say which of those
+records no reducer saw."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +63,12 @@ class SkippedRecord:
 def read_log(
     consumer: Consumer, prefix: str, serde: EventSerde
 ) -> Iterator[LogRecord | SkippedRecord]:
-    """Every record of the input topics up to their current end, in offset order per
+    """Every record of the log's topics up to their current end, in offset order per
     partition, partitions in a stable order (topic role, partition)."""
-    roles = {topic_name(role, prefix): role for role in INPUT_ROLES}
+    roles = {topic_name(role, prefix): role for role in LOG_ROLES}
     messages = sorted(
         read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
-        key=lambda m: (INPUT_ROLES.index(roles[m.topic()]), m.partition(), m.offset()),
+        key=lambda m: (LOG_ROLES.index(roles[m.topic()]), m.partition(), m.offset()),
     )
     for msg in messages:
         role = roles[msg.topic()]
@@ -74,7 +81,7 @@ def read_log(
 
 
 def read_events(bootstrap: str, prefix: str) -> list[LogRecord]:
-    """The decodable records of the input topics as they are now (what a replay reads)."""
+    """The decodable records of the log as they are now (what a replay reads)."""
     consumer = read_committed_consumer(bootstrap)
     try:
         return [r for r in read_log(consumer, prefix, EventSerde()) if isinstance(r, LogRecord)]

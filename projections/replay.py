@@ -1,9 +1,11 @@
 """Replay: rebuild every reducer's state from the log, up to a point, and check that the
 decisions recorded in the log are exactly those the reducers derive again.
 
-Each record goes to its owner, as live; the decisions it derives are already in the log, so
-replay does not feed them back. Partitions are independent, so any order that keeps each
-partition's offsets in order rebuilds the same state.
+Each record goes to its owner in the reducer copy of its own partition, as live; the decisions
+it derives are already in the log, so replay does not feed them back. A record the services
+dead-lettered (the dead letter names its topic, partition and offset) reached no reducer live
+and reaches none here. Partitions are independent, so any order that keeps each partition's
+offsets in order rebuilds the same state.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
-from jobledger.services.driver import ReducerDriver
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.driver import PartitionedDriver, ReducerDriver
 
 from .log_file import LogRecord
 
@@ -37,9 +41,14 @@ class Limit:
 
 @dataclass
 class ReplayResult:
-    driver: ReducerDriver
+    partitioned: PartitionedDriver
     records: int = 0
     positions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def driver(self) -> ReducerDriver:
+        """The state of the whole cluster (every partition's owners together)."""
+        return self.partitioned.merged()
 
     def as_of(self) -> dict[str, object]:
         """Which part of the log the state reflects."""
@@ -50,16 +59,41 @@ def position(record: LogRecord) -> str:
     return f"{record.role.value}/{record.partition}@{record.offset}"
 
 
+def dead_lettered(records: Iterable[LogRecord]) -> set[tuple[str, int, int]]:
+    """(topic role, partition, offset) of every input the services refused."""
+    return {
+        (_role_of(record.event.source_topic), record.event.source_partition,
+         record.event.source_offset)
+        for record in records
+        if isinstance(record.event, DeadLettered)
+    }  # fmt: skip
+
+
+def _role_of(topic: str) -> str:
+    """The role of `<prefix><role>`, whatever the prefix."""
+    return next((role.value for role in TopicRole if topic.endswith(role.value)), topic)
+
+
+def _inputs(records: list[LogRecord]) -> Iterable[LogRecord]:
+    """The records the services' reducers saw: input topics, less what was dead-lettered."""
+    refused = dead_lettered(records)
+    for record in records:
+        if record.role is not TopicRole.DEAD_LETTER and (
+            (record.role.value, record.partition, record.offset) not in refused
+        ):
+            yield record
+
+
 def replay(
     records: Iterable[LogRecord],
     limit: Limit = Limit(),
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
 ) -> ReplayResult:
-    result = ReplayResult(driver_factory())
-    for record in records:
+    result = ReplayResult(PartitionedDriver(driver_factory))
+    for record in _inputs(list(records)):
         if not limit.admits(record, result.records):
             continue
-        result.driver.process(record.event)
+        result.partitioned.process(record.role, record.partition, record.event)
         result.records += 1
         result.positions[f"{record.role.value}/{record.partition}"] = record.offset
     return result
@@ -102,11 +136,11 @@ def verify(
     missing, only not due yet, and is not a divergence."""
     log = list(records)
     recorded = {r.event.event_id: r for r in log}
-    driver = driver_factory()
+    driver = PartitionedDriver(driver_factory)
     derived_ids: set[str] = set()
     matched = 0
-    for record in log:
-        for decision in driver.process(record.event):
+    for record in _inputs(log):
+        for decision in driver.process(record.role, record.partition, record.event):
             derived_ids.add(decision.event_id)
             found = recorded.get(decision.event_id)
             if found is None and not processed(record):

@@ -9,7 +9,7 @@ runtime feeds the same `process` from Kafka.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,3 +102,34 @@ class ReducerDriver:
             log.append(event)
             queue.extend(self.process(event))
         return log
+
+
+@dataclass
+class PartitionedDriver:
+    """One ReducerDriver per input partition, the way the service runtime hosts them.
+
+    Replay goes through this so that it agrees with the services on everything a partition
+    decides alone: which ids are duplicates (each partition's own window), and which owner an
+    event reaches. `merged()` is the cluster-wide view: the ResourceManager of its one
+    partition, every JobMaster and TaskExecutor of the partitions that own them.
+    """
+
+    factory: Callable[[], ReducerDriver] = ReducerDriver
+    drivers: dict[tuple[TopicRole, int], ReducerDriver] = field(default_factory=dict)
+
+    def process(self, role: TopicRole, partition: int, event: Event) -> list[Event]:
+        driver = self.drivers.get((role, partition))
+        if driver is None:
+            driver = self.drivers[(role, partition)] = self.factory()
+        return driver.process(event)
+
+    def merged(self) -> ReducerDriver:
+        view = self.factory()
+        for (role, _), driver in sorted(self.drivers.items()):
+            if role is TopicRole.RESOURCE_MANAGER:
+                view.resource_manager = driver.resource_manager
+            elif role is TopicRole.JOB:
+                view.job_masters.update(driver.job_masters)
+            elif role is TopicRole.TASK_EXECUTOR:
+                view.task_executors.update(driver.task_executors)
+        return view

@@ -40,6 +40,7 @@ from jobledger.schemas.types import OwnerKind
 from . import snapshot
 from .driver import ReducerDriver
 from .kafka import PARTITIONER, SESSION_TIMEOUT_MS
+from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -117,6 +118,9 @@ class ServiceRuntime:
         self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
         self.last_tick = time.monotonic()
         self.last_health = time.monotonic()
+        self._partition_counts: dict[str, int] = {}
+        """Partitions of each input topic, read when partitions are assigned: where a key
+        belongs depends on it."""
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -126,6 +130,9 @@ class ServiceRuntime:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._partition_counts = {
+            topic: self._count_partitions(topic) for topic in {tp.topic for tp in partitions}
+        }
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
             self.workers[(tp.topic, tp.partition)] = self._rebuild(tp)
@@ -164,7 +171,7 @@ class ServiceRuntime:
         if found is not None and start:
             worker.rebuilt_from_snapshot_at = start
         for msg in self._read_range(committed.topic, committed.partition, start, end):
-            event = self._decode(msg)
+            event, _ = self._admit(msg)
             if event is not None:
                 driver.process(event)
             worker.next_offset = msg.offset() + 1
@@ -222,11 +229,21 @@ class ServiceRuntime:
 
     # -- processing ----------------------------------------------------------------------
 
-    def _decode(self, msg: Message) -> Event | None:
+    def _admit(self, msg: Message) -> tuple[Event | None, str | None]:
+        """The input's event, or why no reducer may see it: not a decodable event, or not
+        where its route puts it (another topic, or a partition its key does not hash to)."""
         try:
-            return self.serde.decode(msg.value(), msg.topic())
-        except DecodeError:
-            return None
+            event = self.serde.decode(msg.value(), msg.topic())
+        except DecodeError as exc:
+            return None, str(exc)
+        partitions = self._partition_counts.get(msg.topic())
+        if partitions is None:
+            partitions = self._partition_counts[msg.topic()] = self._count_partitions(msg.topic())
+        reason = misrouted(event, self.roles[msg.topic()], msg.partition(), partitions)
+        return (None, reason) if reason else (event, None)
+
+    def _count_partitions(self, topic: str) -> int:
+        return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
 
     def run(self, handle_signals: bool = True) -> None:
         """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by
@@ -343,15 +360,14 @@ class ServiceRuntime:
                 self._commit(worker, [])
 
     def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
-        """The input's decisions, or a dead letter if it is not an event at all."""
-        try:
-            event = self.serde.decode(msg.value(), msg.topic())
-        except DecodeError as exc:
+        """The input's decisions, or a dead letter if no reducer may see it."""
+        event, refusal = self._admit(msg)
+        if event is None:
             return [DeadLettered(
                 event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
                 event_time=msg.timestamp()[1], producer="runtime", source_topic=msg.topic(),
                 source_partition=msg.partition(), source_offset=msg.offset(),
-                original_key=msg.key(), original_value=msg.value(), reason=str(exc),
+                original_key=msg.key(), original_value=msg.value(), reason=str(refusal),
             )]  # fmt: skip
         return worker.driver.process(event)
 
