@@ -192,13 +192,12 @@ class ServiceRuntime:
         return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
 
     def _latest_snapshot(self, topic: str, partition: int) -> snapshot.Snapshot | None:
-        key = f"{topic}/{partition}".encode()
+        key = f"{topic}/{partition}"
         snapshots = topic_name(TopicRole.SNAPSHOT, self.prefix)
-        latest = None
+        assembler = snapshot.SnapshotAssembler(key)
         for msg in self._read_range(snapshots, self._snapshot_partition(partition), 0, None):
-            if msg.key() == key:
-                latest = msg.value()
-        return snapshot.decode_or_rebuild(latest, f"{topic}[{partition}]")
+            assembler.add(msg.key(), msg.value())
+        return snapshot.decode_or_rebuild(assembler.latest, f"{topic}[{partition}]")
 
     def _read_range(self, topic: str, partition: int, start: int, end: int | None):
         """Committed records of one partition from `start` up to `end` (exclusive) or its end."""
@@ -389,12 +388,15 @@ class ServiceRuntime:
         )
 
     def _write_snapshot(self, worker: PartitionWorker, topic: str) -> None:
-        worker.producer.produce(
-            topic_name(TopicRole.SNAPSHOT, self.prefix),
-            key=f"{topic}/{worker.partition}".encode(),
-            value=snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset)),
-            partition=self._snapshot_partition(worker.partition),
-        )
+        data = snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset))
+        owner = f"{topic}/{worker.partition}"
+        for key, value in snapshot.chunk_records(owner, worker.next_offset, data):
+            worker.producer.produce(
+                topic_name(TopicRole.SNAPSHOT, self.prefix),
+                key=key,
+                value=value,
+                partition=self._snapshot_partition(worker.partition),
+            )
         worker.since_snapshot = 0
         worker.last_snapshot = time.monotonic()
 

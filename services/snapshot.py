@@ -18,7 +18,8 @@ import importlib
 import io
 import logging
 import pickle
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 
 from .driver import ReducerDriver
 
@@ -26,6 +27,13 @@ log = logging.getLogger("jobledger.snapshot")
 
 MAGIC = b"JLSNAP"
 VERSION = 2
+CHUNK_MAGIC = b"JLCHNK"
+CHUNK_HEADER = struct.Struct(">QII")
+"""A chunk's snapshot id (its input offset), index and count."""
+CHUNK_BYTES = 256 * 1024
+"""A snapshot is written in records of at most this many bytes, so one of any size fits
+under the broker's message limit (a state larger than the limit once killed the service
+at every snapshot, and again after every restart)."""
 
 _SCHEMA_STATE = "cluster deadletters jobs kvstate model rejections slots tasks timers types"
 _SERVICE_STATE = (
@@ -91,6 +99,49 @@ def decode(data: bytes | None) -> Snapshot | None:
     if not isinstance(snapshot, Snapshot):
         raise SnapshotRefused(f"it holds a {type(snapshot).__name__}, not a Snapshot")
     return snapshot
+
+
+def chunk_records(owner: str, snapshot_id: int, data: bytes) -> list[tuple[bytes, bytes]]:
+    """(key, value) records that carry `data` in chunks; written in one transaction, so a
+    reader sees all of them or none. Keys name the chunk's index, so compaction keeps each
+    index's latest chunk; a reader assembles the latest snapshot whose chunks are all there."""
+    pieces = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+    return [
+        (
+            f"{owner}#{index}".encode(),
+            CHUNK_MAGIC + CHUNK_HEADER.pack(snapshot_id, index, len(pieces)) + piece,
+        )
+        for index, piece in enumerate(pieces)
+    ]
+
+
+@dataclass
+class SnapshotAssembler:
+    """Reassembles one owner's latest complete snapshot from the records of its partition of
+    the snapshot topic, read in offset order."""
+
+    owner: str
+    latest: bytes | None = None
+    _parts: dict[int, dict[int, bytes]] = field(default_factory=dict)
+
+    def add(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None or value is None:
+            return
+        name = key.decode("utf-8", "replace")
+        if name == self.owner:  # a whole snapshot in one record, as written before chunks
+            self.latest = value
+            return
+        if not name.startswith(f"{self.owner}#") or not value.startswith(CHUNK_MAGIC):
+            return
+        head = len(CHUNK_MAGIC) + CHUNK_HEADER.size
+        if len(value) < head:
+            return
+        snapshot_id, index, count = CHUNK_HEADER.unpack(value[len(CHUNK_MAGIC) : head])
+        parts = self._parts.setdefault(snapshot_id, {})
+        parts[index] = value[head:]
+        if count and len(parts) == count and set(parts) == set(range(count)):
+            self.latest = b"".join(parts[i] for i in range(count))
+            del self._parts[snapshot_id]
 
 
 def decode_or_rebuild(data: bytes | None, where: str) -> Snapshot | None:

@@ -50,7 +50,8 @@ def test_kill_9_of_one_services_instance_mid_job_loses_and_duplicates_nothing(
         for instance in instances:
             wait_until_owning(instance)
         config = RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt",
-                              runner_id="faults", slots=8)  # fmt: skip
+                              runner_id="faults", slots=8,
+                              data_roots=(text.parent, tmp_path / "job"))  # fmt: skip
         runner = TaskRunner(config, spark=spark)
         runner.start()
         job_id = f"wordcount-{uuid.uuid4().hex[:8]}"

@@ -180,7 +180,7 @@ def running(
 
 
 def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, cluster, tmp_path):
-    with running(spark, cluster, tmp_path, "bad", "json"):
+    with running(spark, cluster, tmp_path, "bad", "json", data_roots=(tmp_path,)):
         lines = tmp_path / "lines.txt"
         lines.write_text('{"a": 1}\nnot json\n')
         bad = [
@@ -198,6 +198,11 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
                                               consumed_subtask_indexes=[0])]),
             deployment(cluster, "missing-file", [
                 OperatorSpec(name="text_file", config={"path": str(tmp_path / "nope")})]),
+            deployment(cluster, "outside-roots", [
+                OperatorSpec(name="text_file", config={"path": "/etc/passwd"})]),
+            deployment(cluster, "dunder", [
+                OperatorSpec(name="range", config={"start": "0", "end": "3"}),
+                OperatorSpec(name="map", config={"function": "json:__delattr__"})]),
             deployment(cluster, "elsewhere", resource_id="someone-else-0"),
         ]  # fmt: skip
         good = deployment(
@@ -208,7 +213,7 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
         )
         write(cluster, *[*bad, good], *map(accepted, [*bad, good]), unaccepted,
               raw=(b"bad-0", b"\x00garbage"))  # fmt: skip
-        ends = final_states(cluster, expected=6)
+        ends = final_states(cluster, expected=8)
     assert ends["good"].execution_state is ExecutionState.FINISHED
     assert "elsewhere" not in ends, "a deployment for another runner's TaskExecutor ran here"
     assert "unaccepted" not in reported_states(cluster), "ran what no TaskExecutor accepted"
@@ -219,16 +224,18 @@ def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, clust
     assert "JSONDecodeError" in errors["raises"]
     assert "no finished result of ghost" in errors["no-input"]
     assert "is not a readable file" in errors["missing-file"]
+    assert "is not under a data root" in errors["outside-roots"]
+    assert "`json:__delattr__` is not an exported function of json" in errors["dunder"]
 
 
 def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
-    with running(spark, cluster, tmp_path, "cancel", "time") as runner:
-        slow = deployment(
+    with running(spark, cluster, tmp_path, "cancel", "json") as runner:
+        slow = deployment(  # a billion json.dumps: minutes of work (builtins are not loadable)
             cluster,
             "slow",
             [
-                OperatorSpec(name="range", config={"start": "0", "end": "600"}),
-                OperatorSpec(name="map", config={"function": "time:sleep"}),
+                OperatorSpec(name="range", config={"start": "0", "end": "1000000000"}),
+                OperatorSpec(name="map", config={"function": "json:dumps"}),
             ],
             resource_id="cancel-0",
         )

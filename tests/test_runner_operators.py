@@ -1,8 +1,11 @@
-"""The runner's operators without Spark: splits, the allow-list, chain checks, aggregation."""
+"""The runner's operators without Spark: splits, the allow-list, the data roots, chain checks,
+aggregation."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +20,7 @@ from jobledger.services.runner.operators import (
     Subtask,
     aggregate,
     check_chain,
+    confined_path,
     open_source,
     run_transforms,
     split_chain,
@@ -65,8 +69,137 @@ def test_modules_off_the_allow_list_are_refused_with_the_reason():
 
 
 def test_a_missing_function_of_an_allowed_module_is_refused():
-    with pytest.raises(OperatorError, match="cannot load"):
+    with pytest.raises(OperatorError, match=r"'no_such_thing' is not in string\.__all__"):
         FunctionLoader(frozenset({"string"})).load("string:no_such_thing")
+    with pytest.raises(OperatorError, match="cannot load"):
+        FunctionLoader(frozenset({"no_such_module"})).load("no_such_module:f")
+
+
+FIXTURE_OPS = "tests.runner_fixture_ops"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("__setattr__", "names starting with '_' are never loaded"),
+        ("__init__", "names starting with '_' are never loaded"),
+        ("__delattr__", "names starting with '_' are never loaded"),
+        ("_private", "names starting with '_' are never loaded"),
+        ("double.__globals__", "dotted names are never loaded"),
+        ("dumped", "it is imported from json, not defined there"),
+        ("x", "it is a builtin, not a plain function"),
+        ("Listed", "it is a class, not a plain function"),
+        ("unlisted", r"'unlisted' is not in tests\.runner_fixture_ops\.__all__"),
+        ("no such", "is not a name"),
+    ],
+)
+def test_only_exported_functions_of_an_allowed_module_load(name, reason):
+    loader = FunctionLoader(frozenset({FIXTURE_OPS}))
+    with pytest.raises(OperatorError) as refused:
+        loader.load(f"{FIXTURE_OPS}:{name}")
+    message = str(refused.value)
+    assert message.startswith(f"`{FIXTURE_OPS}:{name}` is not an exported function of "
+                              f"{FIXTURE_OPS}: "), message  # fmt: skip
+    assert refused.match(reason)
+
+
+def test_an_exported_function_loads():
+    double = FunctionLoader(frozenset({FIXTURE_OPS})).load(f"{FIXTURE_OPS}:double")
+    assert double(21) == 42
+
+
+def test_a_module_without_all_exports_nothing():
+    with pytest.raises(OperatorError, match="no `__all__`"):
+        FunctionLoader(frozenset({"bisect"})).load("bisect:insort")
+
+
+def test_no_job_can_delete_or_reach_past_the_builtin_functions():
+    loader = FunctionLoader()
+    for name in ("__delattr__", "__setattr__", "__dict__", "_WORD", "re", "Iterator"):
+        with pytest.raises(OperatorError, match="is not an exported function"):
+            loader.load(f"{functions.__name__}:{name}")
+    loaded = [loader.load(f"{functions.__name__}:{n}") for n in functions.__all__]
+    assert loaded == [functions.identity, functions.non_empty, functions.words]
+    assert list(functions.words("still here")) == ["still", "here"]
+
+
+# -- data roots ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """A data root, with a secret file beside it (outside) and a readable file inside."""
+    (tmp_path / "secret.txt").write_text("secret\n")
+    inside = tmp_path / "root"
+    inside.mkdir()
+    (inside / "in.txt").write_text("a\nb\n")
+    return inside.resolve()
+
+
+def escapes(root: Path) -> list[str]:
+    (root / "link").symlink_to(root.parent / "secret.txt")
+    (root / "linked-dir").symlink_to(root.parent, target_is_directory=True)
+    return ["/etc/passwd", str(root / ".." / "secret.txt"), str(root / "link"),
+            str(root / "linked-dir" / "secret.txt"), str(root / "linked-dir" / "out"),
+            str(root) + "-sibling/x", "secret.txt"]  # fmt: skip
+
+
+def test_file_sources_outside_the_data_roots_are_refused(root):
+    for path in escapes(root):
+        spec = op("text_file", path=path)
+        with pytest.raises(OperatorError, match="is not under a data root of this runner"):
+            list(open_source(spec, Subtask(0, 1), (root,)))
+        with pytest.raises(OperatorError, match="is not under a data root of this runner"):
+            check_chain([spec], False, FunctionLoader(), (root,))
+
+
+def test_file_sinks_outside_the_data_roots_are_refused(root):
+    for path in escapes(root):
+        chain = [op("range", start="0", end="3"), op("file", path=path)]
+        with pytest.raises(OperatorError, match="is not under a data root of this runner"):
+            check_chain(chain, False, FunctionLoader(), (root,))
+        with pytest.raises(OperatorError, match="is not under a data root of this runner"):
+            confined_path(chain[1], (root,))
+
+
+def test_files_under_a_data_root_are_read_and_written(root, tmp_path):
+    elsewhere = (tmp_path / "other").resolve()
+    roots = (elsewhere, root)
+    source = op("text_file", path=str(root / "sub" / ".." / "in.txt"))
+    sink = op("file", path=str(root / "out" / "counts"))
+    check_chain([source, sink], False, FunctionLoader(), roots)
+    assert list(open_source(source, Subtask(0, 1), roots)) == ["a", "b"]
+    assert confined_path(sink, roots) == root / "out" / "counts"
+    (root / "inner-link").symlink_to(root / "in.txt")  # a symlink that stays inside is fine
+    inner = op("text_file", path=str(root / "inner-link"))
+    assert confined_path(inner, roots) == root / "in.txt"
+
+
+def test_with_no_data_root_no_file_is_read_or_written(root):
+    for spec in (op("text_file", path=str(root / "in.txt")), op("file", path=str(root))):
+        with pytest.raises(OperatorError, match="--data-root DIR"):
+            confined_path(spec, ())
+        with pytest.raises(OperatorError, match="--data-root DIR"):
+            check_chain([spec], spec.name == "file", FunctionLoader())
+    with pytest.raises(OperatorError, match="--data-root DIR"):
+        list(open_source(op("text_file", path=str(root / "in.txt")), Subtask(0, 1)))
+
+
+def test_the_runner_resolves_its_data_roots_at_startup(root, tmp_path):
+    pytest.importorskip("pyspark")
+    import argparse
+
+    from jobledger.services.runner.cli import add_runner_arguments
+    from jobledger.services.runner.runner import RunnerConfig
+
+    parser = argparse.ArgumentParser()
+    add_runner_arguments(parser, None)
+    (tmp_path / "alias").symlink_to(root, target_is_directory=True)
+    relative = os.path.relpath(root / "sub", Path.cwd())
+    args = parser.parse_args(["--data-root", str(tmp_path / "alias"), "--data-root", relative])
+    assert parser.parse_args([]).data_root == []
+    config = RunnerConfig("b:9092", "p.", tmp_path / "ckpt", data_roots=tuple(args.data_root))
+    assert config.data_roots == (root, root / "sub")
 
 
 @pytest.mark.parametrize(

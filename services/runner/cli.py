@@ -30,6 +30,11 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
         "--allow-module", action="append", default=[], metavar="MODULE",
         help="a module user operators may be loaded from (repeatable; default: none)",
     )  # fmt: skip
+    p.add_argument(
+        "--data-root", action="append", default=[], type=Path, metavar="DIR",
+        help="a directory text_file sources and file sinks may use, subdirectories included "
+        "(repeatable; default: none, so jobs read and write no files)",
+    )  # fmt: skip
     p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory")
     p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
     p.add_argument(
@@ -83,6 +88,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         task_executors=args.task_executors,
         slots=args.slots,
         allowed_modules=frozenset(args.allow_module),
+        data_roots=tuple(args.data_root),
         master=args.master,
     )
     runner = TaskRunner(config)

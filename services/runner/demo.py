@@ -135,6 +135,8 @@ class Cluster:
     work: Path
     slots: int | None = None
     master: str = "local[*]"
+    data_roots: tuple[Path, ...] = ()
+    """The runner's `--data-root`s: the files the demo's job may read and write."""
 
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)
@@ -151,7 +153,8 @@ class Cluster:
         progress("services started (JobMaster, ResourceManager, TaskExecutors)")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         config = RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint",
-                              slots=self.slots, master=self.master)  # fmt: skip
+                              slots=self.slots, master=self.master,
+                              data_roots=self.data_roots)  # fmt: skip
         progress(f"starting Spark ({self.master}) ...")
         self.runner = TaskRunner(config)
         self.runner.spark.sparkContext.setLogLevel("ERROR")
@@ -289,8 +292,9 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
     print(f"topics {prefix}* on {bootstrap}; output in {out}")
     # Slots are not cores: enough of them for both vertices at once (jobledger has no slot
     # sharing), which EAGER scheduling of the pipelined variant needs.
+    # The runner may read the input's directory and write the output directory, nothing else.
     cluster = Cluster(bootstrap, prefix, work / prefix.rstrip("."), slots=2 * parallelism,
-                      master=master)  # fmt: skip
+                      master=master, data_roots=(text.resolve().parent, out))  # fmt: skip
     print(f"Spark {cluster.runner.spark.sparkContext.master}, Kafka read through the "
           f"{cluster.runner.format!r} format")  # fmt: skip
     try:

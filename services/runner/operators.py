@@ -10,14 +10,25 @@ A chain is a list of `OperatorSpec`s (name + string config) from the JobGraph. B
 - sinks: `file` (config `path`: one `part-<subtask>` file of JSON lines, replaced atomically
   when the attempt finishes) and `topic` (config `topic`: JSON values keyed by the key).
 
-Producing an event must never mean running arbitrary code: a `module:function` is imported only
-if its module is `jobledger.services.runner.functions` or on the allow-list of whoever runs the
-runner; anything else fails the task (and so the job) with the reason.
+Producing an event must never mean running arbitrary code, or reading and writing whatever the
+runner's hosts hold:
+- a `module:function` is loaded only if its module is `jobledger.services.runner.functions` or
+  on the allow-list of whoever runs the runner (`--allow-module`), AND the module exports the
+  function by name in its `__all__`, AND it is a plain Python function defined in that very
+  module: never a name starting with `_` (dunders such as `__setattr__` included), never a
+  dotted name, never a name the module merely imported (`from os import system as x`), a
+  class or a builtin, even if listed. A module meant for the runner lists what jobs may call
+  in `__all__`; the rest of it stays out of reach.
+- `text_file` sources and `file` sinks accept a path only if, once resolved (`..` and symlinks
+  followed, on the host that opens it), it lies under one of the data roots the runner's
+  operator configured (`--data-root DIR`, repeatable); with none, they are refused.
+Anything else fails the task (and so the job) with the reason.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +44,8 @@ KEYED = frozenset({"count", "sum"})
 SINKS = frozenset({"file", "topic"})
 TRANSFORMS = frozenset({"map", "flat_map", "filter", "key_by"})
 BUILTINS = SOURCES | KEYED | SINKS | TRANSFORMS
+FILE_OPERATORS = frozenset({"text_file", "file"})
+"""Operators with a `path`: confined to the runner's data roots."""
 
 
 class OperatorError(ValueError):
@@ -57,7 +70,7 @@ class Subtask:
 
 @dataclass
 class FunctionLoader:
-    """Imports `module:function` references from allowed modules only."""
+    """Loads `module:function` references: allowed modules, exported functions only."""
 
     allowed_modules: frozenset[str] = frozenset()
     cache: dict[str, Callable[..., Any]] = field(default_factory=dict)
@@ -73,14 +86,62 @@ class FunctionLoader:
                 f"module {module_name!r} is not on the runner's allow-list "
                 f"(allowed: {sorted(self.allowed_modules) or 'none'})"
             )
+
+        def refuse(why: str) -> OperatorError:
+            return OperatorError(
+                f"`{reference}` is not an exported function of {module_name}: {why}"
+            )
+
+        if "." in name:
+            raise refuse("dotted names are never loaded")
+        if name.startswith("_"):
+            raise refuse("names starting with '_' are never loaded")
+        if not name.isidentifier():
+            raise refuse(f"{name!r} is not a name")
         try:
-            function = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
             raise OperatorError(f"cannot load {reference!r}: {exc}") from exc
-        if not callable(function):
-            raise OperatorError(f"{reference!r} is not callable")
+        exported = getattr(module, "__all__", None)
+        if not isinstance(exported, list | tuple):
+            raise refuse("the module has no `__all__` listing the functions it exports")
+        if name not in exported:
+            raise refuse(f"{name!r} is not in {module_name}.__all__")
+        function = getattr(module, name, None)
+        if not inspect.isfunction(function):
+            raise refuse(f"it is {_kind(function)}, not a plain function")
+        if function.__module__ != module.__name__:
+            raise refuse(f"it is imported from {function.__module__}, not defined there")
         self.cache[reference] = function
         return function
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "missing"
+    if inspect.isclass(value):
+        return "a class"
+    if inspect.isbuiltin(value):
+        return "a builtin"
+    return f"a {type(value).__name__}"
+
+
+def confined_path(spec: OperatorSpec, data_roots: tuple[Path, ...]) -> Path:
+    """The `path` of a file source or sink, resolved (`..` and symlinks followed on this host),
+    if it lies under one of the runner's data roots (resolved when the runner started)."""
+    raw = _config(spec, "path")
+    if not data_roots:
+        raise OperatorError(
+            f"{spec.name}: this runner reads and writes no files (no data root configured; "
+            "its operator allows a directory with `jobledger runner --data-root DIR`)"
+        )
+    path = Path(raw).resolve()
+    if not any(path.is_relative_to(root) for root in data_roots):
+        raise OperatorError(
+            f"{spec.name}: {raw} (resolved: {path}) is not under a data root of this runner "
+            f"({', '.join(str(root) for root in data_roots)})"
+        )
+    return path
 
 
 def _config(spec: OperatorSpec, key: str) -> str:
@@ -96,8 +157,13 @@ def _int_config(spec: OperatorSpec, key: str) -> int:
         raise OperatorError(f"operator {spec.name!r}: {key} is not an integer") from exc
 
 
-def check_chain(chain: list[OperatorSpec], has_inputs: bool, loader: FunctionLoader) -> None:
-    """Refuse a chain before anything runs: names, config, functions, and shape."""
+def check_chain(
+    chain: list[OperatorSpec],
+    has_inputs: bool,
+    loader: FunctionLoader,
+    data_roots: tuple[Path, ...] = (),
+) -> None:
+    """Refuse a chain before anything runs: names, config, functions, paths, and shape."""
     if not chain:
         return
     for position, spec in enumerate(chain):
@@ -107,6 +173,8 @@ def check_chain(chain: list[OperatorSpec], has_inputs: bool, loader: FunctionLoa
             raise OperatorError(f"source {spec.name!r} must be first in a vertex without inputs")
         if spec.name in TRANSFORMS and (spec.name != "key_by" or "function" in spec.config):
             loader.load(_config(spec, "function"))
+        if spec.name in FILE_OPERATORS:
+            confined_path(spec, data_roots)
     if not has_inputs and chain[0].name not in SOURCES:
         raise OperatorError(
             f"a vertex without inputs must start with a source, not {chain[0].name!r}"
@@ -133,10 +201,12 @@ def text_file_split(path: Path, subtask: Subtask) -> Iterator[str]:
             yield line.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def open_source(spec: OperatorSpec, subtask: Subtask) -> Iterator[Any]:
-    """This subtask's records of a source operator."""
+def open_source(
+    spec: OperatorSpec, subtask: Subtask, data_roots: tuple[Path, ...] = ()
+) -> Iterator[Any]:
+    """This subtask's records of a source operator; a file only under a data root."""
     if spec.name == "text_file":
-        path = Path(_config(spec, "path"))
+        path = confined_path(spec, data_roots)
         if not path.is_file():
             raise OperatorError(f"text_file: {path} is not a readable file")
         return text_file_split(path, subtask)

@@ -60,10 +60,17 @@ class RunnerConfig:
     slots: int | None = None
     """Slots per TaskExecutor; default: Spark's default parallelism (its cores)."""
     allowed_modules: frozenset[str] = frozenset()
+    data_roots: tuple[Path, ...] = ()
+    """The only directories `text_file` sources and `file` sinks may use (`--data-root`),
+    resolved here, at startup; none: jobs read and write no files."""
     master: str | None = "local[*]"
     """None under spark-submit, whose --master then applies."""
     heartbeat_interval_s: float = 5.0
     trigger_interval: str = "100 milliseconds"
+
+    def __post_init__(self) -> None:
+        roots = tuple(Path(root).resolve() for root in self.data_roots)
+        object.__setattr__(self, "data_roots", roots)
 
 
 @dataclass
@@ -84,8 +91,9 @@ class TaskRunner:
         self.transactional_id = f"jobledger-runner-{config.prefix}{config.runner_id}"
         self.gate = StartGate(self.spark.conf.get("spark.driver.host", "127.0.0.1"))
         self.settings = task.RunnerSettings(
-            config.bootstrap, config.prefix, config.allowed_modules, self.gate.url
-        )
+            config.bootstrap, config.prefix, config.allowed_modules, self.gate.url,
+            data_roots=config.data_roots,
+        )  # fmt: skip
         slots = config.slots or self.spark.sparkContext.defaultParallelism
         self.slots = max(1, slots)
         self.resource_ids = [f"{config.runner_id}-{i}" for i in range(config.task_executors)]

@@ -42,6 +42,7 @@ from .operators import (
     Subtask,
     aggregate,
     check_chain,
+    confined_path,
     open_source,
     run_transforms,
     split_chain,
@@ -71,6 +72,9 @@ class RunnerSettings:
     """Prefix of the Spark tasks' transactional ids: `<prefix>-<Spark partition>`, one per
     Spark task of one Spark job, so a retry of a killed task (or the driver, once that job
     ended badly) fences the transaction the killed one left open."""
+    data_roots: tuple[Path, ...] = ()
+    """The directories (resolved on the driver when the runner started) that `text_file`
+    sources and `file` sinks may use; none: no file is read or written."""
 
 
 _serde = EventSerde()
@@ -196,7 +200,8 @@ class TaskIO:
     def sink(self, spec: OperatorSpec, records: Iterable[Any]) -> None:
         d = self.deployment
         if spec.name == "file":
-            write_file_sink(Path(spec.config["path"]), d.subtask_index, records)
+            path = confined_path(spec, self.settings.data_roots)
+            write_file_sink(path, d.subtask_index, records)
             return
         topic, producer = spec.config["topic"], self.output()
         for record in records:
@@ -244,7 +249,7 @@ def _execute(
     subtask = Subtask(d.subtask_index, d.number_of_subtasks)
     parts = split_chain(d.operators)
     if parts.source is not None:
-        records: Iterator[Any] = open_source(parts.source, subtask)
+        records: Iterator[Any] = open_source(parts.source, subtask, settings.data_roots)
     else:
         records = chain.from_iterable(
             read_input_gate(settings.bootstrap, settings.prefix, d.job_id, d.vertex_id,
@@ -335,7 +340,7 @@ def run_task(
     io = TaskIO(settings, deployment, producer, failures)
     loader = FunctionLoader(settings.allowed_modules)
     try:
-        check_chain(deployment.operators, bool(deployment.inputs), loader)
+        check_chain(deployment.operators, bool(deployment.inputs), loader, settings.data_roots)
     except Exception as exc:
         io.report((ExecutionState.INITIALIZING, None), (ExecutionState.FAILED, _error(exc)))
         return ExecutionState.FAILED.value
