@@ -16,6 +16,7 @@ from typing import Any
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
+from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.topics import TopicRole
 
 from .job_master import JobMaster, JobMasterConfig
@@ -81,16 +82,27 @@ class ReducerDriver:
 
     def process(self, event: Event) -> list[Event]:
         """Reduce one event at its owner; its own decisions coming back are records only, and
-        an input seen within the dedup window is dropped (DESIGN.md rule 5)."""
+        an input seen within the dedup window is dropped (DESIGN.md rule 5).
+
+        An input that was only rejected changed nothing, so its id is not remembered: a later
+        event with that id (the real request, after copies that came before its job's leader)
+        is reduced, not dropped as a duplicate without a trace. A redelivered copy of a
+        rejected input is rejected again, under the same derived id."""
         if event.event_id in self.recent:
             return []
-        self.recent[event.event_id] = None
-        if len(self.recent) > DEDUP_WINDOW:
-            self.recent.popitem(last=False)
         reducer = self.owner(event)
         if reducer is None or event.producer == reducer.producer:
+            self._remember(event.event_id)
             return []
-        return reducer.apply(event)
+        decisions = reducer.apply(event)
+        if not _only_rejected(event, decisions):
+            self._remember(event.event_id)
+        return decisions
+
+    def _remember(self, event_id: str) -> None:
+        self.recent[event_id] = None
+        if len(self.recent) > DEDUP_WINDOW:
+            self.recent.popitem(last=False)
 
     def run(self, events: Iterable[Event]) -> list[Event]:
         """Process inputs and everything they lead to until nothing is left; returns the whole
@@ -102,6 +114,12 @@ class ReducerDriver:
             log.append(event)
             queue.extend(self.process(event))
         return log
+
+
+def _only_rejected(event: Event, decisions: list[Event]) -> bool:
+    return bool(decisions) and all(
+        isinstance(d, EventRejected) and d.rejected_event_id == event.event_id for d in decisions
+    )
 
 
 @dataclass
