@@ -6,7 +6,12 @@ BIN := $(VENV)/bin
 
 FLINK_VENV ?= .venv-flink
 
-.PHONY: install kafka flink demo roundtrip test lint
+# Apicurio Registry (Confluent-compatible API under /apis/ccompat/v7) from Maven Central: the
+# real schema registry the Confluent wire-format tests run against. 3.0.9 runs on Java 17.
+APICURIO_VERSION := 3.0.9
+APICURIO_HOME ?= $(HOME)/.cache/jobledger/apicurio-registry-$(APICURIO_VERSION)
+
+.PHONY: install kafka flink registry demo roundtrip test lint
 install: $(VENV)/.installed
 
 # Apache Kafka's jars from Maven Central (kafka_2.13 plus a log4j2 binding), into a cache
@@ -17,6 +22,17 @@ kafka: install
 # Apache Flink's own jars (from the apache-flink wheel), in a virtualenv of their own since
 # its pins clash with PySpark's; tests compare jobledger with Flink through them.
 flink: $(FLINK_VENV)/.installed
+
+registry: $(APICURIO_HOME)/.installed
+
+$(APICURIO_HOME)/.installed:
+	mkdir -p $(APICURIO_HOME)
+	mvn -q -B -Dstyle.color=never dependency:copy \
+		-Dartifact=io.apicurio:apicurio-registry-app:$(APICURIO_VERSION):tar.gz:all \
+		-DoutputDirectory=$(APICURIO_HOME)
+	tar -xzf $(APICURIO_HOME)/apicurio-registry-app-$(APICURIO_VERSION)-all.tar.gz -C $(APICURIO_HOME)
+	rm $(APICURIO_HOME)/apicurio-registry-app-$(APICURIO_VERSION)-all.tar.gz
+	touch $@
 
 $(FLINK_VENV)/.installed:
 	$(PYTHON) -m venv $(FLINK_VENV)
@@ -39,6 +55,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint kafka flink
+test: lint kafka flink registry
 	$(BIN)/jobledger schemas write --check
 	$(BIN)/pytest

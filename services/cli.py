@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--timer-interval-ms", type=int, default=1_000, help="clock period (0: no clock)"
     )
+    _registry_option(c)
     c.set_defaults(func=cmd_services_run)
 
     p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
@@ -339,7 +340,10 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         timer_interval_ms=args.timer_interval_ms,
     )
     runtime = ServiceRuntime(
-        kafka.resolve_bootstrap(args.bootstrap), kafka.resolve_prefix(args.topic_prefix), config
+        kafka.resolve_bootstrap(args.bootstrap),
+        kafka.resolve_prefix(args.topic_prefix),
+        config,
+        registry_url=args.schema_registry,
     )
     runtime.run()
     return 0

@@ -102,9 +102,12 @@ class ServiceRuntime:
     running: bool = True
     failure: BaseException | None = None
     """What stopped `run()` if it did not stop cleanly (a host thread reads it)."""
+    registry_url: str | None = None
+    """A schema registry: decisions are written in the Confluent wire format, and inputs in
+    it can be read (single-object encoded inputs are read either way)."""
 
     def __post_init__(self) -> None:
-        self.serde = EventSerde()
+        self.serde = EventSerde(registry_url=self.registry_url)
         self.group = f"{SERVICES_GROUP_PREFIX}{self.prefix}"
         self.consumer = Consumer({
             "bootstrap.servers": self.bootstrap,

@@ -59,9 +59,12 @@ def duplicates(records: list[LogRecord]) -> list[str]:
 class RuntimeThread:
     """A ServiceRuntime stepping in a background thread."""
 
-    def __init__(self, cluster, **config) -> None:
+    def __init__(self, cluster, registry_url: str | None = None, **config) -> None:
         self.runtime = ServiceRuntime(
-            cluster.bootstrap, cluster.prefix, RuntimeConfig(**{"timer_interval_ms": 0, **config})
+            cluster.bootstrap,
+            cluster.prefix,
+            RuntimeConfig(**{"timer_interval_ms": 0, **config}),
+            registry_url=registry_url,
         )
         self.thread = threading.Thread(target=self.runtime.run, args=(False,), daemon=True)
 
