@@ -7,7 +7,7 @@ travel in the file and it replays with no broker and no registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,7 +27,8 @@ from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES
 from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.kafka import read_committed_consumer, read_topics
+from jobledger.services.kafka import committed_offsets, read_committed_consumer, read_topics
+from jobledger.services.runtime import INPUT_ROLES, SERVICES_GROUP_PREFIX
 
 LOG_ROLES = (
     TopicRole.JOB,
@@ -78,6 +79,17 @@ def read_log(
             yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
             continue
         yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
+
+
+def processed_by_services(bootstrap: str, prefix: str) -> Callable[[LogRecord], bool]:
+    """Whether the services' consumer group has committed past a record: an input below its
+    committed offset has been decided; one above it (a clock tick written just before the
+    services stopped, say) has not, and its decisions are not due yet."""
+    committed = committed_offsets(
+        bootstrap, f"{SERVICES_GROUP_PREFIX}{prefix}",
+        [topic_name(role, prefix) for role in INPUT_ROLES],
+    )  # fmt: skip
+    return lambda r: r.offset < committed.get((topic_name(r.role, prefix), r.partition), 0)
 
 
 def read_events(bootstrap: str, prefix: str) -> list[LogRecord]:

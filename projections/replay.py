@@ -60,12 +60,14 @@ def position(record: LogRecord) -> str:
 
 
 def dead_lettered(records: Iterable[LogRecord]) -> set[tuple[str, int, int]]:
-    """(topic role, partition, offset) of every input the services refused."""
+    """(topic role, partition, offset) of every input the services refused: the dead letters
+    on the dead-letter topic only (a `DeadLettered` forged onto an input topic is an input that
+    is itself dead-lettered, and names nothing)."""
     return {
         (_role_of(record.event.source_topic), record.event.source_partition,
          record.event.source_offset)
         for record in records
-        if isinstance(record.event, DeadLettered)
+        if record.role is TopicRole.DEAD_LETTER and isinstance(record.event, DeadLettered)
     }  # fmt: skip
 
 

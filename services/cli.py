@@ -17,13 +17,14 @@ from confluent_kafka import KafkaException
 from jobledger.projections.log_file import (
     LogRecord,
     SkippedRecord,
+    processed_by_services,
     read_export,
     read_log,
     write_export,
 )
 from jobledger.projections.replay import Limit, replay, verify
 from jobledger.projections.tables import state_table
-from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs, topic_name
+from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
 from jobledger.schemas.catalog import (
     LOAD_ORDER,
     avsc_path,
@@ -36,7 +37,7 @@ from jobledger.schemas.catalog import (
 from . import apache_kafka, broker, kafka
 from .produce import produce_lines
 from .runner import cli as runner_cli
-from .runtime import INPUT_ROLES, SERVICES_GROUP_PREFIX, RuntimeConfig, ServiceRuntime
+from .runtime import RuntimeConfig, ServiceRuntime
 from .tail import tail
 
 
@@ -305,12 +306,9 @@ def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bo
     does not say, so there every record counts as consumed)."""
     if getattr(args, "file", None):
         return lambda _: True
-    prefix = kafka.resolve_prefix(args.topic_prefix)
-    committed = kafka.committed_offsets(
-        kafka.resolve_bootstrap(args.bootstrap), f"{SERVICES_GROUP_PREFIX}{prefix}",
-        [topic_name(role, prefix) for role in INPUT_ROLES],
-    )  # fmt: skip
-    return lambda r: r.offset < committed.get((topic_name(r.role, prefix), r.partition), 0)
+    return processed_by_services(
+        kafka.resolve_bootstrap(args.bootstrap), kafka.resolve_prefix(args.topic_prefix)
+    )
 
 
 def _log_records(args: argparse.Namespace) -> list[LogRecord]:

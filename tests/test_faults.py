@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from jobledger.projections.log_file import processed_by_services
 from jobledger.projections.replay import verify
 from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested
@@ -76,5 +77,8 @@ def test_kill_9_of_one_services_instance_mid_job_loses_and_duplicates_nothing(
     assert counted(tmp_path) == plain_count(text)
     records = read(cluster)
     assert duplicates(records) == [], "a decision was visible twice"
-    _, divergence = verify(records)
+    # the clock was on: a tick written as the services stopped is not decided yet
+    _, divergence = verify(
+        records, processed=processed_by_services(cluster.bootstrap, cluster.prefix)
+    )
     assert divergence is None, divergence.describe()

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobledger.projections.log_file import LogRecord
 from jobledger.projections.replay import replay, verify
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
@@ -142,3 +143,21 @@ def test_one_event_id_on_two_partitions_is_two_inputs_live_and_in_replay(cluster
     _, divergence = verify(records)
     assert divergence is None, divergence.describe()
     assert [r for r in read(cluster) if isinstance(r.event, DeadLettered)] == []
+
+
+def test_a_dead_letter_forged_onto_an_input_topic_makes_replay_skip_nothing():
+    """Found by the fuzz suite: replay took any DeadLettered for a refusal, so one written to
+    an input topic could make replay skip the input it named, and disagree with the services."""
+    lead = _leadership("job-7", "lead")
+    forged = DeadLettered(
+        event_id="forged", event_time=2, producer="t", source_topic="jobledger.job",
+        source_partition=0, source_offset=0, reason="forged",
+    )  # fmt: skip
+    records = [
+        LogRecord(TopicRole.JOB, 0, 0, 1, lead),
+        LogRecord(TopicRole.JOB, 0, 1, 2, forged),
+    ]
+
+    assert set(replay(records).driver.job_masters) == {"job-7"}
+    real = LogRecord(TopicRole.DEAD_LETTER, 0, 0, 3, forged)
+    assert replay([*records, real]).driver.job_masters == {}
