@@ -137,17 +137,22 @@ def verify(
     their group's committed offset): a decision of an input still waiting for them is not
     missing, only not due yet, and is not a divergence."""
     log = list(records)
-    recorded = {r.event.event_id: r for r in log}
+    recorded: dict[str, list[LogRecord]] = {}
+    for r in log:
+        recorded.setdefault(r.event.event_id, []).append(r)
     driver = PartitionedDriver(driver_factory)
     derived_ids: set[str] = set()
     matched = 0
     for record in _inputs(log):
         for decision in driver.process(record.role, record.partition, record.event):
             derived_ids.add(decision.event_id)
-            found = recorded.get(decision.event_id)
-            if found is None and not processed(record):
+            # ids derive from the cause's id, which a client chose: two inputs with one id
+            # on two partitions derive two decisions with one id, so any of them may match
+            candidates = recorded.get(decision.event_id, [])
+            if not candidates and not processed(record):
                 continue
-            if found is None or found.event != decision:
+            if not any(found.event == decision for found in candidates):
+                found = candidates[0] if candidates else None
                 return matched, Divergence(
                     position(found or record), decision.event_id,
                     found.event if found else None, decision,

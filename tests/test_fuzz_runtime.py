@@ -6,10 +6,11 @@ service, nothing wedges it (every input is committed), nothing is lost silently.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from jobledger.projections.replay import verify
@@ -54,9 +55,13 @@ def _wait_until_committed(cluster, written: dict[tuple[str, int], int], runtime)
         time.sleep(0.5)
 
 
-@settings(max_examples=3, deadline=None,
+@settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          derandomize=os.environ.get("CI") == "true",
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])  # fmt: skip
+# no shrinking: each example runs the services over the broker, so shrinking a failure would
+# take as long as the whole suite; the failing example is printed as drawn. In CI the examples
+# are fixed (a landing must not depend on luck); elsewhere every run explores new ones.
 @given(data=st.data())
 def test_every_record_is_dead_lettered_with_a_reason_or_reduced(kafka_bootstrap, data):
     cluster = new_cluster(kafka_bootstrap)

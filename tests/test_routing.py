@@ -21,8 +21,10 @@ from jobledger.projections.replay import replay, verify
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.deadletters import DeadLettered
-from jobledger.schemas.jobs import JobMasterLeadershipGranted
+from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
+from jobledger.schemas.slots import SlotFreed
 from jobledger.schemas.topics import TopicRole
+from jobledger.services.driver import PartitionedDriver
 from jobledger.services.kafka import PARTITIONER, await_metadata, transactional_producer
 from jobledger.services.partitioning import misrouted, partition_of
 
@@ -161,3 +163,26 @@ def test_a_dead_letter_forged_onto_an_input_topic_makes_replay_skip_nothing():
     assert set(replay(records).driver.job_masters) == {"job-7"}
     real = LogRecord(TopicRole.DEAD_LETTER, 0, 0, 3, forged)
     assert replay([*records, real]).driver.job_masters == {}
+
+
+def test_decisions_that_share_an_id_across_partitions_each_verify():
+    """Found by the fuzz suite: two inputs with one (client-chosen) id on two topics, each
+    rejected, derive rejections under one id; verify compared each with the other's."""
+    freed = SlotFreed(event_id="same", event_time=1, producer="t", resource_id="tm-x",
+                      allocation_id="a", slot_index=0, cause="c")  # fmt: skip
+    empty = JobSubmitted(event_id="same", event_time=2, producer="t", job_id="job-7",
+                         job_name="n", vertices=[])  # fmt: skip
+    driver = PartitionedDriver()
+    records = [LogRecord(TopicRole.RESOURCE_MANAGER, 0, 0, 1, freed),
+               LogRecord(TopicRole.JOB, 0, 0, 2, empty)]  # fmt: skip
+    decisions = [
+        *driver.process(TopicRole.RESOURCE_MANAGER, 0, freed),
+        *driver.process(TopicRole.JOB, 0, empty),
+    ]
+    assert len({d.event_id for d in decisions}) == 1 < len(decisions)
+    logged = [LogRecord(d.route()[0], 0, 10 + i, 3, d) for i, d in enumerate(decisions)]
+
+    matched, divergence = verify(records + logged)
+
+    assert divergence is None, divergence.describe()
+    assert matched == len(decisions)
