@@ -43,6 +43,7 @@ class ReadyLine:
     line_number: int
     event: Event
     topic: str
+    key: bytes
     value: bytes
 
 
@@ -95,7 +96,7 @@ def check_line(
     refusal = _as_input(event)
     if refusal is not None:
         return RejectedLine(number, refusal)
-    role, _ = event.route()
+    role, key = event.route()
     topic = topic_name(role, prefix)
     try:
         value = serde.encode(event, topic)
@@ -105,7 +106,7 @@ def check_line(
         return RejectedLine(
             number, f"{len(value)} bytes encoded, more than the {MAX_EVENT_BYTES} an event may be"
         )
-    return ReadyLine(number, event, topic, value)
+    return ReadyLine(number, event, topic, key.encode(), value)
 
 
 def check_lines(
@@ -151,10 +152,9 @@ def _send(producer: Producer, chunk: list[ReadyLine]) -> None:
     producer.begin_transaction()
     try:
         for line in chunk:
-            _, key = line.event.route()
             producer.produce(
                 line.topic,
-                key=key.encode(),
+                key=line.key,
                 value=line.value,
                 headers={TYPE_HEADER: line.event.type_name()},
             )

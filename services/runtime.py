@@ -39,7 +39,7 @@ from jobledger.schemas.types import OwnerKind
 
 from . import snapshot
 from .driver import ReducerDriver
-from .kafka import PARTITIONER, SESSION_TIMEOUT_MS
+from .kafka import PARTITIONER, SESSION_TIMEOUT_MS, partitions_of
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -122,8 +122,8 @@ class ServiceRuntime:
         self.last_tick = time.monotonic()
         self.last_health = time.monotonic()
         self._partition_counts: dict[str, int] = {}
-        """Partitions of each input topic, read when partitions are assigned: where a key
-        belongs depends on it."""
+        """Partitions of each input topic, counted on first use after an assignment: where a
+        key belongs depends on it."""
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -133,9 +133,7 @@ class ServiceRuntime:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._partition_counts = {
-            topic: self._count_partitions(topic) for topic in {tp.topic for tp in partitions}
-        }
+        self._partition_counts.clear()  # a topic may have grown: count again on first use
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
             self.workers[(tp.topic, tp.partition)] = self._rebuild(tp)
@@ -191,8 +189,7 @@ class ServiceRuntime:
 
     @cached_property
     def _snapshot_partitions(self) -> int:
-        topic = topic_name(TopicRole.SNAPSHOT, self.prefix)
-        return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        return self._count_partitions(topic_name(TopicRole.SNAPSHOT, self.prefix))
 
     def _latest_snapshot(self, topic: str, partition: int) -> snapshot.Snapshot | None:
         key = f"{topic}/{partition}"
@@ -238,14 +235,14 @@ class ServiceRuntime:
             event = self.serde.decode(msg.value(), msg.topic())
         except DecodeError as exc:
             return None, str(exc)
-        partitions = self._partition_counts.get(msg.topic())
-        if partitions is None:
-            partitions = self._partition_counts[msg.topic()] = self._count_partitions(msg.topic())
-        reason = misrouted(event, self.roles[msg.topic()], msg.partition(), partitions)
+        topic = msg.topic()
+        if topic not in self._partition_counts:
+            self._partition_counts[topic] = self._count_partitions(topic)
+        reason = misrouted(event, self.roles[topic], msg.partition(), self._partition_counts[topic])
         return (None, reason) if reason else (event, None)
 
     def _count_partitions(self, topic: str) -> int:
-        return len(self.consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        return len(partitions_of(self.consumer, topic))
 
     def run(self, handle_signals: bool = True) -> None:
         """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from jobledger.services import broker
 
+from .processes import stop_process
+
 VERSION = "3.0.9"
 HOME_ENV = "JOBLEDGER_APICURIO_HOME"
 
@@ -64,9 +66,4 @@ def run_registry(log_path: Path, limit_s: float = 120.0) -> Iterator[str]:
             time.sleep(0.25)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process, 15)

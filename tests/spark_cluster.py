@@ -19,6 +19,8 @@ import pyspark
 
 from jobledger.services.broker import LOOPBACK, free_port
 
+from .processes import stop_process
+
 SPARK_HOME = Path(pyspark.__file__).parent
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -62,17 +64,8 @@ def _spawn(stack: ExitStack, log: Path, *args: str) -> subprocess.Popen:
             [str(SPARK_HOME / "bin" / "spark-class"), *args],
             env=_daemon_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    stack.callback(_stop, process)
+    stack.callback(stop_process, process, 20)
     return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
 
 
 @contextmanager

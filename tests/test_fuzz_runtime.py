@@ -66,28 +66,29 @@ def _wait_until_committed(cluster, written: dict[tuple[str, int], int], runtime)
 def test_every_record_is_dead_lettered_with_a_reason_or_reduced(kafka_bootstrap, data):
     cluster = new_cluster(kafka_bootstrap)
     values = _values(data)
-    topics = [topic_name(role, cluster.prefix) for role in INPUT_ROLES]
-    placements = [
-        (data.draw(st.sampled_from(topics)), data.draw(st.integers(0, PARTITIONS - 1)), value)
-        for value in values
-    ]
+    partitions = {
+        topic_name(role, cluster.prefix): 1 if role is TopicRole.RESOURCE_MANAGER else PARTITIONS
+        for role in INPUT_ROLES
+    }
+    placements = []
+    for value in values:
+        topic = data.draw(st.sampled_from(list(partitions)))
+        placements.append((topic, data.draw(st.integers(0, partitions[topic] - 1)), value))
     for event in data.draw(st.lists(st.sampled_from(EVENT_TYPES).flatmap(models), max_size=25)):
         role, key = event.route()
-        if role in INPUT_ROLES:  # on its route: it reaches a reducer
-            topic = topic_name(role, cluster.prefix)
-            partitions = 1 if role is TopicRole.RESOURCE_MANAGER else PARTITIONS
-            placements.append((topic, partition_of(key, partitions), SERDE.encode(event, topic)))
+        topic = topic_name(role, cluster.prefix)
+        if topic in partitions:  # on its route: it reaches a reducer
+            placements.append(
+                (topic, partition_of(key, partitions[topic]), SERDE.encode(event, topic))
+            )
     producer = transactional_producer(cluster.bootstrap, "fuzz")
     producer.begin_transaction()
     for topic, partition, value in placements:
-        if topic.endswith("resourcemanager"):
-            partition = 0
         producer.produce(topic, key=b"fuzz", value=value, partition=partition)
     producer.commit_transaction(30)
     ends: dict[tuple[str, int], int] = {}
     positions: dict[tuple[str, int, int], bytes] = {}
     for topic, partition, value in placements:
-        partition = 0 if topic.endswith("resourcemanager") else partition
         offset = ends.get((topic, partition), 0)
         ends[(topic, partition)] = offset + 1
         positions[(topic, partition, offset)] = value
