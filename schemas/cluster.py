@@ -83,6 +83,21 @@ class TaskManagerRegistrationAccepted(Event):
     resource_profile: ResourceProfile = Field(description="Default profile of each slot.")
 
 
+class TaskManagerConnectionClosed(Event):
+    """The ResourceManager closed its connection to the TaskExecutor (Flink's
+    `closeTaskManagerConnection`: it was lost, or it beats without being registered): the
+    TaskExecutor stops beating to it and takes no slot requests from it until it registers
+    again."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the ResourceManager"
+
+    resource_id: ResourceID
+    resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
+    cause: str = Field(description="Why the connection was closed.")
+
+
 class JobMasterRegistrationRequested(Event):
     """A TaskExecutor holding slots for the job registers at its JobMaster (registerTaskManager)."""
 

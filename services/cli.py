@@ -22,7 +22,7 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
-from jobledger.projections.replay import Limit, replay, verify
+from jobledger.projections.replay import Limit, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EVENTS_BY_NAME, EventSerde, docs
 from jobledger.schemas.catalog import (
@@ -364,6 +364,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if waiting:
             print(f"{waiting} input(s) not yet consumed by the services; their decisions "
                   "are not due yet")  # fmt: skip
+        for record in foreign(records):
+            print(f"warning: {position(record)}: {record.event.type_name()} "
+                  f"{record.event.event_id} names producer {record.event.producer!r} and a "
+                  "cause that is no input of the log: written by something other than the "
+                  "services, and taken as an input")  # fmt: skip
         if divergence is None:
             print(f"verified {matched} decisions: no difference")
             return 0

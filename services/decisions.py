@@ -1,8 +1,10 @@
 """Building the events a reducer derives from one input.
 
-A derived event's id is a function of its cause's id and its position among the cause's
-derived events, its time is the cause's event time, and it names the cause: the same log in
-gives the same decisions out, bit for bit (DESIGN.md rule 2).
+A derived event's id is a function of its cause (its id and the owner it was routed to) and
+its position among the cause's derived events, its time is the cause's event time, and it
+names the cause: the same log in gives the same decisions out, bit for bit (DESIGN.md rule 2).
+Event ids are chosen by clients, so the owner is part of the basis: two inputs sharing an id
+on two topics or partitions derive decisions with ids of their own.
 """
 
 from __future__ import annotations
@@ -38,14 +40,24 @@ def derived_id(cause_event_id: str, tag: str) -> str:
 class Decisions:
     """The derived events of one input, in the order they were decided."""
 
-    def __init__(self, cause: Event, producer: str) -> None:
+    def __init__(self, cause: Event, producer: str, incarnation: int = 0) -> None:
+        """`incarnation` counts earlier reductions of an input with the cause's id that were
+        only rejected: the cause reduced again derives ids the rejections did not take."""
         self.cause = cause
         self.producer = producer
         self.events: list[Event] = []
+        role, key = cause.route()
+        self.basis = f"{role.value}/{key}/{cause.event_id}"
+        if incarnation:
+            self.basis += f"#{incarnation}"
+
+    def derive(self, tag: str) -> str:
+        """An id for something derived from the cause (a decision, an AllocationID)."""
+        return derived_id(self.basis, tag)
 
     def emit(self, cls: type[E], **fields: Any) -> E:
         event = cls(
-            event_id=derived_id(self.cause.event_id, str(len(self.events))),
+            event_id=self.derive(str(len(self.events))),
             event_time=self.cause.event_time,
             producer=self.producer,
             cause_event_id=self.cause.event_id,

@@ -27,6 +27,23 @@ from .task_executor import TaskExecutor, TaskExecutorConfig
 
 DEDUP_WINDOW = 100_000
 
+OWN_PRODUCER = {
+    TopicRole.JOB: JobMaster.producer,
+    TopicRole.RESOURCE_MANAGER: ResourceManager.producer,
+    TopicRole.TASK_EXECUTOR: TaskExecutor.producer,
+}
+"""Whose decisions an owner of each topic reads back as records of its own, not inputs."""
+DECIDING_PRODUCERS = frozenset({*OWN_PRODUCER.values(), SlotPool.producer})
+"""The reducers' names: their decisions, and nothing else, name a cause."""
+
+
+def _owner_name(role: TopicRole, key: str) -> str:
+    if role is TopicRole.JOB:
+        return f"the JobMaster of job {key!r}"
+    if role is TopicRole.TASK_EXECUTOR:
+        return f"TaskExecutor {key!r}"
+    return "the ResourceManager"
+
 
 @dataclass
 class ReducerDriver:
@@ -41,6 +58,12 @@ class ReducerDriver:
     """Ids of the latest inputs, to drop a redelivered one (a Spark retry, a broker that
     leaks an aborted transaction); at most DEDUP_WINDOW long. An OrderedDict because dropping
     the oldest id of a plain dict rescans the deleted slots at its front every time."""
+    rejected: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """How often each recent input id was reduced and only rejected: a later input with that
+    id is reduced again, and its decisions take ids of their own (at most DEDUP_WINDOW)."""
+    awaiting: dict[str, Event] = field(default_factory=dict)
+    """Decisions an owner derived for itself, until their record comes back on its topic: a
+    record that claims to be an owner's decision is one of these, or it is forged."""
 
     @property
     def pools(self) -> dict[str, SlotPool]:
@@ -70,6 +93,23 @@ class ReducerDriver:
             return self.task_executors.get(key) or TaskExecutor(key, self.task_executor_config)
         return None
 
+    def due_timers(self, role: TopicRole, now: int) -> list[str]:
+        """The owners on `role`'s topic that a TimerFired at event time `now` would change:
+        the clock writes timers for these only, never one per owner per tick (a few hundred
+        bad records once made it write for every owner they created, without end)."""
+        owners: dict[str, Reducer]
+        if role is TopicRole.JOB:
+            owners = self.job_masters
+        elif role is TopicRole.TASK_EXECUTOR:
+            owners = self.task_executors
+        else:
+            owners = {self.resource_manager.config.resource_manager_id: self.resource_manager}
+        return [
+            owner
+            for owner, reducer in sorted(owners.items())
+            if (due := reducer.next_timer()) is not None and due <= now
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         """Every reducer's state as plain data."""
         return {
@@ -80,22 +120,63 @@ class ReducerDriver:
             },
         }
 
+    def refusal(self, event: Event) -> str | None:
+        """Why no reducer may see `event`, or None. A decision names its reducer as producer
+        and its cause, an input neither; and a record in an owner's name must be one that
+        owner derived (its own decisions come back on its topic): anything else is a forgery
+        that, believed, would be ignored live and taken for a lost decision by replay."""
+        deciding = event.producer in DECIDING_PRODUCERS
+        if deciding != (event.cause_event_id is not None):
+            return (
+                f"producer {event.producer!r} is a reducer's name, but the event names no cause"
+                if deciding
+                else f"the event names cause {event.cause_event_id!r}, but producer "
+                f"{event.producer!r} is no reducer: only decisions name a cause"
+            )
+        role, key = event.route()
+        if event.producer != OWN_PRODUCER.get(role) or event.event_id in self.recent:
+            return None
+        derived = self.awaiting.get(event.event_id)
+        if derived is None:
+            return (
+                f"{event.type_name()} claims to be a decision of {_owner_name(role, key)}, "
+                f"which derived no event {event.event_id!r}"
+            )
+        if derived != event:
+            return (
+                f"{event.type_name()} {event.event_id!r} differs from the decision of that id "
+                f"{_owner_name(role, key)} derived"
+            )
+        return None
+
     def process(self, event: Event) -> list[Event]:
         """Reduce one event at its owner; its own decisions coming back are records only, and
         an input seen within the dedup window is dropped (DESIGN.md rule 5).
 
-        An input that was only rejected changed nothing, so its id is not remembered: a later
-        event with that id (the real request, after copies that came before its job's leader)
-        is reduced, not dropped as a duplicate without a trace. A redelivered copy of a
-        rejected input is rejected again, under the same derived id."""
+        An input that was only rejected changed nothing, so its id is not remembered as seen:
+        a later event with that id (the real request, after copies that came before its job's
+        leader) is reduced, not dropped as a duplicate without a trace, and its decisions get
+        ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
         if event.event_id in self.recent:
             return []
         reducer = self.owner(event)
-        if reducer is None or event.producer == reducer.producer:
+        if reducer is None:
             self._remember(event.event_id)
             return []
-        decisions = reducer.apply(event)
-        if not _only_rejected(event, decisions):
+        if event.producer == reducer.producer:
+            self.awaiting.pop(event.event_id, None)
+            self._remember(event.event_id)
+            return []
+        decisions = reducer.apply(event, self.rejected.get(event.event_id, 0))
+        for decision in decisions:
+            if decision.producer == reducer.producer and _same_partition(decision, event):
+                self.awaiting[decision.event_id] = decision
+        if _only_rejected(event, decisions):
+            self.rejected[event.event_id] = self.rejected.get(event.event_id, 0) + 1
+            self.rejected.move_to_end(event.event_id)
+            if len(self.rejected) > DEDUP_WINDOW:
+                self.rejected.popitem(last=False)
+        else:
             self._remember(event.event_id)
         return decisions
 
@@ -114,6 +195,13 @@ class ReducerDriver:
             log.append(event)
             queue.extend(self.process(event))
         return log
+
+
+def _same_partition(decision: Event, cause: Event) -> bool:
+    """Whether `decision` lands on the partition `cause` was read from: the same topic and
+    key, or the ResourceManager's topic, which has one partition whatever the key."""
+    (role, key), (cause_role, cause_key) = decision.route(), cause.route()
+    return role is cause_role and (role is TopicRole.RESOURCE_MANAGER or key == cause_key)
 
 
 def _only_rejected(event: Event, decisions: list[Event]) -> bool:

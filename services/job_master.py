@@ -62,7 +62,7 @@ from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind, Result
 from jobledger.schemas.types import ScheduleMode as Mode
 
 from . import execution_state as es
-from .decisions import Decisions, derived_id
+from .decisions import Decisions
 from .execution_graph import Execution, ExecutionGraph, ExecutionVertex, InvalidJobGraph
 from .job_status import TERMINAL, transition_refusal
 from .key_groups import KeyGroupRange
@@ -231,9 +231,8 @@ class JobMaster(Reducer):
     def _build_graph(
         self, job: JobSubmitted, out: Decisions, parallelism: dict[str, int]
     ) -> ExecutionGraph:
-        cause = out.cause.event_id
         return ExecutionGraph.build(
-            job, lambda v, i, n: derived_id(cause, f"attempt/{v}/{i}/{n}"), parallelism
+            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism
         )
 
     def _start_incarnation(self, graph: ExecutionGraph, out: Decisions) -> None:
@@ -532,9 +531,8 @@ class JobMaster(Reducer):
             self.rescaled = None
         else:
             self.restarts += 1
-            cause = out.cause.event_id
             for ev in self.graph.execution_vertices():
-                self.graph.reset(ev, lambda v, i, n: derived_id(cause, f"attempt/{v}/{i}/{n}"))
+                self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))
         self._set_status(JobStatus.RUNNING, None, out)
         self._schedule_ready(out)
 
@@ -543,6 +541,14 @@ class JobMaster(Reducer):
         self._with_pool(out, lambda: self.pool.handle(event, out))
         if self.status is JobStatus.RESTARTING:
             self._maybe_restart(out)
+
+    def next_timer(self) -> int | None:
+        """The earliest event time at which a TimerFired changes anything (None: never): the
+        pool's, or the restart delay's end."""
+        times = [self.pool.next_timer()]
+        if self.status is JobStatus.RESTARTING:
+            times.append(self.restart_at)
+        return min((t for t in times if t is not None), default=None)
 
     # -- cancel and rescale --------------------------------------------------------------
 

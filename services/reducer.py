@@ -43,9 +43,14 @@ class Reducer:
             for event_type in getattr(method, "handled_types", ())
         }
 
-    def apply(self, event: Event) -> list[Event]:
+    def next_timer(self) -> int | None:
+        """The earliest event time at which a TimerFired would change this reducer's state or
+        derive anything; None if no TimerFired ever would as things stand."""
+        return None
+
+    def apply(self, event: Event, incarnation: int = 0) -> list[Event]:
         """Reduce one input; returns the decisions derived from it, in order."""
-        out = Decisions(event, self.producer)
+        out = Decisions(event, self.producer, incarnation)
         self.handle(event, out)
         return out.events
 

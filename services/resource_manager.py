@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
+    TaskManagerConnectionClosed,
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
     TaskManagerLost,
@@ -191,9 +192,24 @@ class ResourceManager(Reducer):
 
     @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
+        """A beat from a TaskExecutor the ResourceManager does not know (lost, or never
+        registered) closes its connection, so that it stops beating until it registers again;
+        otherwise each of its beats would be rejected, forever."""
         te = self._task_executor(event.resource_id, out)
-        if te is not None:
+        if te is None:
+            self._close_connection(
+                event.resource_id, f"TaskExecutor {event.resource_id} is not registered", out
+            )
+        else:
             te.last_heartbeat = event.event_time
+
+    def _close_connection(self, resource_id: str, cause: str, out: Decisions) -> None:
+        out.emit(
+            TaskManagerConnectionClosed,
+            resource_id=resource_id,
+            resource_manager_id=self.config.resource_manager_id,
+            cause=cause,
+        )
 
     @handles(TaskManagerLost)
     def on_lost(self, event: TaskManagerLost, out: Decisions) -> None:
@@ -215,7 +231,17 @@ class ResourceManager(Reducer):
                     jobs.append(slot.job_id)
         for job_id in jobs:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
+        self._close_connection(resource_id, cause, out)
         self._serve_waiting(out)
+
+    def next_timer(self) -> int | None:
+        """The earliest event time at which a TimerFired finds a TaskExecutor silent for
+        longer than the heartbeat timeout (None: none registered)."""
+        return min(
+            (te.last_heartbeat + self.config.heartbeat_timeout_ms + 1
+             for te in self.task_executors.values()),
+            default=None,
+        )  # fmt: skip
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:

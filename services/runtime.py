@@ -6,8 +6,9 @@ one transaction: the derived events, the dead letters, the input offsets (throug
 consumer group) and now and then a snapshot commit together, so a reader with
 `read_committed` sees every decision exactly once. A new owner rebuilds the state from the
 latest snapshot plus the tail of the log up to the committed offset before it processes
-anything new. A clock appends TimerFired events to the owned partitions: time reaches the
-reducers only through the log, so replay fires every timeout where it fired live.
+anything new. A clock appends TimerFired events to the owned partitions for the owners whose
+next deadline has come: time reaches the reducers only through the log, so replay fires every
+timeout where it fired live.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class RuntimeConfig:
     snapshot_interval_s: float = 60.0
     """...or once this long has passed with inputs since the last one (0: never)."""
     timer_interval_ms: int = 1_000
-    """Append a TimerFired for every owner this often (0: no clock)."""
+    """Look this often for owners whose deadline has come, and append a TimerFired for each
+    (0: no clock)."""
     health_interval_s: float = 10.0
     idle_commit_interval_s: float = 1.0
     """Inputs that derive nothing are committed with the next transaction that has output, or
@@ -172,7 +174,7 @@ class ServiceRuntime:
         if found is not None and start:
             worker.rebuilt_from_snapshot_at = start
         for msg in self._read_range(committed.topic, committed.partition, start, end):
-            event, _ = self._admit(msg)
+            event, _ = self._admit(msg, driver)
             if event is not None:
                 driver.process(event)
             worker.next_offset = msg.offset() + 1
@@ -228,9 +230,10 @@ class ServiceRuntime:
 
     # -- processing ----------------------------------------------------------------------
 
-    def _admit(self, msg: Message) -> tuple[Event | None, str | None]:
-        """The input's event, or why no reducer may see it: not a decodable event, or not
-        where its route puts it (another topic, or a partition its key does not hash to)."""
+    def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, str | None]:
+        """The input's event, or why no reducer may see it: not a decodable event, not where
+        its route puts it (another topic, or a partition its key does not hash to), or a
+        producer it may not claim (`ReducerDriver.refusal`)."""
         try:
             event = self.serde.decode(msg.value(), msg.topic())
         except DecodeError as exc:
@@ -238,7 +241,9 @@ class ServiceRuntime:
         topic = msg.topic()
         if topic not in self._partition_counts:
             self._partition_counts[topic] = self._count_partitions(topic)
-        reason = misrouted(event, self.roles[topic], msg.partition(), self._partition_counts[topic])
+        reason = misrouted(
+            event, self.roles[topic], msg.partition(), self._partition_counts[topic]
+        ) or driver.refusal(event)
         return (None, reason) if reason else (event, None)
 
     def _count_partitions(self, topic: str) -> int:
@@ -360,7 +365,7 @@ class ServiceRuntime:
 
     def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
         """The input's decisions, or a dead letter if no reducer may see it."""
-        event, refusal = self._admit(msg)
+        event, refusal = self._admit(msg, worker.driver)
         if event is None:
             return [DeadLettered(
                 event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
@@ -409,7 +414,7 @@ class ServiceRuntime:
         self.last_tick = time.monotonic()
         now_ms = int(time.time() * 1000)
         for worker in list(self.workers.values()):
-            owners = _owners(worker)
+            owners = worker.driver.due_timers(worker.role, now_ms)
             if not owners:
                 continue
 
@@ -456,12 +461,3 @@ def _commit_transaction(producer: Producer, attempts: int = 3) -> None:
         except KafkaException as exc:
             if not exc.args[0].retriable() or attempt == attempts - 1:
                 raise
-
-
-def _owners(worker: PartitionWorker) -> list[str]:
-    driver = worker.driver
-    if worker.role is TopicRole.JOB:
-        return sorted(driver.job_masters)
-    if worker.role is TopicRole.TASK_EXECUTOR:
-        return sorted(driver.task_executors)
-    return [driver.resource_manager.config.resource_manager_id]

@@ -55,7 +55,7 @@ from jobledger.schemas.slots import (
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
-from .decisions import Decisions, derived_id
+from .decisions import Decisions
 from .reducer import Reducer, handles
 from .resource_profile import is_matching
 
@@ -262,7 +262,7 @@ class SlotPool(Reducer):
         self.resource_manager_id = None
 
     def _request_from_resource_manager(self, request: PendingRequest, out: Decisions) -> None:
-        request.allocation_id = derived_id(out.cause.event_id, f"alloc/{request.slot_request_id}")
+        request.allocation_id = out.derive(f"alloc/{request.slot_request_id}")
         self.pending_requests[request.slot_request_id] = request
         out.emit(
             SlotRequested,
@@ -582,6 +582,23 @@ class SlotPool(Reducer):
                     for index, allocation_id in self.create_allocated_slot_report(resource_id)
                 ],
             )
+
+    def next_timer(self) -> int | None:
+        """The earliest event time at which a TimerFired changes anything here (None: never,
+        0: every tick, for the heartbeats to registered TaskManagers and the batch check)."""
+        if not self.started:
+            return None
+        waiting = [*self.waiting_for_resource_manager.values(), *self.pending_requests.values()]
+        if self.registered_task_managers or (
+            self.batch_timeout_check_enabled and any(r.batch for r in waiting)
+        ):
+            return 0
+        times = [r.deadline for r in waiting if r.deadline is not None]
+        times += [
+            since + self.config.idle_slot_timeout_ms + 1
+            for _, since in self.available_slots.values()
+        ]
+        return min(times, default=None)
 
     def _time_out_requests(self, now: int, out: Decisions) -> None:
         """A streaming request fails once its timeout passed (SP-21, SP-22)."""

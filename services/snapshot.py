@@ -26,7 +26,8 @@ from .driver import ReducerDriver
 log = logging.getLogger("jobledger.snapshot")
 
 MAGIC = b"JLSNAP"
-VERSION = 2
+VERSION = 3
+"""3: the driver remembers the decisions it awaits back and the ids it only rejected."""
 CHUNK_MAGIC = b"JLCHNK"
 CHUNK_HEADER = struct.Struct(">QII")
 """A chunk's snapshot id (its input offset), index and count."""

@@ -20,6 +20,7 @@ from jobledger.schemas.cluster import (
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    TaskManagerConnectionClosed,
     TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
@@ -109,6 +110,15 @@ class TaskExecutor(Reducer):
         self.resource_manager_id = event.resource_manager_id
         if self.table is None:
             self.table = TaskSlotTable(event.number_of_slots, event.resource_profile)
+
+    @handles(TaskManagerConnectionClosed)
+    def on_connection_closed(self, event: TaskManagerConnectionClosed, out: Decisions) -> None:
+        """The ResourceManager let it go: no more heartbeats to it, and no slot requests
+        from it (TE-2) until a registration is accepted again. Slots and tasks stay."""
+        if event.resource_manager_id != self.resource_manager_id:
+            self._reject(out, f"not connected to the resource manager {event.resource_manager_id}")
+            return
+        self.resource_manager_id = None
 
     @handles(SlotAllocationRequested)
     def on_slot_allocation_requested(self, event: SlotAllocationRequested, out: Decisions) -> None:
@@ -395,6 +405,15 @@ class TaskExecutor(Reducer):
         table.remove_task(event.execution_attempt_id)
 
     # -- time ----------------------------------------------------------------------------
+
+    def next_timer(self) -> int | None:
+        """The earliest event time at which a TimerFired changes anything (None: never, 0:
+        every tick, for the heartbeat to the ResourceManager)."""
+        if self.table is None:
+            return None
+        if self.resource_manager_id is not None:
+            return 0
+        return self.table.next_timeout()
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:

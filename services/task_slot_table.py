@@ -225,6 +225,17 @@ class TaskSlotTable:
             and s.timeout_at <= now
         ]
 
+    def next_timeout(self) -> int | None:
+        """When the first ALLOCATED slot times out (None: none will)."""
+        return min(
+            (
+                s.timeout_at
+                for s in self.slots.values()
+                if s.state is TaskSlotState.ALLOCATED and s.timeout_at is not None
+            ),
+            default=None,
+        )
+
     def slot_report(self) -> list[SlotStatus]:
         """One status per static index, then one per dynamic slot (TST-8)."""
         report = []

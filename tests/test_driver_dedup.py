@@ -36,6 +36,22 @@ def test_an_input_that_was_only_rejected_is_reduced_when_its_id_comes_again():
 
     assert types(again) == ["SlotRequested"]
     assert isinstance(again[0], SlotRequested) and again[0].cause_event_id == early.event_id
+    assert again[0].event_id != rejected.event_id  # one id, one decision in the log
+
+
+def test_a_redelivered_rejected_input_is_rejected_again_under_an_id_of_its_own():
+    clock = Clock()
+    driver = ReducerDriver()
+    early = clock(NewAllocatedSlotRequested, job_id="job-1", slot_request_id="req-1",
+                  resource_profile=ANY)  # fmt: skip
+
+    first, second = driver.process(early), driver.process(early)
+
+    assert types(first) == types(second) == ["EventRejected"]
+    assert first[0].event_id != second[0].event_id
+    assert first[0].model_copy(update={"event_id": "x"}) == second[0].model_copy(
+        update={"event_id": "x"}
+    )
 
 
 def test_an_accepted_input_is_still_dropped_when_it_comes_again():

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerLost, TaskManagerRegistered
+from jobledger.schemas.cluster import (
+    TaskManagerConnectionClosed,
+    TaskManagerHeartbeat,
+    TaskManagerLost,
+    TaskManagerRegistered,
+)
 from jobledger.schemas.slots import (
     SlotAllocated,
     SlotAllocationFailed,
@@ -120,8 +125,8 @@ def test_a_lost_task_executors_in_flight_allocations_are_re_requested_elsewhere(
     assert in_flight.resource_id != confirmed.resource_id
     rm.register("tm-3", slots=1)
     events = rm.apply(TaskManagerLost, resource_id=in_flight.resource_id, cause="killed")
-    assert types(events) == ["SlotAllocationRequested"]
-    assert (events[0].allocation_id, events[0].resource_id) == ("a2", "tm-3")
+    assert types(events) == ["TaskManagerConnectionClosed", "SlotAllocationRequested"]
+    assert (events[1].allocation_id, events[1].resource_id) == ("a2", "tm-3")
 
 
 def test_jobs_holding_slots_of_a_lost_task_executor_are_told_once_each():
@@ -130,8 +135,8 @@ def test_jobs_holding_slots_of_a_lost_task_executor_are_told_once_each():
     for alloc, job in [("a1", "j1"), ("a2", "j1"), ("a3", "j2")]:
         rm.confirm(rm.request(alloc, job=job)[0])
     events = rm.apply(TaskManagerLost, resource_id="tm-1", cause="killed")
-    assert types(events) == ["TaskManagerDisconnected"] * 2
-    assert [e.job_id for e in events] == ["j1", "j2"]
+    assert types(events) == ["TaskManagerDisconnected"] * 2 + ["TaskManagerConnectionClosed"]
+    assert [e.job_id for e in events[:2]] == ["j1", "j2"]
     assert "tm-1" not in rm.rm.task_executors
 
 
@@ -142,9 +147,32 @@ def test_heartbeat_timeout_loses_the_task_executor():
     rm.apply(TaskManagerHeartbeat, at=10_900, resource_id="tm-2")
     scope = dict(scope=OwnerKind.RESOURCE_MANAGER, owner_id="rm")
     assert rm.apply(TimerFired, at=11_000, **scope) == []
-    [lost] = rm.apply(TimerFired, at=11_001, **scope)
-    assert (lost.type_name(), lost.resource_id) == ("TaskManagerLost", "tm-1")
+    lost, closed = rm.apply(TimerFired, at=11_001, **scope)
+    cause = "heartbeat of TaskExecutor tm-1 timed out"
+    assert (lost, closed) == (
+        TaskManagerLost(event_id=lost.event_id, event_time=11_001, producer="resourcemanager",
+                        cause_event_id=lost.cause_event_id, resource_id="tm-1", cause=cause),
+        TaskManagerConnectionClosed(event_id=closed.event_id, event_time=11_001,
+                                    producer="resourcemanager", cause_event_id=lost.cause_event_id,
+                                    resource_id="tm-1", resource_manager_id="rm", cause=cause),
+    )  # fmt: skip
     assert list(rm.rm.task_executors) == ["tm-2"]
+
+
+def test_a_heartbeat_from_an_unknown_task_executor_closes_its_connection():
+    """Else a TaskExecutor the ResourceManager does not know beats, and is rejected, forever."""
+    rm = RM()
+    beat = rm.clock(TaskManagerHeartbeat, resource_id="tm-9")
+    rejected, closed = rm.rm.apply(beat)
+    assert closed == TaskManagerConnectionClosed(
+        event_id=closed.event_id, event_time=beat.event_time, producer="resourcemanager",
+        cause_event_id=beat.event_id, resource_id="tm-9", resource_manager_id="rm",
+        cause="TaskExecutor tm-9 is not registered",
+    )  # fmt: skip
+    assert (rejected.type_name(), rejected.reason) == (
+        "EventRejected",
+        "TaskExecutor tm-9 is not registered",
+    )
 
 
 def test_a_cancelled_request_stops_waiting_or_gives_its_slot_back():
@@ -185,7 +213,7 @@ def test_a_slot_occupied_elsewhere_is_marked_and_the_request_waits_again():
 )  # fmt: skip
 def test_events_about_unknown_task_executors_are_rejected(event_cls, fields, reason):
     rm = RM()
-    [rejected] = rm.apply(event_cls, resource_id="tm-9", **fields)
+    rejected = rm.apply(event_cls, resource_id="tm-9", **fields)[0]
     assert (rejected.type_name(), rejected.reason) == ("EventRejected", reason)
 
 

@@ -165,9 +165,10 @@ def test_a_dead_letter_forged_onto_an_input_topic_makes_replay_skip_nothing():
     assert replay([*records, real]).driver.job_masters == {}
 
 
-def test_decisions_that_share_an_id_across_partitions_each_verify():
+def test_inputs_sharing_an_id_on_two_topics_derive_decisions_with_ids_of_their_own():
     """Found by the fuzz suite: two inputs with one (client-chosen) id on two topics, each
-    rejected, derive rejections under one id; verify compared each with the other's."""
+    rejected, derived rejections under one id, and verify compared each with the other's.
+    A decision's id now derives from its cause's owner as well as its id."""
     freed = SlotFreed(event_id="same", event_time=1, producer="t", resource_id="tm-x",
                       allocation_id="a", slot_index=0, cause="c")  # fmt: skip
     empty = JobSubmitted(event_id="same", event_time=2, producer="t", job_id="job-7",
@@ -179,7 +180,8 @@ def test_decisions_that_share_an_id_across_partitions_each_verify():
         *driver.process(TopicRole.RESOURCE_MANAGER, 0, freed),
         *driver.process(TopicRole.JOB, 0, empty),
     ]
-    assert len({d.event_id for d in decisions}) == 1 < len(decisions)
+    assert [d.type_name() for d in decisions] == ["EventRejected", "EventRejected"]
+    assert len({d.event_id for d in decisions}) == 2
     logged = [LogRecord(d.route()[0], 0, 10 + i, 3, d) for i, d in enumerate(decisions)]
 
     matched, divergence = verify(records + logged)

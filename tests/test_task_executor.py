@@ -9,6 +9,7 @@ from jobledger.schemas.cluster import (
     JobMasterHeartbeat,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
+    TaskManagerConnectionClosed,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.slots import (
@@ -23,7 +24,9 @@ from jobledger.schemas.tasks import (
     TaskFinalStateReported,
 )
 from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind
+from jobledger.services.driver import ReducerDriver
 from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
 from jobledger.services.task_slot_table import TaskSlotState
 
@@ -352,3 +355,34 @@ def test_a_task_that_reported_its_end_is_not_failed_when_its_slot_is_freed():
     assert failed == ["att-2"], "only the task that never reported its end is failed"
     [refused] = report_end("att-1")
     assert refused.type_name() == "EventRejected" and "att-1" in refused.reason
+
+
+def test_a_registration_the_resource_manager_never_made_ends_at_its_first_heartbeat():
+    """Hardening issue, item 8: a TaskManagerRegistrationAccepted no ResourceManager derived
+    made a TaskExecutor whose every heartbeat the ResourceManager rejected, forever. Now the
+    first rejected beat closes the connection (as Flink's ResourceManager does for a
+    TaskExecutor it no longer knows), the TaskExecutor stops beating and needs no timer."""
+    clock = Clock()
+    driver = ReducerDriver()
+    bogus = clock(TaskManagerRegistrationAccepted, resource_id=TM,
+                  resource_manager_id="resourcemanager", number_of_slots=1,
+                  resource_profile=DEFAULT)  # fmt: skip
+    driver.run([bogus])
+    assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now) == [TM]
+
+    log = driver.run([clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)])
+
+    assert types(log) == [
+        "TimerFired", "TaskManagerHeartbeat", "EventRejected", "TaskManagerConnectionClosed",
+    ]  # fmt: skip
+    assert driver.task_executors[TM].resource_manager_id is None
+    assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now + 60_000) == []
+    again = driver.run([clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)])
+    assert types(again) == ["TimerFired"]
+
+
+def test_a_connection_closed_by_another_resource_manager_is_rejected():
+    te = TE()
+    [rejected] = te.apply(TaskManagerConnectionClosed, resource_manager_id="rm-old", cause="lost")
+    assert rejected.reason == "not connected to the resource manager rm-old"
+    assert te.te.resource_manager_id == "rm"

@@ -1,0 +1,120 @@
+"""Events that claim a producer they may not (hardening issue, item 3).
+
+A record in an owner's own name (producer "jobmaster" on the job topic, ...) is one of its own
+decisions read back, which it skips; one it never derived was skipped the same way live, and
+replay's `--verify` then took it for a decision no reducer derives, forever. The services now
+refuse it (dead-lettered with the reason, so replay skips it too), and a decision in another
+reducer's name whose cause is no input of the log is reported apart by verify."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobledger.projections.log_file import LogRecord
+from jobledger.projections.replay import foreign, replay, verify
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
+from jobledger.schemas.slots import SlotRequested
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import JobStatus
+from jobledger.services.driver import ReducerDriver
+
+from .events import ANY, Clock
+from .jobs import vertex
+from .runtime_harness import RuntimeThread, append, wait_until_quiet
+
+
+def _submitted(clock: Clock, **header) -> JobSubmitted:
+    event = clock(JobSubmitted, job_id="job-1", job_name="wordcount",
+                  vertices=[vertex("source", 1)])  # fmt: skip
+    return event.model_copy(update=header)
+
+
+def test_a_record_in_its_owners_name_that_the_owner_never_derived_is_refused():
+    clock = Clock()
+    driver = ReducerDriver()
+    forged = _submitted(clock, producer="jobmaster", cause_event_id="in-0")
+
+    assert driver.refusal(forged) == (
+        "JobSubmitted claims to be a decision of the JobMaster of job 'job-1', which derived "
+        "no event 'in-1'"
+    )
+
+
+def test_a_decision_names_its_reducer_and_its_cause_and_an_input_neither():
+    clock = Clock()
+    driver = ReducerDriver()
+
+    assert driver.refusal(_submitted(clock, producer="resourcemanager")) == (
+        "producer 'resourcemanager' is a reducer's name, but the event names no cause"
+    )
+    assert driver.refusal(_submitted(clock, cause_event_id="in-0")) == (
+        "the event names cause 'in-0', but producer 'test' is no reducer: only decisions "
+        "name a cause"
+    )
+    assert driver.refusal(_submitted(clock)) is None
+    assert driver.refusal(_submitted(clock, producer="clock")) is None
+
+
+def test_an_owners_own_decision_is_admitted_once_and_only_as_it_was_derived():
+    clock = Clock()
+    driver = ReducerDriver()
+    driver.process(clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1"))
+    decisions = driver.process(_submitted(clock))
+    [running] = [
+        d for d in decisions if isinstance(d, JobStatusChanged) and d.to_status is JobStatus.RUNNING
+    ]
+    tampered = running.model_copy(update={"to_status": JobStatus.FAILED})
+
+    assert driver.refusal(tampered) == (
+        f"JobStatusChanged {running.event_id!r} differs from the decision of that id the "
+        "JobMaster of job 'job-1' derived"
+    )
+    assert driver.refusal(running) is None
+    assert driver.process(running) == []
+    assert driver.awaiting == {
+        d.event_id: d for d in decisions if d.route()[0] is TopicRole.JOB and d is not running
+    }
+    assert driver.refusal(running) is None  # a redelivered copy: dropped as a duplicate
+    assert driver.process(running) == []
+
+
+def test_verify_reports_a_decision_whose_cause_is_no_input_apart_from_divergences():
+    clock = Clock()
+    lead = clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1")
+    stray = clock(SlotRequested, job_id="job-1", job_master_id="jm-1", slot_request_id="r",
+                  allocation_id="a", resource_profile=ANY, timeout_ms=1000).model_copy(
+        update={"producer": "jobmaster", "cause_event_id": "nowhere"}
+    )  # fmt: skip
+    records = [
+        LogRecord(TopicRole.JOB, 0, 0, 1, lead),
+        LogRecord(TopicRole.RESOURCE_MANAGER, 0, 0, 2, stray),
+    ]
+
+    _, divergence = verify(records)
+
+    assert divergence is None, divergence.describe()
+    assert foreign(records) == [records[1]]
+
+
+@pytest.mark.broker
+def test_the_services_dead_letter_a_forged_decision_and_verify_stays_clean(cluster):
+    clock = Clock()
+    forged = _submitted(clock, producer="jobmaster", cause_event_id="in-0")
+    lead = clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1")
+    real = _submitted(clock)
+    append(cluster, [forged, lead, real])
+
+    with RuntimeThread(cluster):
+        records = wait_until_quiet(cluster)
+
+    [dead] = [r.event for r in records if isinstance(r.event, DeadLettered)]
+    assert (dead.source_offset, dead.reason) == (
+        0,
+        "JobSubmitted claims to be a decision of the JobMaster of job 'job-1', which derived "
+        f"no event {forged.event_id!r}",
+    )
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()
+    assert foreign(records) == []
+    assert replay(records).driver.job_masters["job-1"].job == real
