@@ -37,7 +37,7 @@ from jobledger.schemas.catalog import (
 from . import apache_kafka, broker, kafka
 from .produce import produce_lines
 from .runner import cli as runner_cli
-from .runtime import RuntimeConfig, ServiceRuntime
+from .runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
 from .tail import tail
 
 
@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--timer-interval-ms", type=int, default=1_000, help="clock period (0: no clock)"
     )
+    c.add_argument(
+        "--stop-deadline-s", type=float, default=15.0,
+        help="after SIGTERM, exit (code 3) if still running this long",
+    )  # fmt: skip
     _registry_option(c)
     c.set_defaults(func=cmd_services_run)
 
@@ -330,12 +334,13 @@ def _log_records(args: argparse.Namespace) -> list[LogRecord]:
 
 
 def cmd_services_run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = RuntimeConfig(
         batch_size=args.batch_size,
         snapshot_every=args.snapshot_every,
         snapshot_interval_s=args.snapshot_interval_s,
         timer_interval_ms=args.timer_interval_ms,
+        stop_deadline_s=args.stop_deadline_s,
     )
     runtime = ServiceRuntime(
         kafka.resolve_bootstrap(args.bootstrap),
@@ -343,7 +348,10 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         config,
         registry_url=args.schema_registry,
     )
-    runtime.run()
+    try:
+        runtime.run()
+    except ServiceHalted:
+        return 3  # logged at ERROR with what to do
     return 0
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -44,6 +46,28 @@ from .kafka import PARTITIONER, SESSION_TIMEOUT_MS, partitions_of
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
+
+
+class Wedged(Exception):
+    """A librdkafka call on this producer did not return in time; the producer is left behind
+    (a thread is still inside it) and the partition gets a new one."""
+
+    def __init__(self, producer: Producer) -> None:
+        super().__init__("a transactional call did not return")
+        self.producer = producer
+
+
+SEND_OFFSETS_TIMEOUT_S = 30
+
+
+class StopRequested(Exception):
+    """A stop was asked for while a rebuild waited on the broker: a clean stop, not a fault."""
+
+
+class ServiceHalted(RuntimeError):
+    """The service cannot go on without risking a wrong or lost decision; the message says
+    what happened and what the operator can do. The process exits non-zero."""
+
 
 SERVICES_GROUP_PREFIX = "jobledger-services-"
 """The services' consumer group is this plus the topic prefix: its committed offsets say
@@ -74,6 +98,15 @@ class RuntimeConfig:
     poll_timeout_s: float = 0.02
     """How long one poll waits for a full batch: librdkafka waits the whole timeout unless
     the batch fills, so under light traffic this is the latency each hop of a job adds."""
+    stop_deadline_s: float = 15.0
+    """After SIGTERM, the current transaction may finish; a process still running this long
+    after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
+    open transaction is aborted by the broker and the next owner redoes it."""
+    client_grace_s: float = 15.0
+    """How long past its own timeout a librdkafka call may take before it counts as stuck."""
+    rebuild_silence_s: float = 60.0
+    """A rebuild that hears nothing from the broker this long stops the service (it cannot
+    own a partition whose log it cannot read) instead of waiting forever."""
 
 
 @dataclass
@@ -119,6 +152,10 @@ class ServiceRuntime:
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "fetch.wait.max.ms": 10,
+            "error_cb": self._client_error,
+            # a topic grown or re-created under the service is noticed within seconds
+            # (the rebalance it causes meets `_check_partition_counts`), not 5 minutes
+            "topic.metadata.refresh.interval.ms": 5_000,
         })  # fmt: skip
         self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
         self.last_tick = time.monotonic()
@@ -126,6 +163,11 @@ class ServiceRuntime:
         self._partition_counts: dict[str, int] = {}
         """Partitions of each input topic, counted on first use after an assignment: where a
         key belongs depends on it."""
+        self._first_counts: dict[str, int] = {}
+        """The partition counts the service started with: they may never change."""
+        self._broker_down_since: float | None = None
+        self._abandoned: list[Producer] = []
+        """Producers left behind with a thread stuck inside (never closed under it)."""
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -135,11 +177,40 @@ class ServiceRuntime:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._partition_counts.clear()  # a topic may have grown: count again on first use
+        self._broker_back()
+        self._partition_counts.clear()
+        self._check_partition_counts()
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
             self.workers[(tp.topic, tp.partition)] = self._rebuild(tp)
         log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
+
+    def _check_partition_counts(self) -> None:
+        """Keys are placed by the partition count: one that changes under a running service
+        (a topic re-created or grown) moves every key to another partition, and the state
+        rebuilt from the old ones belongs to other owners. The ResourceManager is one reducer,
+        so its topic has one partition."""
+        counts = {topic: self._count_partitions(topic) for topic in self.roles}
+        rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, self.prefix)
+        if counts[rm_topic] != 1:
+            raise ServiceHalted(
+                f"topic {rm_topic} has {counts[rm_topic]} partitions; the ResourceManager is "
+                "one reducer and its topic must have exactly 1. Re-create the cluster's "
+                "topics with `jobledger topics create` under a new prefix."
+            )
+        changed = {
+            topic: (self._first_counts[topic], n)
+            for topic, n in counts.items()
+            if topic in self._first_counts and self._first_counts[topic] != n
+        }
+        if changed:
+            raise ServiceHalted(
+                "partition counts changed under the running service ("
+                + ", ".join(f"{t}: {old} -> {new}" for t, (old, new) in sorted(changed.items()))
+                + "): every key now hashes to another partition than its history. Restore the "
+                "topics as they were, or start over with new topics (another prefix)."
+            )
+        self._first_counts = self._first_counts or counts
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -156,12 +227,7 @@ class ServiceRuntime:
         partition's producer is made (fencing the previous owner's) unless one is given."""
         role = self.roles[committed.topic]
         if producer is None:
-            producer = Producer({
-                "bootstrap.servers": self.bootstrap,
-                "transactional.id": f"jobledger-{committed.topic}-{committed.partition}",
-                "partitioner": PARTITIONER,
-            })  # fmt: skip
-            producer.init_transactions(60)
+            producer = self._transactional_producer(committed.topic, committed.partition)
         if committed.offset < 0:
             return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
         end = committed.offset
@@ -185,6 +251,17 @@ class ServiceRuntime:
             f"snapshot@{start}" if found and start else "the beginning", end - start,
         )  # fmt: skip
         return worker
+
+    def _transactional_producer(self, topic: str, partition: int) -> Producer:
+        """The partition's producer: its transactional id names the partition, so making it
+        fences every earlier producer of the partition (another owner's, or a wedged one)."""
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": f"jobledger-{topic}-{partition}",
+            "partitioner": PARTITIONER,
+        })  # fmt: skip
+        producer.init_transactions(60)
+        return producer
 
     def _snapshot_partition(self, partition: int) -> int:
         return partition % self._snapshot_partitions
@@ -212,10 +289,20 @@ class ServiceRuntime:
         })  # fmt: skip
         try:
             reader.assign([TopicPartition(topic, partition, start or OFFSET_BEGINNING)])
+            heard = time.monotonic()
             while True:
                 msg = reader.poll(1.0)
                 if msg is None:
+                    if not self.running:
+                        raise StopRequested(f"stopped while rebuilding {topic}/{partition}")
+                    if time.monotonic() - heard > self.config.rebuild_silence_s:
+                        raise ServiceHalted(
+                            f"the broker did not answer for {self.config.rebuild_silence_s:.0f} s "
+                            f"while rebuilding {topic}/{partition} from its log; check that the "
+                            f"broker at {self.bootstrap} is up, then start the service again"
+                        )
                     continue
+                heard = time.monotonic()
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         return
@@ -253,13 +340,19 @@ class ServiceRuntime:
         """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by
         batch; a signal lets the current transaction finish first."""
         if handle_signals:
-            signal.signal(signal.SIGTERM, self.stop)
-            signal.signal(signal.SIGINT, self.stop)
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
         self.start()
         try:
             while self.running:
                 self.step()
             self._commit_idle(0)
+        except StopRequested as exc:
+            log.info("%s", exc)
+        except ServiceHalted as exc:
+            self.failure = exc
+            log.error("%s", exc)
+            raise
         except BaseException as exc:
             self.failure = exc
             log.exception("the service runtime stopped on an error")
@@ -271,14 +364,31 @@ class ServiceRuntime:
     def stop(self, *_: object) -> None:
         self.running = False
 
+    def _on_signal(self, signum: int, _: object) -> None:
+        """Stop after the current transaction, and exit regardless once the deadline passes:
+        a call blocked on an unreachable broker must not keep the process alive."""
+        self.stop()
+        deadline = self.config.stop_deadline_s
+
+        def expire() -> None:
+            log.error("still running %.0f s after signal %d (the broker does not answer?); "
+                      "exiting now: the open transaction is aborted and the next owner redoes "
+                      "it", deadline, signum)  # fmt: skip
+            logging.shutdown()
+            os._exit(3)
+
+        timer = threading.Timer(deadline, expire)
+        timer.daemon = True
+        timer.start()
+
     def step(self) -> int:
         """One poll: process what arrived, partition by partition; tick the clock when due."""
         batches: dict[tuple[str, int], list[Message]] = {}
         for msg in self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s):
             if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error: %s", msg.error())
+                self._consumer_error(msg)
                 continue
+            self._broker_back()
             batches.setdefault((msg.topic(), msg.partition()), []).append(msg)
         for key, messages in batches.items():
             worker = self.workers.get(key)
@@ -288,6 +398,42 @@ class ServiceRuntime:
         self._tick_if_due()
         self._report_health()
         return sum(len(m) for m in batches.values())
+
+    def _consumer_error(self, msg: Message) -> None:
+        """A deleted input topic stops the service: its partitions' history is gone."""
+        error = msg.error()
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            return
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC) and (
+            msg.topic() in self.roles
+        ):
+            raise ServiceHalted(
+                f"input topic {msg.topic()} is gone ({error.str()}): the decisions it held are "
+                "lost. Re-create the cluster's topics (`jobledger topics create`, a new prefix "
+                "for a clean start) and start the service again"
+            )
+        log.warning("consumer error: %s", error)
+
+    def _client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-wide errors. A lost broker is reported once, at ERROR, and the
+        service waits for it: librdkafka reconnects, the group assigns the partitions again
+        and their state is rebuilt from the log. Connection errors of single sockets are
+        librdkafka's own to retry (it logs them)."""
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            if self._broker_down_since is None:
+                self._broker_down_since = time.monotonic()
+                log.error("the broker at %s cannot be reached (%s); waiting for it: the "
+                          "service goes on where it left off once it is back. If it does not "
+                          "come back, check it (`jobledger broker --status`)",
+                          self.bootstrap, error.str())  # fmt: skip
+        elif error.code() not in (KafkaError._TRANSPORT, KafkaError._RESOLVE):
+            log.warning("Kafka client error: %s", error.str())
+
+    def _broker_back(self) -> None:
+        if self._broker_down_since is not None:
+            log.info("the broker is back after %.0f s", time.monotonic() - self._broker_down_since)
+            self._broker_down_since = None
 
     def _process(self, worker: PartitionWorker, messages: list[Message]) -> None:
         outputs: list[Event] = []
@@ -311,15 +457,37 @@ class ServiceRuntime:
         def write(producer: Producer) -> None:
             for out in outputs:
                 self._produce(producer, out)
-            producer.send_offsets_to_transaction(
-                [TopicPartition(topic, worker.partition, worker.next_offset)],
-                self.consumer.consumer_group_metadata(), 30,
-            )  # fmt: skip
+            self._send_offsets(
+                producer, TopicPartition(topic, worker.partition, worker.next_offset)
+            )
             if self._snapshot_due(worker):
                 self._write_snapshot(worker, topic)
 
         if self._transaction(worker, write, restore):
             worker.uncommitted_since = None
+
+    def _send_offsets(self, producer: Producer, offset: TopicPartition) -> None:
+        """`send_offsets_to_transaction`, bounded. librdkafka can block in it past its own
+        timeout, for good, when the group coordinator went away (a broker restart;
+        librdkafka issues #5456 and #5511, open in 2.16): the call is made in a thread of its
+        own, and one that does not return in time leaves its producer behind as `Wedged`."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+        metadata = self.consumer.consumer_group_metadata()
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction([offset], metadata, SEND_OFFSETS_TIMEOUT_S)
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name="send-offsets", daemon=True).start()
+        if not done.wait(SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s):
+            raise Wedged(producer)
+        if failure:
+            raise failure[0]
 
     def _transaction(
         self, worker: PartitionWorker, write: Callable[[Producer], None], restore: bool
@@ -335,9 +503,28 @@ class ServiceRuntime:
             write(producer)
             _commit_transaction(producer)
             return True
+        except Wedged:
+            log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
+                      "is stuck; see its issue #5511); leaving that producer behind and "
+                      "fencing it with a new one%s", worker.role.value, worker.partition,
+                      SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
+                      "; going back to the committed offset" if restore else "")  # fmt: skip
+            self._abandoned.append(producer)
+            worker.producer = self._transactional_producer(
+                topic_name(worker.role, self.prefix), worker.partition
+            )
+            if restore:
+                self._restore(worker)
+            return False
         except KafkaException as exc:
             if exc.args[0].fatal():
-                raise
+                raise ServiceHalted(
+                    f"{worker.role.value}/{worker.partition}: the broker refused this "
+                    f"instance's transactions for good ({exc.args[0].str()}). Another instance "
+                    "has taken the partition over (its producer fenced this one): two services "
+                    "on the same partitions, or this one stalled past its session timeout. "
+                    "This instance stops; the other goes on. Start it again to rejoin the group."
+                ) from exc
             log.warning("%s/%d: transaction aborted (%s)%s", worker.role.value,
                         worker.partition, exc.args[0],
                         "; going back to the committed offset" if restore else "")  # fmt: skip

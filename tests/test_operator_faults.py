@@ -1,0 +1,222 @@
+"""Operator faults under a running `jobledger services run` (hardening issue, item 7): each is
+detected and logged at ERROR with what to do, and the service either recovers or exits
+non-zero (code 3), never wedged; SIGTERM always ends it within its deadline.
+
+The broker restart and loss run on an Apache Kafka broker of this module's own, which the
+tests stop and start again; the rest on the session's broker."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from jobledger.projections.replay import verify
+from jobledger.schemas import topic_name
+from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
+from jobledger.schemas.topics import TopicRole
+from jobledger.services import apache_kafka, broker
+from jobledger.services import runtime as runtime_module
+
+from .conftest import new_cluster
+from .events import Clock, profile
+from .runtime_harness import (
+    RuntimeThread,
+    append,
+    read,
+    service_process,
+    wait_until_owning,
+    wait_until_quiet,
+)
+
+pytestmark = pytest.mark.broker
+
+HALTED = 3
+
+
+class RestartableBroker:
+    """An Apache Kafka broker on a fixed port and data folder, so it can stop and come back."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = broker.free_port()
+        self.data = workdir / "data"
+        self.log = workdir / "kafka.log"
+        self.bootstrap = f"{broker.LOOPBACK}:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = apache_kafka.spawn(self.port, self.data, self.log, detach=False)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            broker.stop_child(self.proc, "kafka")
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableBroker]:
+    if not apache_kafka.available():
+        pytest.skip("Apache Kafka is not installed (`make kafka`)")
+    own = RestartableBroker(tmp_path_factory.mktemp("own-broker"))
+    own.start()
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+def _register(cluster, clock: Clock, resource_id: str) -> TaskManagerRegistered:
+    event = clock(TaskManagerRegistered, resource_id=resource_id, address=resource_id,
+                  number_of_slots=1, resource_profile=profile(1.0, 100))  # fmt: skip
+    append(cluster, [event])
+    return event
+
+
+def _wait_for_answer(cluster, cause: TaskManagerRegistered, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if any(
+            isinstance(r.event, TaskManagerRegistrationAccepted)
+            and r.event.cause_event_id == cause.event_id
+            for r in read(cluster)
+        ):
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"no answer to {cause.resource_id}'s registration in {limit_s:.0f} s")
+
+
+def _wait_for_log(process: subprocess.Popen, text: str, limit_s: float = 60.0) -> str:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        log = Path(process.log_path).read_text()  # type: ignore[attr-defined]
+        if text in log:
+            return log
+        time.sleep(0.2)
+    raise TimeoutError(f"{text!r} never logged")
+
+
+def _exit_code(process: subprocess.Popen, limit_s: float) -> int:
+    try:
+        return process.wait(limit_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"the service did not exit within {limit_s:.0f} s")
+
+
+def test_the_service_reports_a_lost_broker_and_goes_on_once_it_is_back(own_broker, tmp_path):
+    cluster = new_cluster(own_broker.bootstrap)
+    clock = Clock()
+    service = service_process(cluster, str(tmp_path))
+    try:
+        wait_until_owning(service)
+        _wait_for_answer(cluster, _register(cluster, clock, "tm-1"))
+
+        own_broker.stop()
+        log = _wait_for_log(service, "cannot be reached")
+        assert "ERROR jobledger.runtime the broker at" in log
+        own_broker.start()
+        _wait_for_answer(cluster, _register(cluster, clock, "tm-2"), limit_s=90)
+
+        assert "the broker is back" in Path(service.log_path).read_text()  # type: ignore[attr-defined]
+        service.send_signal(signal.SIGTERM)
+        assert _exit_code(service, 30) == 0
+    finally:
+        service.kill()
+        if own_broker.proc is None:
+            own_broker.start()
+
+
+def test_sigterm_ends_the_service_within_its_deadline_while_the_broker_is_down(
+    own_broker, tmp_path
+):
+    cluster = new_cluster(own_broker.bootstrap)
+    service = service_process(cluster, str(tmp_path), "--stop-deadline-s", "5")
+    try:
+        wait_until_owning(service)
+        own_broker.stop()
+        _wait_for_log(service, "cannot be reached")
+        service.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = _exit_code(service, 20)
+        assert code in (0, HALTED)
+        assert time.monotonic() - started <= 5 + 2
+    finally:
+        service.kill()
+        own_broker.start()
+
+
+def test_a_deleted_input_topic_stops_the_service_with_what_to_do(kafka_bootstrap, tmp_path):
+    cluster = new_cluster(kafka_bootstrap)
+    service = service_process(cluster, str(tmp_path))
+    try:
+        wait_until_owning(service)
+        job_topic = topic_name(TopicRole.JOB, cluster.prefix)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.delete_topics([job_topic])[job_topic].result()
+
+        assert _exit_code(service, 60) == HALTED
+        log = Path(service.log_path).read_text()  # type: ignore[attr-defined]
+        assert "ERROR jobledger.runtime" in log
+        assert "jobledger topics create" in log
+    finally:
+        service.kill()
+
+
+def test_partitions_added_under_the_service_stop_it_with_the_reason(kafka_bootstrap, tmp_path):
+    cluster = new_cluster(kafka_bootstrap)
+    service = service_process(cluster, str(tmp_path))
+    try:
+        wait_until_owning(service)
+        job_topic = topic_name(TopicRole.JOB, cluster.prefix)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_partitions([NewPartitions(job_topic, 4)])[job_topic].result()
+
+        assert _exit_code(service, 60) == HALTED
+        log = Path(service.log_path).read_text()  # type: ignore[attr-defined]
+        assert f"ERROR jobledger.runtime partition counts changed under the running service " \
+               f"({job_topic}: 3 -> 4)" in log  # fmt: skip
+    finally:
+        service.kill()
+
+
+class _StuckOffsets:
+    """A partition's producer whose `send_offsets_to_transaction` never returns, as
+    librdkafka's does when the group coordinator went away under it (issues #5456, #5511)."""
+
+    def __init__(self, producer) -> None:
+        self._producer = producer
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, *args) -> None:
+        self.release.wait()
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+
+def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
+    cluster, monkeypatch, caplog
+):
+    monkeypatch.setattr(runtime_module, "SEND_OFFSETS_TIMEOUT_S", 1)
+    clock = Clock()
+    with RuntimeThread(cluster, client_grace_s=0.5) as runtime:
+        rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+        worker = runtime.workers[(rm_topic, 0)]
+        stuck = worker.producer = _StuckOffsets(worker.producer)
+        registered = _register(cluster, clock, "tm-1")
+        _wait_for_answer(cluster, registered)
+        assert runtime.workers[(rm_topic, 0)].producer is not stuck
+        stuck.release.set()
+        records = wait_until_quiet(cluster)
+
+    assert "leaving that producer behind and fencing it with a new one" in caplog.text
+    answers = [r for r in records if isinstance(r.event, TaskManagerRegistrationAccepted)]
+    assert [a.event.cause_event_id for a in answers] == [registered.event_id]
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()
