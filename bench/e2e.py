@@ -110,7 +110,12 @@ def main() -> int:
     bootstrap = args.bootstrap
     if bootstrap is None:
         port = broker.free_port()
-        proc = broker.spawn(port, Path("/tmp/jobledger-e2e-broker.log"), detach=False)
+        proc = broker.spawn(
+            broker.default_kind(),
+            port,
+            Path(tempfile.mkdtemp(prefix="jobledger-e2e-broker-")),
+            detach=False,
+        )
         bootstrap = f"127.0.0.1:{port}"
     work = Path(tempfile.mkdtemp(prefix="jobledger-e2e-"))
     cluster = Cluster(bootstrap, f"e2e-{uuid.uuid4().hex[:8]}.", work, slots=max(args.parallelism))

@@ -15,6 +15,7 @@ import json
 import random
 import resource
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -201,7 +202,12 @@ def main() -> int:
     bootstrap = args.bootstrap
     if bootstrap is None:
         port = broker.free_port()
-        proc = broker.spawn(port, Path("/tmp/jobledger-bench-broker.log"), detach=False)
+        proc = broker.spawn(
+            broker.default_kind(),
+            port,
+            Path(tempfile.mkdtemp(prefix="jobledger-bench-broker-")),
+            detach=False,
+        )
         bootstrap = f"127.0.0.1:{port}"
     try:
         return run(args.events, bootstrap)

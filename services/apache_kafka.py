@@ -171,6 +171,7 @@ def server_properties(port: int, controller_port: int, data: Path) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "1000",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 

@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--timer-interval-ms", type=int, default=1_000, help="clock period (0: no clock)"
     )
     c.add_argument(
+        "--session-timeout-ms", type=int, default=kafka.SESSION_TIMEOUT_MS,
+        help="group session: how soon a dead instance's partitions move (the broker's "
+        "group.min.session.timeout.ms bounds it)",
+    )  # fmt: skip
+    c.add_argument(
         "--stop-deadline-s", type=float, default=15.0,
         help="after SIGTERM, exit (code 3) if still running this long",
     )  # fmt: skip
@@ -341,6 +346,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         snapshot_interval_s=args.snapshot_interval_s,
         timer_interval_ms=args.timer_interval_ms,
         stop_deadline_s=args.stop_deadline_s,
+        session_timeout_ms=args.session_timeout_ms,
     )
     runtime = ServiceRuntime(
         kafka.resolve_bootstrap(args.bootstrap),

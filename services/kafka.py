@@ -31,9 +31,14 @@ modulo the partition count): the partitioner of every Kafka client that follows 
 owner's events land in one partition whichever language wrote them. librdkafka's own default
 (CRC32) would split them."""
 
-# Tansu takes ~20 s to settle a group join with librdkafka's 45 s default; 6 s keeps it quick
-# and is well inside what any Kafka accepts.
-SESSION_TIMEOUT_MS = 6000
+SESSION_TIMEOUT_MS = 3000
+"""How long a group member may be silent before its partitions go to another: the bulk of the
+time a service's partitions wait after a kill -9. Apache Kafka refuses sessions shorter than
+its `group.min.session.timeout.ms` (6 s by default; the broker `jobledger broker` starts
+allows 1 s): against such a broker pass `--session-timeout-ms 6000` to `services run`."""
+HEARTBEAT_INTERVAL_MS = 500
+"""A member learns that the group rebalances at its next heartbeat: a short interval lets the
+survivor of a kill start taking over right after the session timeout."""
 
 
 def resolve_bootstrap(explicit: str | None) -> str:

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -42,7 +43,7 @@ from jobledger.schemas.types import OwnerKind
 
 from . import snapshot
 from .driver import ReducerDriver
-from .kafka import PARTITIONER, SESSION_TIMEOUT_MS, partitions_of
+from .kafka import HEARTBEAT_INTERVAL_MS, PARTITIONER, SESSION_TIMEOUT_MS, partitions_of
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -102,6 +103,7 @@ class RuntimeConfig:
     """After SIGTERM, the current transaction may finish; a process still running this long
     after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
     open transaction is aborted by the broker and the next owner redoes it."""
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
     client_grace_s: float = 15.0
     """How long past its own timeout a librdkafka call may take before it counts as stuck."""
     rebuild_silence_s: float = 60.0
@@ -150,7 +152,13 @@ class ServiceRuntime:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "session.timeout.ms": self.config.session_timeout_ms,
+            "heartbeat.interval.ms": min(
+                HEARTBEAT_INTERVAL_MS, self.config.session_timeout_ms // 3
+            ),
+            # a rebalance moves only the partitions that change owner: the others are not
+            # given up and rebuilt each time an instance comes or goes
+            "partition.assignment.strategy": "cooperative-sticky",
             "fetch.wait.max.ms": 10,
             "error_cb": self._client_error,
             # a topic grown or re-created under the service is noticed within seconds
@@ -180,9 +188,20 @@ class ServiceRuntime:
         self._broker_back()
         self._partition_counts.clear()
         self._check_partition_counts()
-        committed = consumer.committed(partitions, timeout=30)
-        for tp in committed:
-            self.workers[(tp.topic, tp.partition)] = self._rebuild(tp)
+        # the producers first: each fences the previous owner's and aborts its open
+        # transaction, whose offsets would otherwise keep the committed offsets unstable (a
+        # read_committed fetch of them waits) until the broker's transaction timeout. Each
+        # init waits on the broker's fencing, so they run side by side.
+        with ThreadPoolExecutor(max(1, len(partitions))) as pool:
+            made = pool.map(
+                lambda tp: self._transactional_producer(tp.topic, tp.partition), partitions
+            )
+            producers = {
+                (tp.topic, tp.partition): p for tp, p in zip(partitions, made, strict=True)
+            }
+        for tp in consumer.committed(partitions, timeout=30):
+            key = (tp.topic, tp.partition)
+            self.workers[key] = self._rebuild(tp, producers[key])
         log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
 
     def _check_partition_counts(self) -> None:
@@ -220,14 +239,10 @@ class ServiceRuntime:
                     self._commit(worker, [], restore=False)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
-    def _rebuild(
-        self, committed: TopicPartition, producer: Producer | None = None
-    ) -> PartitionWorker:
-        """Latest snapshot plus the tail of the log up to the committed offset; the
-        partition's producer is made (fencing the previous owner's) unless one is given."""
+    def _rebuild(self, committed: TopicPartition, producer: Producer) -> PartitionWorker:
+        """Latest snapshot plus the tail of the log up to the committed offset, for the
+        partition's producer (made first: it fences the previous owner's)."""
         role = self.roles[committed.topic]
-        if producer is None:
-            producer = self._transactional_producer(committed.topic, committed.partition)
         if committed.offset < 0:
             return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
         end = committed.offset
@@ -279,19 +294,17 @@ class ServiceRuntime:
         return snapshot.decode_or_rebuild(assembler.latest, f"{topic}[{partition}]")
 
     def _read_range(self, topic: str, partition: int, start: int, end: int | None):
-        """Committed records of one partition from `start` up to `end` (exclusive) or its end."""
+        """Committed records of one partition from `start` up to `end` (exclusive) or its end,
+        through the one reader of the runtime (a new client spends half a second learning
+        each topic's metadata: a rebuild that made two per partition took a second each)."""
         if end is not None and start >= end:
             return
-        reader = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-rebuild",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        })  # fmt: skip
+        reader = self._reader
         try:
             reader.assign([TopicPartition(topic, partition, start or OFFSET_BEGINNING)])
             heard = time.monotonic()
             while True:
-                msg = reader.poll(1.0)
+                msg = reader.poll(0.05)
                 if msg is None:
                     if not self.running:
                         raise StopRequested(f"stopped while rebuilding {topic}/{partition}")
@@ -303,6 +316,8 @@ class ServiceRuntime:
                         )
                     continue
                 heard = time.monotonic()
+                if (msg.topic(), msg.partition()) != (topic, partition):
+                    continue  # left in the queue by an earlier read
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         return
@@ -313,7 +328,20 @@ class ServiceRuntime:
                 if end is not None and msg.offset() + 1 >= end:
                     return
         finally:
-            reader.close()
+            reader.unassign()
+
+    @cached_property
+    def _reader(self) -> Consumer:
+        """The rebuilds' reader, told every topic it will read at once (a topic it first
+        meets on assignment costs half a second before its first fetch)."""
+        reader = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-rebuild",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+        })  # fmt: skip
+        for topic in [*self.roles, topic_name(TopicRole.SNAPSHOT, self.prefix)]:
+            reader.list_topics(topic, timeout=10)
+        return reader
 
     # -- processing ----------------------------------------------------------------------
 
@@ -359,6 +387,8 @@ class ServiceRuntime:
             raise
         finally:
             self.consumer.close()
+            if "_reader" in vars(self):
+                self._reader.close()
             log.info("stopped")
 
     def stop(self, *_: object) -> None:
@@ -405,6 +435,7 @@ class ServiceRuntime:
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
             return
+        self._check_session(error)
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC) and (
             msg.topic() in self.roles
         ):
@@ -420,6 +451,7 @@ class ServiceRuntime:
         service waits for it: librdkafka reconnects, the group assigns the partitions again
         and their state is rebuilt from the log. Connection errors of single sockets are
         librdkafka's own to retry (it logs them)."""
+        self._check_session(error)
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             if self._broker_down_since is None:
                 self._broker_down_since = time.monotonic()
@@ -429,6 +461,14 @@ class ServiceRuntime:
                           self.bootstrap, error.str())  # fmt: skip
         elif error.code() not in (KafkaError._TRANSPORT, KafkaError._RESOLVE):
             log.warning("Kafka client error: %s", error.str())
+
+    def _check_session(self, error: KafkaError) -> None:
+        if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            raise ServiceHalted(
+                f"the broker refuses a group session of {self.config.session_timeout_ms} ms "
+                "(outside its group.min/max.session.timeout.ms): pass --session-timeout-ms "
+                "within them (6000 for Apache Kafka's defaults), or lower the broker's minimum"
+            )
 
     def _broker_back(self) -> None:
         if self._broker_down_since is not None:

@@ -220,3 +220,41 @@ def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
     assert [a.event.cause_event_id for a in answers] == [registered.event_id]
     _, divergence = verify(records)
     assert divergence is None, divergence.describe()
+
+
+def test_a_stalled_instance_that_wakes_after_losing_its_partitions_corrupts_nothing(
+    cluster, tmp_path
+):
+    """Two instances on the same partitions: one is stopped (SIGSTOP, a long GC pause, a
+    frozen VM) past its session, the other takes everything over; when the first wakes it
+    either rejoins the group or, if it was inside a transaction, finds itself fenced and
+    exits 3. Either way every input is decided exactly once and replay agrees."""
+    clock = Clock()
+    first = service_process(cluster, str(tmp_path))
+    second = None
+    try:
+        wait_until_owning(first)
+        second = service_process(cluster, str(tmp_path))
+        wait_until_owning(second)
+        _wait_for_answer(cluster, _register(cluster, clock, "tm-1"))
+        first.send_signal(signal.SIGSTOP)
+        _wait_for_answer(cluster, _register(cluster, clock, "tm-2"))  # the other took over
+        first.send_signal(signal.SIGCONT)
+        _wait_for_answer(cluster, _register(cluster, clock, "tm-3"))
+        time.sleep(5)  # the woken one rejoins, or stops
+        records = wait_until_quiet(cluster)
+
+        assert first.poll() in (None, HALTED)
+        if first.poll() == HALTED:
+            assert "fenced" in Path(first.log_path).read_text()  # type: ignore[attr-defined]
+        assert second.poll() is None
+        answers = [r.event.cause_event_id for r in records
+                   if isinstance(r.event, TaskManagerRegistrationAccepted)]  # fmt: skip
+        assert sorted(answers) == ["in-1", "in-2", "in-3"]
+        _, divergence = verify(records)
+        assert divergence is None, divergence.describe()
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        if second is not None:
+            second.kill()
