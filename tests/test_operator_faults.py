@@ -151,38 +151,44 @@ def test_sigterm_ends_the_service_within_its_deadline_while_the_broker_is_down(
         own_broker.start()
 
 
-def test_a_deleted_input_topic_stops_the_service_with_what_to_do(kafka_bootstrap, tmp_path):
-    cluster = new_cluster(kafka_bootstrap)
+def _halted_by(cluster, tmp_path, change) -> str:
+    """The log of a service that `change(admin, job_topic)` made exit with HALTED."""
     service = service_process(cluster, str(tmp_path))
     try:
         wait_until_owning(service)
         job_topic = topic_name(TopicRole.JOB, cluster.prefix)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.delete_topics([job_topic])[job_topic].result()
-
+        change(AdminClient({"bootstrap.servers": cluster.bootstrap}), job_topic)
         assert _exit_code(service, 60) == HALTED
-        log = Path(service.log_path).read_text()  # type: ignore[attr-defined]
-        assert "ERROR jobledger.runtime" in log
-        assert "jobledger topics create" in log
+        return Path(service.log_path).read_text()  # type: ignore[attr-defined]
     finally:
         service.kill()
+
+
+def test_a_deleted_input_topic_stops_the_service_with_what_to_do(kafka_bootstrap, tmp_path):
+    cluster = new_cluster(kafka_bootstrap)
+
+    log = _halted_by(
+        cluster, tmp_path, lambda admin, topic: admin.delete_topics([topic])[topic].result()
+    )
+
+    job_topic = topic_name(TopicRole.JOB, cluster.prefix)
+    assert f"ERROR jobledger.runtime input topic {job_topic} is gone" in log
+    assert "jobledger topics create" in log
 
 
 def test_partitions_added_under_the_service_stop_it_with_the_reason(kafka_bootstrap, tmp_path):
     cluster = new_cluster(kafka_bootstrap)
-    service = service_process(cluster, str(tmp_path))
-    try:
-        wait_until_owning(service)
-        job_topic = topic_name(TopicRole.JOB, cluster.prefix)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_partitions([NewPartitions(job_topic, 4)])[job_topic].result()
 
-        assert _exit_code(service, 60) == HALTED
-        log = Path(service.log_path).read_text()  # type: ignore[attr-defined]
-        assert f"ERROR jobledger.runtime partition counts changed under the running service " \
-               f"({job_topic}: 3 -> 4)" in log  # fmt: skip
-    finally:
-        service.kill()
+    log = _halted_by(
+        cluster, tmp_path,
+        lambda admin, topic: admin.create_partitions([NewPartitions(topic, 4)])[topic].result(),
+    )  # fmt: skip
+
+    job_topic = topic_name(TopicRole.JOB, cluster.prefix)
+    assert (
+        "ERROR jobledger.runtime partition counts changed under the running service "
+        f"({job_topic}: 3 -> 4)" in log
+    )
 
 
 class _StuckOffsets:
