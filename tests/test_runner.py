@@ -4,9 +4,11 @@ the runner goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -264,3 +266,48 @@ def test_a_query_that_ends_on_its_own_is_started_again(spark, cluster, tmp_path)
         write(cluster, good, accepted(good))
         ends = final_states(cluster, expected=1, timeout_s=60)
     assert ends["after-revival"].execution_state is ExecutionState.FINISHED
+
+
+@pytest.fixture
+def tiny_disk(tmp_path) -> Iterator[Path]:
+    """A 1 MiB tmpfs for a runner's checkpoint (skipped where this user may not mount)."""
+    mount_point = tmp_path / "ckpt"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:
+            out.write(bytes(4096))
+    return filler
+
+
+def test_a_full_checkpoint_disk_is_reported_and_the_runner_goes_on_once_there_is_room(
+    spark, cluster, tmp_path, tiny_disk, caplog
+):
+    """Hardening issue, item 7: the runner's state directory (its Spark checkpoint) full."""
+    with running(spark, cluster, tmp_path, "full", "json", heartbeat_interval_s=0.5) as runner:
+        filler = _fill(tiny_disk)
+        first = deployment(cluster, "while-full", [
+            OperatorSpec(name="range", config={"start": "0", "end": "5"})],
+            resource_id="full-0")  # fmt: skip
+        write(cluster, first, accepted(first))
+        deadline = time.monotonic() + 60
+        while "the runner's query ended" not in caplog.text:
+            assert time.monotonic() < deadline, "a full checkpoint disk went unnoticed"
+            time.sleep(0.2)
+        assert "No space left on device" in caplog.text
+        filler.unlink()
+        ends = final_states(cluster, expected=1, timeout_s=90)
+        assert runner.query.isActive
+    assert ends["while-full"].execution_state is ExecutionState.FINISHED
+    assert any(r.levelname == "ERROR" for r in caplog.records)
