@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.driver import PartitionedDriver, ReducerDriver
+from jobledger.services.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
 
 from .log_file import LogRecord
-
-PRODUCERS = frozenset({"jobmaster", "resourcemanager", "taskexecutor", "slotpool"})
 
 
 @dataclass(frozen=True)
@@ -162,7 +160,7 @@ def verify(
     for record in _inputs(log):
         event = record.event
         if (
-            event.producer in PRODUCERS
+            event.producer in DECIDING_PRODUCERS
             and event.cause_event_id in inputs
             and event.event_id not in derived_ids
         ):
@@ -180,5 +178,5 @@ def foreign(records: Iterable[LogRecord]) -> list[LogRecord]:
     return [
         record
         for record in _inputs(log)
-        if record.event.producer in PRODUCERS and record.event.cause_event_id not in inputs
+        if record.event.producer in DECIDING_PRODUCERS and record.event.cause_event_id not in inputs
     ]

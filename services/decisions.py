@@ -10,6 +10,7 @@ on two topics or partitions derive decisions with ids of their own.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from typing import Any, TypeVar
 
@@ -47,9 +48,9 @@ class Decisions:
         self.producer = producer
         self.events: list[Event] = []
         role, key = cause.route()
-        self.basis = f"{role.value}/{key}/{cause.event_id}"
-        if incarnation:
-            self.basis += f"#{incarnation}"
+        # JSON, not a joined string: keys and ids are chosen by clients and may hold any
+        # separator, and "A" + "x/y" must not read as "A/x" + "y"
+        self.basis = json.dumps([role.value, key, cause.event_id, incarnation])
 
     def derive(self, tag: str) -> str:
         """An id for something derived from the cause (a decision, an AllocationID)."""

@@ -157,14 +157,12 @@ class ReducerDriver:
         a later event with that id (the real request, after copies that came before its job's
         leader) is reduced, not dropped as a duplicate without a trace, and its decisions get
         ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
+        if event.producer == OWN_PRODUCER.get(event.route()[0]):
+            self.awaiting.pop(event.event_id, None)  # before the duplicate check: no leak
         if event.event_id in self.recent:
             return []
         reducer = self.owner(event)
-        if reducer is None:
-            self._remember(event.event_id)
-            return []
-        if event.producer == reducer.producer:
-            self.awaiting.pop(event.event_id, None)
+        if reducer is None or event.producer == reducer.producer:
             self._remember(event.event_id)
             return []
         decisions = reducer.apply(event, self.rejected.get(event.event_id, 0))

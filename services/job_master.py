@@ -544,9 +544,10 @@ class JobMaster(Reducer):
 
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired changes anything (None: never): the
-        pool's, or the restart delay's end."""
+        pool's, or the restart delay's end once every execution has ended (until then the
+        end of the last one restarts the job)."""
         times = [self.pool.next_timer()]
-        if self.status is JobStatus.RESTARTING:
+        if self.status is JobStatus.RESTARTING and self._all_terminal():
             times.append(self.restart_at)
         return min((t for t in times if t is not None), default=None)
 

@@ -50,12 +50,8 @@ log = logging.getLogger("jobledger.runtime")
 
 
 class Wedged(Exception):
-    """A librdkafka call on this producer did not return in time; the producer is left behind
+    """A librdkafka call on a producer did not return in time; the producer is left behind
     (a thread is still inside it) and the partition gets a new one."""
-
-    def __init__(self, producer: Producer) -> None:
-        super().__init__("a transactional call did not return")
-        self.producer = producer
 
 
 SEND_OFFSETS_TIMEOUT_S = 30
@@ -525,7 +521,7 @@ class ServiceRuntime:
 
         threading.Thread(target=call, name="send-offsets", daemon=True).start()
         if not done.wait(SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s):
-            raise Wedged(producer)
+            raise Wedged("send_offsets_to_transaction did not return")
         if failure:
             raise failure[0]
 
@@ -550,10 +546,10 @@ class ServiceRuntime:
                       SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
                       "; going back to the committed offset" if restore else "")  # fmt: skip
             self._abandoned.append(producer)
-            worker.producer = self._transactional_producer(
-                topic_name(worker.role, self.prefix), worker.partition
-            )
-            if restore:
+            if restore:  # still the owner; when giving the partition up, a new producer
+                worker.producer = self._transactional_producer(  # would fence the next owner
+                    topic_name(worker.role, self.prefix), worker.partition
+                )
                 self._restore(worker)
             return False
         except KafkaException as exc:

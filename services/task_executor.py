@@ -114,7 +114,11 @@ class TaskExecutor(Reducer):
     @handles(TaskManagerConnectionClosed)
     def on_connection_closed(self, event: TaskManagerConnectionClosed, out: Decisions) -> None:
         """The ResourceManager let it go: no more heartbeats to it, and no slot requests
-        from it (TE-2) until a registration is accepted again. Slots and tasks stay."""
+        from it (TE-2) until a registration is accepted again. Slots and tasks stay. Closed
+        again while closed (each beat of a runner the ResourceManager lost closes it): a
+        no-op, not a rejection."""
+        if self.resource_manager_id is None:
+            return
         if event.resource_manager_id != self.resource_manager_id:
             self._reject(out, f"not connected to the resource manager {event.resource_manager_id}")
             return

@@ -386,3 +386,7 @@ def test_a_connection_closed_by_another_resource_manager_is_rejected():
     [rejected] = te.apply(TaskManagerConnectionClosed, resource_manager_id="rm-old", cause="lost")
     assert rejected.reason == "not connected to the resource manager rm-old"
     assert te.te.resource_manager_id == "rm"
+    assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost") == []
+    assert te.te.resource_manager_id is None
+    # each beat of a runner the ResourceManager lost closes it again: nothing to answer
+    assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost") == []
