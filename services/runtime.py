@@ -205,7 +205,14 @@ class ServiceRuntime:
         (a topic re-created or grown) moves every key to another partition, and the state
         rebuilt from the old ones belongs to other owners. The ResourceManager is one reducer,
         so its topic has one partition."""
-        counts = {topic: self._count_partitions(topic) for topic in self.roles}
+        try:
+            counts = {topic: self._count_partitions(topic) for topic in self.roles}
+        except LookupError as exc:
+            raise ServiceHalted(
+                f"an input topic is gone ({exc}): the decisions it held are lost. Re-create "
+                "the cluster's topics (`jobledger topics create`, a new prefix for a clean "
+                "start) and start the service again"
+            ) from exc
         rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, self.prefix)
         if counts[rm_topic] != 1:
             raise ServiceHalted(

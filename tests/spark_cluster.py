@@ -76,7 +76,7 @@ def standalone_cluster(
     (every worker ALIVE at the master) when this yields; every daemon is stopped on exit."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    port, web_port = free_port(), free_port()
+    port, web_port, *worker_ports = _distinct_ports(2 + workers)
     cluster = StandaloneCluster(f"spark://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{web_port}", logs)
     with ExitStack() as stack:
         master = _spawn(stack, logs / "master.log", MASTER_CLASS, "--host", LOOPBACK,
@@ -86,11 +86,23 @@ def standalone_cluster(
             work_dir = work / f"worker-{i}"
             daemons.append(_spawn(
                 stack, logs / f"worker-{i}.log", WORKER_CLASS, "--host", LOOPBACK,
-                "--webui-port", str(free_port()), "--cores", str(cores), "--memory", memory,
+                "--webui-port", str(worker_ports[i]), "--cores", str(cores), "--memory", memory,
                 "--work-dir", str(work_dir), cluster.master_url,
             ))  # fmt: skip
         _await_workers(cluster, daemons, workers, timeout_s)
         yield replace(cluster, worker_pids=tuple(d.pid for d in daemons[1:]))
+
+
+def _distinct_ports(n: int) -> list[int]:
+    """`n` free ports, all different: a port is free again as soon as `free_port` returns it,
+    so a worker once took the master's web UI port before the master bound it (the master
+    moved to the next port, and its state was read from the worker's HTML page)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def _await_workers(
