@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistered
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
@@ -311,3 +312,34 @@ def test_a_full_checkpoint_disk_is_reported_and_the_runner_goes_on_once_there_is
         assert runner.query.isActive
     assert ends["while-full"].execution_state is ExecutionState.FINISHED
     assert any(r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_a_task_executor_whose_connection_the_resource_manager_closed_registers_again(
+    spark, cluster, tmp_path
+):
+    """Else the runner beats for it into rejections for good (Flink's TaskExecutor
+    reconnects to the ResourceManager when it is disconnected)."""
+
+    def registrations() -> int:
+        consumer = read_committed_consumer(cluster.bootstrap)
+        try:
+            topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+            return sum(
+                isinstance(event := EventSerde().decode(m.value(), topic), TaskManagerRegistered)
+                and event.resource_id == "again-0"
+                for m in read_topic(consumer, topic, True, True)
+            )
+        finally:
+            consumer.close()
+
+    with running(spark, cluster, tmp_path, "again", "json", heartbeat_interval_s=0.5):
+        assert registrations() == 1
+        write(cluster, TaskManagerConnectionClosed(
+            event_id="closed", event_time=int(time.time() * 1000), producer="resourcemanager",
+            cause_event_id="lost", resource_id="again-0", resource_manager_id="resourcemanager",
+            cause="heartbeat of TaskExecutor again-0 timed out",
+        ))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while registrations() < 2:
+            assert time.monotonic() < deadline, "the runner did not register again"
+            time.sleep(0.5)

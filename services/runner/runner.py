@@ -27,7 +27,11 @@ from confluent_kafka import KafkaException
 from pyspark.sql import DataFrame, SparkSession
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
-from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
+from jobledger.schemas.cluster import (
+    TaskManagerConnectionClosed,
+    TaskManagerHeartbeat,
+    TaskManagerRegistered,
+)
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
@@ -178,7 +182,8 @@ class TaskRunner:
 
     # -- TaskExecutors -------------------------------------------------------------------
 
-    def _register(self) -> None:
+    def _register(self, resource_ids: list[str] | None = None) -> None:
+        """Register the runner's TaskExecutors (all, or those named) at the ResourceManager."""
         profile = ResourceProfile(
             kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
         )
@@ -189,7 +194,7 @@ class TaskRunner:
                 producer=task.PRODUCER, resource_id=rid, address=socket.gethostname(),
                 number_of_slots=self.slots, resource_profile=profile,
             )
-            for rid in self.resource_ids
+            for rid in (resource_ids or self.resource_ids)
         ])  # fmt: skip
 
     def _heartbeat(self) -> None:
@@ -236,6 +241,13 @@ class TaskRunner:
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
                 self._cancel(event, accepted)
+            elif isinstance(event, TaskManagerConnectionClosed):
+                # the ResourceManager lost this TaskExecutor (a stall past its heartbeat
+                # timeout): it registers again, as Flink's reconnects, instead of beating
+                # into rejections for good
+                log.warning("the ResourceManager closed %s's connection (%s); registering again",
+                            event.resource_id, event.cause)  # fmt: skip
+                self._register([event.resource_id])
         for job_id, batch_deployments in accepted.items():
             group = Group(f"{job_id}/{batch_id}", batch_deployments)
             with self.lock:
