@@ -170,11 +170,6 @@ def start_detached(port: int | None = None, kind: Kind | None = None) -> BrokerR
     return record
 
 
-def ensure_running() -> BrokerRecord:
-    """The recorded local broker, started in the background first if none is up."""
-    return read_record() or start_detached()
-
-
 def stop() -> BrokerRecord | None:
     record = read_record()
     if record is None:

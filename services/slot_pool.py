@@ -116,9 +116,6 @@ class SlotPool(Reducer):
     def started(self) -> bool:
         return self.job_master_id is not None
 
-    def slot_of_request(self, slot_request_id: str) -> AllocatedSlot | None:
-        return self.allocated_slots.get(slot_request_id)
-
     def holds(self, allocation_id: str) -> AllocatedSlot | None:
         if allocation_id in self.available_slots:
             return self.available_slots[allocation_id][0]
