@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -35,32 +34,11 @@ from jobledger.schemas.catalog import (
 )
 
 from . import apache_kafka, broker, kafka
+from .cli_options import connection_options, registry_option
 from .produce import produce_lines
 from .runner import cli as runner_cli
 from .runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
 from .tail import tail
-
-
-def _connection_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap",
-        help=f"Kafka bootstrap servers (default: ${kafka.BOOTSTRAP_ENV}, else the local broker)",
-    )
-    common.add_argument(
-        "--topic-prefix",
-        help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, else 'jobledger.')",
-    )
-    return common
-
-
-def _registry_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--schema-registry",
-        default=os.environ.get(kafka.REGISTRY_ENV),
-        help="schema registry URL: write the Confluent wire format instead of Avro "
-        f"single-object encoding (default: ${kafka.REGISTRY_ENV})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Flink's cluster control plane as an event-sourced state machine over Kafka.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = _connection_options()
+    common = connection_options()
 
     p = sub.add_parser(
         "broker", help="run a local broker on loopback: Apache Kafka (KRaft) or the light Tansu"
@@ -114,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the valid lines even if some are not (default: one bad line writes nothing)",
     )
-    _registry_option(p)
+    registry_option(p)
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("tail", parents=[common], help="print a topic's events as JSON lines")
@@ -124,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--exit-at-end", action="store_true", help="stop once every partition is read to its end"
     )
-    _registry_option(p)
+    registry_option(p)
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("services", help="the reducers as Kafka services")
@@ -147,12 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--stop-deadline-s", type=float, default=15.0,
         help="after SIGTERM, exit (code 3) if still running this long",
     )  # fmt: skip
-    _registry_option(c)
+    registry_option(c)
     c.set_defaults(func=cmd_services_run)
 
     p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
     p.add_argument("file", help="the .avro file to write")
-    _registry_option(p)
+    registry_option(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -167,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true",
         help="re-derive every decision and report the first that differs from the log",
     )  # fmt: skip
-    _registry_option(p)
+    registry_option(p)
     p.set_defaults(func=cmd_replay)
 
     runner_cli.add_parsers(sub, common)

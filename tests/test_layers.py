@@ -84,3 +84,11 @@ def test_the_wall_is_checked_where_it_would_break():
     assert _refusal("projections.replay", 2) == "..projections.replay"
     assert _refusal("jobledger.schemas.slots", 0) is None
     assert _refusal("slot_pool", 1) is None
+
+
+def test_the_runners_command_line_does_not_import_the_main_one():
+    """They imported each other (the runner reused a private helper of the main one): the
+    options both need live in `services/cli_options.py`."""
+    imported = _imports(ROOT / "services" / "runner" / "cli.py")
+    assert ("cli", 2) not in imported and ("", 2) not in imported
+    assert not any(module == "jobledger.services.cli" for module, _ in imported)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import kafka
+from ..cli_options import connection_options
 
 DEFAULT_HOME = Path.home() / ".jobledger"
 
@@ -114,10 +115,8 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
 
 def submit_main(argv: Sequence[str] | None = None) -> int:
     """`spark-submit .../submit.py [runner options]`: the runner under spark-submit."""
-    from .. import cli
-
     parser = argparse.ArgumentParser(
-        prog="submit.py", parents=[cli._connection_options()],
+        prog="submit.py", parents=[connection_options()],
         description="the jobledger task runner, for spark-submit",
     )  # fmt: skip
     add_runner_arguments(parser, None)
