@@ -32,6 +32,7 @@ from jobledger.schemas.tasks import (
     TaskFinalStateReported,
 )
 from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.topics import INPUT_ROLES
 from jobledger.schemas.types import (
     DistributionPattern,
     ExecutionState,
@@ -48,7 +49,6 @@ from jobledger.services import broker
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
-from jobledger.services.runtime import INPUT_ROLES
 from jobledger.services.snapshot import Snapshot, decode, encode
 
 PARTITIONS = 8

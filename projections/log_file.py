@@ -26,9 +26,9 @@ from jobledger.schemas import (
 from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES
 from jobledger.schemas.serde import event_from_avro_dict
-from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services.kafka import committed_offsets, read_committed_consumer, read_topics
-from jobledger.services.runtime import INPUT_ROLES, SERVICES_GROUP_PREFIX
+from jobledger.services.runtime import SERVICES_GROUP_PREFIX
 
 LOG_ROLES = (
     TopicRole.JOB,

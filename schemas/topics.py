@@ -27,6 +27,9 @@ class TopicRole(StrEnum):
 
 DEFAULT_PREFIX = "jobledger."
 
+INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
+"""The reducers' inboxes: the topics the services consume and a replay reads."""
+
 
 @dataclass(frozen=True)
 class TopicSpec:

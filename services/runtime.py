@@ -37,9 +37,8 @@ from confluent_kafka import (
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
 from jobledger.schemas.deadletters import DeadLettered
-from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import OwnerKind
+from jobledger.schemas.timers import TOPIC_OF_OWNER, TimerFired
+from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from . import snapshot
 from .driver import ReducerDriver
@@ -69,12 +68,7 @@ class ServiceHalted(RuntimeError):
 SERVICES_GROUP_PREFIX = "jobledger-services-"
 """The services' consumer group is this plus the topic prefix: its committed offsets say
 which inputs have been decided."""
-INPUT_ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
-OWNER_OF_ROLE = {
-    TopicRole.JOB: OwnerKind.JOB,
-    TopicRole.RESOURCE_MANAGER: OwnerKind.RESOURCE_MANAGER,
-    TopicRole.TASK_EXECUTOR: OwnerKind.TASK_EXECUTOR,
-}
+OWNER_OF_ROLE = {role: kind for kind, role in TOPIC_OF_OWNER.items()}
 
 
 @dataclass(frozen=True)
