@@ -10,7 +10,7 @@ offsets in order rebuilds the same state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
@@ -135,13 +135,14 @@ def verify(
     their group's committed offset): a decision of an input still waiting for them is not
     missing, only not due yet, and is not a divergence."""
     log = list(records)
+    admitted = list(_inputs(log))
     recorded: dict[str, list[LogRecord]] = {}
     for r in log:
         recorded.setdefault(r.event.event_id, []).append(r)
     driver = PartitionedDriver(driver_factory)
     derived_ids: set[str] = set()
     matched = 0
-    for record in _inputs(log):
+    for record in admitted:
         for decision in driver.process(record.role, record.partition, record.event):
             derived_ids.add(decision.event_id)
             # ids derive from the cause's id, which a client chose: two inputs with one id
@@ -156,16 +157,20 @@ def verify(
                     found.event if found else None, decision,
                 )  # fmt: skip
             matched += 1
-    inputs = {record.event.event_id for record in _inputs(log)}
-    for record in _inputs(log):
-        event = record.event
-        if (
-            event.producer in DECIDING_PRODUCERS
-            and event.cause_event_id in inputs
-            and event.event_id not in derived_ids
-        ):
+    for record, caused_in_log in _claimed_decisions(admitted):
+        if caused_in_log and record.event.event_id not in derived_ids:
+            event = record.event
             return matched, Divergence(position(record), event.event_id, event, None)
     return matched, None
+
+
+def _claimed_decisions(admitted: list[LogRecord]) -> Iterator[tuple[LogRecord, bool]]:
+    """The admitted records in a reducer's name, each with whether its cause is an admitted
+    record of the log (a decision some reducer could have derived) or not (foreign)."""
+    ids = {record.event.event_id for record in admitted}
+    for record in admitted:
+        if record.event.producer in DECIDING_PRODUCERS:
+            yield record, record.event.cause_event_id in ids
 
 
 def foreign(records: Iterable[LogRecord]) -> list[LogRecord]:
@@ -173,10 +178,5 @@ def foreign(records: Iterable[LogRecord]) -> list[LogRecord]:
     derived them, so something else wrote them under the services' name (refused at
     `jobledger produce`; only a raw Kafka client can). The services took them for inputs, and
     so does replay; `verify` reports them apart, since they say nothing about determinism."""
-    log = list(records)
-    inputs = {record.event.event_id for record in _inputs(log)}
-    return [
-        record
-        for record in _inputs(log)
-        if record.event.producer in DECIDING_PRODUCERS and record.event.cause_event_id not in inputs
-    ]
+    admitted = list(_inputs(list(records)))
+    return [record for record, caused_in_log in _claimed_decisions(admitted) if not caused_in_log]

@@ -157,12 +157,13 @@ class ReducerDriver:
         a later event with that id (the real request, after copies that came before its job's
         leader) is reduced, not dropped as a duplicate without a trace, and its decisions get
         ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
-        if event.producer == OWN_PRODUCER.get(event.route()[0]):
+        own = event.producer == OWN_PRODUCER.get(event.route()[0])
+        if own:
             self.awaiting.pop(event.event_id, None)  # before the duplicate check: no leak
         if event.event_id in self.recent:
             return []
         reducer = self.owner(event)
-        if reducer is None or event.producer == reducer.producer:
+        if reducer is None or own:  # the owner's own decision read back: a record only
             self._remember(event.event_id)
             return []
         decisions = reducer.apply(event, self.rejected.get(event.event_id, 0))
@@ -170,18 +171,13 @@ class ReducerDriver:
             if decision.producer == reducer.producer and _same_partition(decision, event):
                 self.awaiting[decision.event_id] = decision
         if _only_rejected(event, decisions):
-            self.rejected[event.event_id] = self.rejected.get(event.event_id, 0) + 1
-            self.rejected.move_to_end(event.event_id)
-            if len(self.rejected) > DEDUP_WINDOW:
-                self.rejected.popitem(last=False)
+            _keep_recent(self.rejected, event.event_id, self.rejected.get(event.event_id, 0) + 1)
         else:
             self._remember(event.event_id)
         return decisions
 
     def _remember(self, event_id: str) -> None:
-        self.recent[event_id] = None
-        if len(self.recent) > DEDUP_WINDOW:
-            self.recent.popitem(last=False)
+        _keep_recent(self.recent, event_id, None)
 
     def run(self, events: Iterable[Event]) -> list[Event]:
         """Process inputs and everything they lead to until nothing is left; returns the whole
@@ -193,6 +189,14 @@ class ReducerDriver:
             log.append(event)
             queue.extend(self.process(event))
         return log
+
+
+def _keep_recent(window: OrderedDict[str, Any], key: str, value: Any) -> None:
+    """Put `key` last in `window`, dropping the oldest entry beyond DEDUP_WINDOW."""
+    window[key] = value
+    window.move_to_end(key)
+    if len(window) > DEDUP_WINDOW:
+        window.popitem(last=False)
 
 
 def _same_partition(decision: Event, cause: Event) -> bool:

@@ -159,10 +159,8 @@ class ServiceRuntime:
         self.last_tick = time.monotonic()
         self.last_health = time.monotonic()
         self._partition_counts: dict[str, int] = {}
-        """Partitions of each input topic, counted on first use after an assignment: where a
-        key belongs depends on it."""
-        self._first_counts: dict[str, int] = {}
-        """The partition counts the service started with: they may never change."""
+        """Partitions of each input topic, counted at the first assignment (where a key
+        belongs depends on them) and checked again at every later one: they may never change."""
         self._broker_down_since: float | None = None
         self._abandoned: list[Producer] = []
         """Producers left behind with a thread stuck inside (never closed under it)."""
@@ -176,7 +174,6 @@ class ServiceRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._broker_back()
-        self._partition_counts.clear()
         self._check_partition_counts()
         # the producers first: each fences the previous owner's and aborts its open
         # transaction, whose offsets would otherwise keep the committed offsets unstable (a
@@ -202,11 +199,7 @@ class ServiceRuntime:
         try:
             counts = {topic: self._count_partitions(topic) for topic in self.roles}
         except LookupError as exc:
-            raise ServiceHalted(
-                f"an input topic is gone ({exc}): the decisions it held are lost. Re-create "
-                "the cluster's topics (`jobledger topics create`, a new prefix for a clean "
-                "start) and start the service again"
-            ) from exc
+            raise _topic_gone(f"an input topic is gone ({exc})") from exc
         rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, self.prefix)
         if counts[rm_topic] != 1:
             raise ServiceHalted(
@@ -215,9 +208,9 @@ class ServiceRuntime:
                 "topics with `jobledger topics create` under a new prefix."
             )
         changed = {
-            topic: (self._first_counts[topic], n)
+            topic: (self._partition_counts[topic], n)
             for topic, n in counts.items()
-            if topic in self._first_counts and self._first_counts[topic] != n
+            if topic in self._partition_counts and self._partition_counts[topic] != n
         }
         if changed:
             raise ServiceHalted(
@@ -226,7 +219,7 @@ class ServiceRuntime:
                 + "): every key now hashes to another partition than its history. Restore the "
                 "topics as they were, or start over with new topics (another prefix)."
             )
-        self._first_counts = self._first_counts or counts
+        self._partition_counts = self._partition_counts or counts
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -351,8 +344,6 @@ class ServiceRuntime:
         except DecodeError as exc:
             return None, str(exc)
         topic = msg.topic()
-        if topic not in self._partition_counts:
-            self._partition_counts[topic] = self._count_partitions(topic)
         reason = misrouted(
             event, self.roles[topic], msg.partition(), self._partition_counts[topic]
         ) or driver.refusal(event)
@@ -436,11 +427,7 @@ class ServiceRuntime:
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC) and (
             msg.topic() in self.roles
         ):
-            raise ServiceHalted(
-                f"input topic {msg.topic()} is gone ({error.str()}): the decisions it held are "
-                "lost. Re-create the cluster's topics (`jobledger topics create`, a new prefix "
-                "for a clean start) and start the service again"
-            )
+            raise _topic_gone(f"input topic {msg.topic()} is gone ({error.str()})")
         log.warning("consumer error: %s", error)
 
     def _client_error(self, error: KafkaError) -> None:
@@ -673,6 +660,13 @@ class ServiceRuntime:
         except KafkaException as exc:
             return f"unknown ({exc.args[0]})"
         return str(max(0, high - worker.next_offset))
+
+
+def _topic_gone(what: str) -> ServiceHalted:
+    return ServiceHalted(
+        f"{what}: the decisions it held are lost. Re-create the cluster's topics (`jobledger "
+        "topics create`, a new prefix for a clean start) and start the service again"
+    )
 
 
 def _commit_transaction(producer: Producer, attempts: int = 3) -> None:
