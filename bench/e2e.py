@@ -25,11 +25,11 @@ from pathlib import Path
 
 from flink_minicluster import measure_flink
 
+from jobledger.cli.demo import Cluster, now_ms
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import JobVertex
 from jobledger.services import broker
 from jobledger.services.kafka import transactional_producer
-from jobledger.services.runner.demo import Cluster, _now
 from jobledger.services.runner.exchange import create_result_topics
 from jobledger.services.runner.kafka_source import register
 
@@ -39,7 +39,7 @@ def noop_job(job_id: str, parallelism: int) -> JobSubmitted:
         vertex_id="noop", name="noop", invokable_class_name="noop", parallelism=parallelism
     )
     return JobSubmitted(
-        event_id=uuid.uuid4().hex, event_time=_now(), producer="bench", job_id=job_id,
+        event_id=uuid.uuid4().hex, event_time=now_ms(), producer="bench", job_id=job_id,
         job_name=f"noop x{parallelism}", vertices=[vertex],
     )  # fmt: skip
 

@@ -85,7 +85,7 @@ class Instance:
         self.log_path = self.work / f"service-{self.name}-{self.starts}.log"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "jobledger.services.cli", "services", "run"],
+                [sys.executable, "-m", "jobledger.cli", "services", "run"],
                 env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                 start_new_session=True,
             )  # fmt: skip

@@ -30,7 +30,7 @@ TOPICS = re.compile(r"topics (\S+)\* on ")
 
 
 def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, object]:
-    command = [sys.executable, "-m", "jobledger.services.cli", "demo", "wordcount",
+    command = [sys.executable, "-m", "jobledger.cli", "demo", "wordcount",
                str(args.file), "--timeout", str(args.job_timeout)]  # fmt: skip
     if args.fail_once:
         command.append("--fail-once")
@@ -58,7 +58,7 @@ def verify(out: str, env: dict[str, str]) -> str:
     if found is None:
         return "no topics named in the demo's output"
     done = subprocess.run(
-        [sys.executable, "-m", "jobledger.services.cli", "replay", "--verify",
+        [sys.executable, "-m", "jobledger.cli", "replay", "--verify",
          "--topic-prefix", found.group(1)],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -16,7 +16,7 @@ produced=$(grep -c . examples/cluster.jsonl)
 read_back=0
 for topic in resourcemanager job taskexecutor; do
     echo "== jobledger.$topic"
-    out=$("$JL" tail "$topic" --from-beginning --exit-at-end)
+    out=$("$JL" tail "$topic" -o beginning -e)
     [ -n "$out" ] && echo "$out" && read_back=$((read_back + $(echo "$out" | wc -l)))
 done
 echo "produced $produced events, read back $read_back"

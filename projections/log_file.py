@@ -27,8 +27,12 @@ from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES
 from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
-from jobledger.services.kafka import committed_offsets, read_committed_consumer, read_topics
-from jobledger.services.runtime import SERVICES_GROUP_PREFIX
+from jobledger.services.kafka import (
+    SERVICES_GROUP_PREFIX,
+    committed_offsets,
+    read_committed_consumer,
+    read_topics,
+)
 
 LOG_ROLES = (
     TopicRole.JOB,
@@ -144,12 +148,25 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
     return count
 
 
+class ExportUnreadable(ValueError):
+    """A file given as an export is not one: not Avro, or Avro of another schema."""
+
+
 def read_export(path: Path) -> Iterator[LogRecord]:
+    """The records of an export written by `write_export`; ExportUnreadable (naming the file
+    and what is wrong) for anything else, and OSError if it cannot be opened."""
     with open(path, "rb") as fo:
-        for row in reader(fo, return_record_name=True, return_record_name_override=True):
-            name, data = row["event"]
-            cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
-            yield LogRecord(
-                TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
-                event_from_avro_dict(cls, data),
-            )  # fmt: skip
+        try:
+            rows = reader(fo, return_record_name=True, return_record_name_override=True)
+            for row in rows:
+                name, data = row["event"]
+                cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
+                yield LogRecord(
+                    TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
+                    event_from_avro_dict(cls, data),
+                )  # fmt: skip
+        except (ValueError, KeyError, TypeError, EOFError) as exc:
+            raise ExportUnreadable(
+                f"{path} is not a jobledger export (an Avro container file written by "
+                f"`jobledger export`): {exc}"
+            ) from exc

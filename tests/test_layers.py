@@ -86,9 +86,87 @@ def test_the_wall_is_checked_where_it_would_break():
     assert _refusal("slot_pool", 1) is None
 
 
-def test_the_runners_command_line_does_not_import_the_main_one():
-    """They imported each other (the runner reused a private helper of the main one): the
-    options both need live in `services/cli_options.py`."""
-    imported = _imports(ROOT / "services" / "runner" / "cli.py")
-    assert ("cli", 2) not in imported and ("", 2) not in imported
-    assert not any(module == "jobledger.services.cli" for module, _ in imported)
+LAYERS = ("schemas", "services", "projections", "cli")
+"""From the bottom up: the event catalog, the engine (reducers, runtime, runner), the read
+models, and the command line that wires them together. A module imports only its own layer
+and the layers below it."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["jobledger", *parts])
+
+
+def _project_imports(path: Path) -> set[str]:
+    """The project modules `path` imports, as absolute names (`from . import x` resolved to
+    the module x when it is one, else to the package)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [f"{target}.{alias.name}" for alias in node.names] + [target]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            if candidate in MODULES and candidate != name:
+                found.add(candidate)
+                break
+    return found
+
+
+MODULES = {_module_name(path): path for layer in LAYERS for path in (ROOT / layer).rglob("*.py")}
+GRAPH = {name: _project_imports(path) for name, path in MODULES.items()}
+
+
+def _layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[1])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_its_own_layer_and_the_layers_below(module):
+    upward = sorted(m for m in GRAPH[module] if _layer(m) > _layer(module))
+    assert upward == []
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle: a depth-first search over the project's imports finds no back edge."""
+    state: dict[str, str] = {}
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(GRAPH[module]):
+            if state.get(imported) == "open":
+                circles.append([*path[path.index(imported) :], imported])
+            elif imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = "done"
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []
+
+
+def test_the_runner_package_is_engine_only():
+    """The Spark runner runs tasks; it starts no services runtime and no command line."""
+    runner = [m for m in GRAPH if m.startswith("jobledger.services.runner")]
+    reached = {i for m in runner for i in GRAPH[m]}
+    assert sorted(r for r in reached if r.endswith(".runtime") or ".cli" in r) == []
+
+
+def test_the_layer_checks_see_real_imports():
+    """The graph is read, not assumed: known edges are in it."""
+    assert "jobledger.services.kafka" in GRAPH["jobledger.projections.log_file"]
+    assert "jobledger.cli.options" in GRAPH["jobledger.cli.runner"]
+    assert _layer("jobledger.cli.main") > _layer("jobledger.projections.replay")

@@ -126,7 +126,7 @@ def test_the_replay_and_export_commands(cluster, live, tmp_path):
     path = tmp_path / "exported.avro"
 
     def jobledger(*args):
-        return subprocess.run([sys.executable, "-m", "jobledger.services.cli", *args],
+        return subprocess.run([sys.executable, "-m", "jobledger.cli", *args],
                               capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
 
     exported = jobledger("export", str(path))

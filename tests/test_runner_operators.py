@@ -189,7 +189,7 @@ def test_the_runner_resolves_its_data_roots_at_startup(root, tmp_path):
     pytest.importorskip("pyspark")
     import argparse
 
-    from jobledger.services.runner.cli import add_runner_arguments
+    from jobledger.cli.runner import add_runner_arguments
     from jobledger.services.runner.runner import RunnerConfig
 
     parser = argparse.ArgumentParser()

@@ -11,9 +11,12 @@ import pytest
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.kafka import committed_offsets, transactional_producer
+from jobledger.services.kafka import (
+    SERVICES_GROUP_PREFIX,
+    committed_offsets,
+    transactional_producer,
+)
 from jobledger.services.partitioning import partition_of
-from jobledger.services.runtime import SERVICES_GROUP_PREFIX
 from jobledger.services.snapshot import (
     CHUNK_BYTES,
     MAGIC,

@@ -74,7 +74,7 @@ def test_the_wordcount_demo_runs_on_a_standalone_cluster(
 ) -> None:
     before = runner_apps(spark_cluster)
     done = subprocess.run(
-        [sys.executable, "-m", "jobledger.services.cli", "demo", "wordcount", str(text),
+        [sys.executable, "-m", "jobledger.cli", "demo", "wordcount", str(text),
          "--master", spark_cluster.master_url, "--timeout", "240",
          *(["--fail-once"] if fail_once else [])],
         env=cluster.env(str(tmp_path)), capture_output=True, text=True, timeout=600,
@@ -215,7 +215,7 @@ def test_a_worker_killed_with_its_executor_mid_job_loses_no_count(
     with exact counts."""
     with standalone_cluster(tmp_path / "spark") as spark:
         run = subprocess.Popen(
-            [sys.executable, "-m", "jobledger.services.cli", "demo", "wordcount", str(text),
+            [sys.executable, "-m", "jobledger.cli", "demo", "wordcount", str(text),
              "--master", spark.master_url, "--timeout", "240"],
             env={**cluster.env(str(tmp_path)), "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

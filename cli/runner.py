@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import kafka
-from ..cli_options import connection_options
+from jobledger.services.home import home
 
-DEFAULT_HOME = Path.home() / ".jobledger"
-
-
-def _home() -> Path:
-    return Path(os.environ.get("JOBLEDGER_HOME", DEFAULT_HOME))
+from .logs import configure_logging
+from .options import (
+    bootstrap_of,
+    connection_options,
+    positive_float,
+    positive_int,
+    prefix_of,
+)
 
 
 def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None) -> None:
-    p.add_argument("--task-executors", type=int, default=1, help="TaskExecutors to register")
-    p.add_argument("--slots", type=int, help="slots per TaskExecutor (default: Spark's cores)")
+    p.add_argument(
+        "--task-executors", type=positive_int, default=1, help="TaskExecutors to register"
+    )
+    p.add_argument(
+        "--slots", type=positive_int, help="slots per TaskExecutor (default: Spark's cores)"
+    )
     p.add_argument(
         "--allow-module", action="append", default=[], metavar="MODULE",
         help="a module user operators may be loaded from (repeatable; default: none)",
@@ -46,7 +51,10 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
 
 def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "runner", parents=[common], help="run deployed tasks with Spark Structured Streaming"
+        "runner",
+        parents=[common],
+        help="run deployed tasks with Spark Structured Streaming",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_runner_arguments(p, "local[*]")
     p.set_defaults(func=cmd_runner)
@@ -58,8 +66,12 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         help="count the words of a file on the whole system (broker, services, Spark runner)",
     )  # fmt: skip
     c.add_argument("file", type=Path, help="a text file")
-    c.add_argument("--parallelism", type=int, default=4, help="parallelism of both vertices")
-    c.add_argument("--top", type=int, default=10, help="how many of the top words to print")
+    c.add_argument(
+        "--parallelism", type=positive_int, default=4, help="parallelism of both vertices"
+    )
+    c.add_argument(
+        "--top", type=positive_int, default=10, help="how many of the top words to print"
+    )
     c.add_argument(
         "--fail-once", action="store_true",
         help="the count operator fails on its first attempt; the job restarts and finishes",
@@ -68,7 +80,9 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--pipelined", action="store_true",
         help="deploy both vertices at once (EAGER) over a pipelined exchange",
     )  # fmt: skip
-    c.add_argument("--timeout", type=float, default=300, help="seconds to wait for the job")
+    c.add_argument(
+        "--timeout", type=positive_float, default=300, help="seconds to wait for the job"
+    )
     c.add_argument(
         "--master", default="local[*]",
         help="Spark master of the runner, e.g. spark://HOST:PORT (default: local[*])",
@@ -77,14 +91,14 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
-    from .runner import RunnerConfig, TaskRunner
+    from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    prefix = kafka.resolve_prefix(args.topic_prefix)
+    configure_logging()
+    prefix = prefix_of(args)
     config = RunnerConfig(
-        bootstrap=kafka.resolve_bootstrap(args.bootstrap),
+        bootstrap=bootstrap_of(args),
         prefix=prefix,
-        checkpoint=args.checkpoint or _home() / "runner" / prefix.rstrip(".") / args.runner_id,
+        checkpoint=args.checkpoint or home() / "runner" / prefix.rstrip(".") / args.runner_id,
         runner_id=args.runner_id,
         task_executors=args.task_executors,
         slots=args.slots,
@@ -105,9 +119,9 @@ def cmd_runner(args: argparse.Namespace) -> int:
 def cmd_demo_wordcount(args: argparse.Namespace) -> int:
     from .demo import run
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(logging.WARNING)
     return run(
-        args.file, kafka.resolve_bootstrap(args.bootstrap), _home() / "demo",
+        args.file, bootstrap_of(args), home() / "demo", prefix=args.topic_prefix,
         parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
         top=args.top, timeout_s=args.timeout, master=args.master,
     )  # fmt: skip

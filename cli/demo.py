@@ -26,10 +26,10 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.projections.replay import replay
+from jobledger.projections.timeline import stalled_job, timeline
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
-from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
@@ -42,18 +42,17 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-
-from ..kafka import (
+from jobledger.services.kafka import (
     append_events,
     create_topics,
     partitions_of,
     read_committed_consumer,
     transactional_producer,
 )
-from ..key_groups import assign_to_key_group
-from ..runtime import RuntimeConfig, ServiceRuntime
-from . import functions, kv_state
-from .runner import RunnerConfig, TaskRunner
+from jobledger.services.key_groups import assign_to_key_group
+from jobledger.services.runner import functions, kv_state
+from jobledger.services.runner.runner import RunnerConfig, TaskRunner
+from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 REGISTRATION = "word-counts"
 MAX_PARALLELISM = 128
@@ -89,7 +88,7 @@ def wordcount_job(
         ],
     )  # fmt: skip
     return JobSubmitted(
-        event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job_id,
+        event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job_id,
         job_name=f"wordcount {text.name}", vertices=[source, count],
         schedule_mode=ScheduleMode.EAGER if pipelined else ScheduleMode.LAZY_FROM_SOURCES,
         restart_strategy=RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY,
@@ -97,7 +96,8 @@ def wordcount_job(
     )  # fmt: skip
 
 
-def _now() -> int:
+def now_ms() -> int:
+    """Event time for what the demo writes: the wall clock, in ms."""
     return int(time.time() * 1000)
 
 
@@ -107,11 +107,11 @@ def job_submission(job: JobSubmitted) -> list[Event]:
     return [
         job,
         JobMasterLeadershipGranted(
-            event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+            event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job.job_id,
             job_master_id=f"jm-{job.job_id}",
         ),
         ResourceManagerConnected(
-            event_id=uuid.uuid4().hex, event_time=_now(), producer="demo", job_id=job.job_id,
+            event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job.job_id,
             resource_manager_id="resourcemanager",
         ),
     ]  # fmt: skip
@@ -239,54 +239,16 @@ def read_counts(out: Path) -> Counter[str]:
     return counts
 
 
-def timeline(records: list[LogRecord], job_id: str) -> list[str]:
-    """Each attempt: vertex, subtask, attempt number, slot, and its states with times."""
-    start = min((r.event.event_time for r in records if getattr(r.event, "job_id", None) == job_id),
-                default=0)  # fmt: skip
-    deployed = {
-        r.event.execution_attempt_id: r.event
-        for r in records
-        if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
-    }
-    states: dict[str, list[str]] = {}
-    for r in records:
-        e = r.event
-        if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
-            states.setdefault(e.execution_attempt_id, []).append(
-                f"{e.execution_state.value}@{(e.event_time - start) / 1000:.2f}s"
-            )
-    lines = []
-    for attempt, d in sorted(deployed.items(), key=lambda kv: (kv[1].attempt_number,
-                             kv[1].vertex_id != "source", kv[1].subtask_index)):  # fmt: skip
-        lines.append(
-            f"  {d.vertex_id:>6}[{d.subtask_index}] attempt {d.attempt_number} on "
-            f"{d.resource_id} slot {d.slot_index}: {' -> '.join(states.get(attempt, []))}"
-        )
-    return lines
-
-
-def _explain_timeout(exc: Exception, records: list[LogRecord], job_id: str) -> int:
-    """What the log says about a job that did not end: its status and every attempt."""
-    print(f"\n{exc}")
-    jm = replay(records).driver.job_masters.get(job_id)
-    print(f"job status: {jm.status.value if jm else 'unknown to the JobMaster'}")
-    print("timeline (seconds since submission):")
-    print("\n".join(timeline(records, job_id)))
-    if jm is not None and jm.graph is not None:
-        for ev in jm.graph.execution_vertices():
-            print(f"  {ev.job_vertex_id}[{ev.subtask_index}] attempt "
-                  f"{ev.current.attempt_number}: {ev.current.state.value}")  # fmt: skip
-    return 1
-
-
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
         pipelined: bool = False, top: int = 10, timeout_s: float = 300,
-        master: str = "local[*]") -> int:  # fmt: skip
-    """The demo; returns the exit status."""
+        master: str = "local[*]", prefix: str | None = None) -> int:  # fmt: skip
+    """The demo; returns the exit status. Its topics are `prefix`'s (default: a fresh random
+    one, so every run starts from an empty log)."""
     if not text.is_file():
-        print(f"{text}: no such file")
-        return 2
-    prefix = f"demo-{uuid.uuid4().hex[:8]}."
+        raise FileNotFoundError(
+            2, "no such file (the demo counts the words of a text file)", str(text)
+        )
+    prefix = prefix if prefix is not None else f"demo-{uuid.uuid4().hex[:8]}."
     job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
     out = work / prefix.rstrip(".") / "counts"
     print(f"topics {prefix}* on {bootstrap}; output in {out}")
@@ -305,7 +267,9 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         try:
             end = cluster.wait_for_end(job_id, timeout_s)
         except (TimeoutError, ComponentStopped) as exc:
-            return _explain_timeout(exc, cluster.log(), job_id)
+            print(f"\n{exc}")
+            print("\n".join(stalled_job(cluster.log(), job_id)))
+            return 1
         elapsed = time.monotonic() - started
         return _print_results(
             cluster.log(), job_id, end, elapsed, text, out, bootstrap, prefix, top
@@ -322,7 +286,10 @@ def _print_results(
     out: Path, bootstrap: str, prefix: str, top: int,
 ) -> int:  # fmt: skip
     """Everything the demo has to show, printed the moment the job ends; the exit status."""
-    print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s"
+    driver = replay(records).driver
+    jm = driver.job_masters[job_id]
+    print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s after "
+          f"{jm.restarts} restart{'' if jm.restarts == 1 else 's'}"
           + (f": {end.cause}" if end.cause else ""))  # fmt: skip
     print("\ntimeline (seconds since submission):")
     print("\n".join(timeline(records, job_id)))
@@ -332,8 +299,6 @@ def _print_results(
     print(f"\ntop {top} words:")
     for word, n in counted.most_common(top):
         print(f"  {n:>8}  {word}")
-    driver = replay(records).driver
-    jm = driver.job_masters[job_id]
     slots = sorted(
         {(e.resource_id, e.slot_index, e.allocation_id) for e in
          (ev.current for ev in jm.graph.execution_vertices())}

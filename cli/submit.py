@@ -5,7 +5,7 @@ spark-submit runs a file, not a module; this file only hands over to the runner'
 
 import sys
 
-from jobledger.services.runner.cli import submit_main
+from jobledger.cli.runner import submit_main
 
 if __name__ == "__main__":
     sys.exit(submit_main())

@@ -1,0 +1,120 @@
+"""`jobledger export` and `jobledger replay`: the log as one file, and the state it leads to."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from jobledger.projections.log_file import (
+    LogRecord,
+    SkippedRecord,
+    processed_by_services,
+    read_export,
+    read_log,
+    write_export,
+)
+from jobledger.projections.replay import Limit, foreign, position, replay, verify
+from jobledger.projections.tables import state_table
+from jobledger.schemas import EventSerde
+from jobledger.services import kafka
+
+from .options import bootstrap_of, epoch_ms, non_negative_int, prefix_of, registry_option
+
+Subparsers = argparse._SubParsersAction
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
+    p.add_argument("file", type=Path, help="the .avro file to write")
+    registry_option(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "replay", parents=[common], help="rebuild every reducer's state from the log",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    p.add_argument(
+        "--until-offset", type=non_negative_int, metavar="OFFSET",
+        help="only records at or below this offset",
+    )  # fmt: skip
+    p.add_argument(
+        "--until-time", type=epoch_ms, metavar="TIME",
+        help="only events at or before this time (epoch ms or ISO 8601)",
+    )  # fmt: skip
+    p.add_argument("--count", type=non_negative_int, help="only the first N records")
+    p.add_argument("--format", choices=["json", "table"], default="json", help="output")
+    p.add_argument(
+        "--verify", action="store_true",
+        help="re-derive every decision and report the first that differs from the log",
+    )  # fmt: skip
+    registry_option(p)
+    p.set_defaults(func=cmd_replay)
+
+
+def _log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
+    """The log, from an exported file or from the broker (undecodable records reported)."""
+    if from_file is not None:
+        return list(read_export(from_file))
+    consumer = kafka.read_committed_consumer(bootstrap_of(args))
+    try:
+        records = list(read_log(
+            consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
+        ))  # fmt: skip
+    finally:
+        consumer.close()
+    for skipped in (r for r in records if isinstance(r, SkippedRecord)):
+        where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
+        print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
+    return [r for r in records if isinstance(r, LogRecord)]
+
+
+def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bool]:
+    """Whether the services' consumer group has committed past a record (an exported file
+    does not say, so there every record counts as consumed)."""
+    if args.file:
+        return lambda _: True
+    return processed_by_services(bootstrap_of(args), prefix_of(args))
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    records = _log_records(args, None)
+    with open(args.file, "wb") as out:
+        count = write_export(records, out)
+    print(f"exported {count} records to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    records = _log_records(args, args.file)
+    if args.verify:
+        return _verify(args, records)
+    result = replay(records, Limit(args.until_offset, args.until_time, args.count))
+    if args.format == "json":
+        print(json.dumps({"as_of": result.as_of(), "state": result.driver.to_dict()}, indent=2))
+    else:
+        print(state_table(result))
+    return 0
+
+
+def _verify(args: argparse.Namespace, records: list[LogRecord]) -> int:
+    processed = _processed_by_services(args)
+    matched, divergence = verify(records, processed=processed)
+    waiting = sum(not processed(r) for r in records)
+    if waiting:
+        print(f"{waiting} input(s) not yet consumed by the services; their decisions "
+              "are not due yet")  # fmt: skip
+    for record in foreign(records):
+        print(f"warning: {position(record)}: {record.event.type_name()} "
+              f"{record.event.event_id} names producer {record.event.producer!r} and a "
+              "cause that is no input of the log: written by something other than the "
+              "services, and taken as an input")  # fmt: skip
+    if divergence is None:
+        print(f"verified {matched} decisions: no difference")
+        return 0
+    print(f"first difference after {matched} matching decisions:")
+    print(divergence.describe())
+    return 1

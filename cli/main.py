@@ -1,0 +1,75 @@
+"""The `jobledger` command line: one entry point, a subcommand per job to be done, and one
+place that turns every expected failure into one line saying what to do."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from confluent_kafka import KafkaException
+
+from jobledger.projections.log_file import ExportUnreadable
+from jobledger.services.loopback import BrokerError
+
+from . import broker, events, log, runner, services, tail
+from .options import connection_options
+
+
+def _version() -> str:
+    try:
+        return version("jobledger")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobledger",
+        description="Flink's cluster control plane as an event-sourced state machine over Kafka.",
+    )
+    parser.add_argument("--version", action="version", version=f"jobledger {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = connection_options()
+    broker.add_parsers(sub, common)
+    events.add_parsers(sub, common)
+    tail.add_parser(sub, common)
+    services.add_parsers(sub, common)
+    log.add_parsers(sub, common)
+    runner.add_parsers(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    except BrokenPipeError:
+        return _reader_went_away()
+    except (BrokerError, ConnectionError, ExportUnreadable, LookupError, TimeoutError) as exc:
+        return _fail(str(exc))
+    except KafkaException as exc:
+        return _fail(f"Kafka error: {exc.args[0]}")
+    except OSError as exc:
+        return _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"jobledger: {message}", file=sys.stderr)
+    return 2 if message.startswith(("Kafka error", "no Kafka broker")) else 1
+
+
+def _reader_went_away() -> int:
+    """`jobledger tail ... | head`: the reader has what it wanted. Point stdout at /dev/null so
+    the interpreter's final flush does not fail again (the Python docs' recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0

@@ -1,0 +1,103 @@
+"""What every `jobledger` command shares: where the broker and the topics are, the schema
+registry, and argument types that refuse a bad value with one line saying what is wanted.
+
+In a module of its own so that the main command line and the runner's (`runner.py`, also
+run under `spark-submit`) both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime
+
+from jobledger.services import broker, kafka
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """A parent parser with `--bootstrap` and `--topic-prefix`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap",
+        help=f"Kafka bootstrap servers (default: ${kafka.BOOTSTRAP_ENV}, else the local broker, "
+        "started in the background if none runs)",
+    )
+    common.add_argument(
+        "--topic-prefix",
+        help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, else 'jobledger.')",
+    )
+    return common
+
+
+def registry_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schema-registry",
+        default=os.environ.get(kafka.REGISTRY_ENV),
+        help="schema registry URL: write the Confluent wire format instead of Avro "
+        f"single-object encoding (default: ${kafka.REGISTRY_ENV})",
+    )
+
+
+def bootstrap_of(args: argparse.Namespace) -> str:
+    """The broker to use: `--bootstrap`, then `$JOBLEDGER_BOOTSTRAP`, then the local broker
+    (started in the background if none is running). Whichever it is must answer within
+    `kafka.REACHABLE_TIMEOUT_S`, or the command stops with one line saying what to do."""
+    bootstrap = args.bootstrap or os.environ.get(kafka.BOOTSTRAP_ENV)
+    if not bootstrap:
+        record = broker.read_record()
+        if record is None:
+            record = broker.start_detached()
+            print(
+                f"started {record.name} on {record.bootstrap} (pid {record.pid}); "
+                "stop it with `jobledger broker --stop`",
+                file=sys.stderr,
+            )
+        bootstrap = record.bootstrap
+    kafka.check_reachable(bootstrap)
+    return bootstrap
+
+
+def prefix_of(args: argparse.Namespace) -> str:
+    return kafka.resolve_prefix(args.topic_prefix)
+
+
+def _number(convert, minimum, what: str):
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is less than {minimum}: {what}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+positive_int = _number(int, 1, "a whole number of at least 1")
+non_negative_int = _number(int, 0, "a whole number of at least 0")
+positive_float = _number(float, 1e-9, "a number greater than 0")
+non_negative_float = _number(float, 0.0, "a number of at least 0")
+
+
+def epoch_ms(text: str) -> int:
+    """A point in time: milliseconds since the epoch, or an ISO 8601 time (a time without a
+    zone is UTC)."""
+    if text.lstrip("-").isdigit():
+        value = int(text)
+    else:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither epoch milliseconds nor an ISO time "
+                "(e.g. 1764010000000 or 2026-11-24T18:47:44Z)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        value = int(moment.timestamp() * 1000)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is before 1970")
+    return value

@@ -1,0 +1,73 @@
+"""`jobledger services run`: host the reducers as Kafka services."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobledger.services import kafka
+from jobledger.services.runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
+
+from .logs import configure_logging
+from .options import (
+    bootstrap_of,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    prefix_of,
+    registry_option,
+)
+
+Subparsers = argparse._SubParsersAction
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("services", help="the reducers as Kafka services")
+    services = p.add_subparsers(dest="services_command", required=True, metavar="ACTION")
+    c = services.add_parser(
+        "run", parents=[common], help="host reducers for owned partitions",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
+    c.add_argument("--batch-size", type=positive_int, default=500, help="records per transaction")
+    c.add_argument(
+        "--snapshot-every", type=positive_int, default=10_000, help="inputs between snapshots"
+    )
+    c.add_argument(
+        "--snapshot-interval-s", type=positive_float, default=60.0,
+        help="seconds between snapshots",
+    )  # fmt: skip
+    c.add_argument(
+        "--timer-interval-ms", type=non_negative_int, default=1_000,
+        help="clock period (0: no clock)",
+    )  # fmt: skip
+    c.add_argument(
+        "--session-timeout-ms", type=positive_int, default=kafka.SESSION_TIMEOUT_MS,
+        help="group session: how soon a dead instance's partitions move (the broker's "
+        "group.min.session.timeout.ms bounds it)",
+    )  # fmt: skip
+    c.add_argument(
+        "--stop-deadline-s", type=non_negative_float, default=15.0,
+        help="after SIGTERM, exit (code 3) if still running this long",
+    )  # fmt: skip
+    registry_option(c)
+    c.set_defaults(func=cmd_services_run)
+
+
+def cmd_services_run(args: argparse.Namespace) -> int:
+    configure_logging()
+    config = RuntimeConfig(
+        batch_size=args.batch_size,
+        snapshot_every=args.snapshot_every,
+        snapshot_interval_s=args.snapshot_interval_s,
+        timer_interval_ms=args.timer_interval_ms,
+        stop_deadline_s=args.stop_deadline_s,
+        session_timeout_ms=args.session_timeout_ms,
+    )
+    runtime = ServiceRuntime(
+        bootstrap_of(args), prefix_of(args), config, registry_url=args.schema_registry
+    )
+    try:
+        runtime.run()
+    except ServiceHalted:
+        return 3  # logged at ERROR with what to do
+    return 0
