@@ -251,27 +251,25 @@ def wait_until_ready(proc: subprocess.Popen[bytes], port: int, log_path: Path) -
 
 def probe(bootstrap: str, timeout_s: float) -> None:
     """Create a topic, commit a transactional record and read it back with read_committed."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    from . import kafka
 
     topic = f"__jobledger_ready_{uuid.uuid4().hex[:8]}"
     timeout = max(5.0, timeout_s)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = kafka.admin_client(bootstrap)
     try:
         admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=timeout)[topic].result()
         # log_level 3: librdkafka's retries while the transaction coordinator loads are
         # expected here, not worth a warning on the user's terminal
-        producer = Producer(
-            {"bootstrap.servers": bootstrap, "transactional.id": topic, "log_level": 3}
-        )
-        producer.init_transactions(timeout)
+        producer = kafka.producer(bootstrap, topic, {"log_level": 3}, init_timeout_s=timeout)
         producer.begin_transaction()
         producer.produce(topic, value=b"ready")
         producer.commit_transaction(timeout)
-        consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": topic,
-            "isolation.level": "read_committed", "enable.auto.commit": False,
-        })  # fmt: skip
+        consumer = kafka.read_committed_consumer(
+            bootstrap, topic, extra={"enable.partition.eof": False}
+        )
         try:
             consumer.assign([TopicPartition(topic, 0, 0)])
             msg = consumer.poll(timeout)

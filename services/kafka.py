@@ -1,7 +1,9 @@
 """Kafka plumbing shared by every command: where the broker is, topics, clients.
 
-Which broker to use is the command line's business (`cli/options.py`); this module only
-talks to the one it is given.
+The one module that builds Kafka clients and writes events: every producer, consumer and
+admin client of the engine, the runtime, the runner, the projections and the command line is
+made here, and every event record is written with one header policy. Which broker to use is
+the command line's business (`cli/options.py`); this module talks to the one it is given.
 """
 
 from __future__ import annotations
@@ -9,10 +11,19 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobledger.schemas import Event, EventSerde
@@ -53,9 +64,8 @@ class BrokerUnreachable(ConnectionError):
 def check_reachable(bootstrap: str, timeout_s: float = REACHABLE_TIMEOUT_S) -> None:
     """Ask the broker for its metadata once, quietly: a command that cannot reach it stops
     with one line instead of the client's retries and error logs for as long as it waits."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     try:
-        admin.list_topics(timeout=timeout_s)
+        admin_client(bootstrap, quiet=True).list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise BrokerUnreachable(
             f"no Kafka broker answers at {bootstrap} (waited {timeout_s:.0f} s): start one with "
@@ -80,34 +90,33 @@ def create_topics(
     bootstrap: str, prefix: str, partitions: int, replication_factor: int = 1
 ) -> list[TopicCreation]:
     """Create every topic of the cluster; existing topics are reported, not an error."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     specs = topic_specs(partitions)
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                topic_name(spec.role, prefix),
-                num_partitions=spec.partitions,
-                replication_factor=replication_factor,
-                config=spec.config,
-            )
-            for spec in specs
-        ],
-        operation_timeout=30,
-        request_timeout=30,
-    )
+    wanted = {
+        topic_name(spec.role, prefix): NewTopic(
+            topic_name(spec.role, prefix), num_partitions=spec.partitions,
+            replication_factor=replication_factor, config=spec.config,
+        )
+        for spec in specs
+    }  # fmt: skip
+    return ensure_topics(admin_client(bootstrap), wanted)
+
+
+def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:
+    """Create the topics that do not exist yet (existing ones are reported as such, not as
+    errors, and left as they are), then wait until the broker serves every one created."""
+    futures = admin.create_topics(list(wanted.values()), operation_timeout=30, request_timeout=30)
     results = []
-    for spec in specs:
-        name = topic_name(spec.role, prefix)
+    for name, new in wanted.items():
         try:
             futures[name].result()
-            results.append(TopicCreation(name, spec.partitions, created=True))
+            results.append(TopicCreation(name, new.num_partitions, created=True))
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                results.append(TopicCreation(name, spec.partitions, created=False))
+                results.append(TopicCreation(name, new.num_partitions, created=False))
             else:
-                results.append(TopicCreation(name, spec.partitions, False, err.str()))
-    await_metadata(admin, {r.topic: r.partitions for r in results if r.error is None})
+                results.append(TopicCreation(name, new.num_partitions, False, err.str()))
+    await_metadata(admin, {r.topic: r.partitions for r in results if r.created})
     return results
 
 
@@ -130,9 +139,15 @@ def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float 
             time.sleep(0.05)
 
 
+def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
+    """An admin client; `quiet` keeps librdkafka's connection errors off the terminal (for
+    a probe whose failure the caller reports itself)."""
+    return AdminClient({"bootstrap.servers": bootstrap, **({"log_level": 0} if quiet else {})})
+
+
 def list_topics(bootstrap: str) -> dict[str, int]:
     """Every topic of the cluster and its partition count."""
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    metadata = admin_client(bootstrap).list_topics(timeout=10)
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
@@ -142,21 +157,48 @@ def resolve_topic(name: str, prefix: str) -> str:
     return topic_name(roles[name], prefix) if name in roles else name
 
 
-def transactional_producer(bootstrap: str, owner: str) -> Producer:
-    """A producer whose writes become visible atomically, per transaction.
+def producer(
+    bootstrap: str,
+    transactional_id: str,
+    extra: dict[str, Any] | None = None,
+    init_timeout_s: float = 60,
+) -> Producer:
+    """Every producer of jobledger: transactional (its writes become visible atomically, and
+    making it fences every earlier producer with the same id), idempotent, and partitioning
+    keys as Java's client does. `extra` adds librdkafka settings (a delivery callback, a
+    linger)."""
+    made = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+        "enable.idempotence": True, "partitioner": PARTITIONER, **(extra or {}),
+    })  # fmt: skip
+    made.init_transactions(init_timeout_s)
+    return made
 
-    Transactions also sidestep the embedded broker's watermark bug for batched writes.
-    """
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"jobledger-{owner}-{uuid.uuid4()}",
-            "enable.idempotence": True,
-            "partitioner": PARTITIONER,
-        }
-    )
-    producer.init_transactions(30)
-    return producer
+
+def transactional_producer(bootstrap: str, owner: str) -> Producer:
+    """A producer of its own for a client (`owner` names it in the transactional id): no
+    other producer shares the id, so it fences nobody."""
+    return producer(bootstrap, f"jobledger-{owner}-{uuid.uuid4()}", init_timeout_s=30)
+
+
+TYPE_HEADER = "jobledger.type"
+"""Every event record carries its type in this header, so a consumer can filter without
+decoding (and a person reading the topic with kcat sees what each record is)."""
+
+
+def produce_encoded(
+    producer: Producer, topic: str, key: bytes, value: bytes, type_name: str
+) -> None:
+    """Write one encoded event record: the one header policy of every writer."""
+    producer.produce(topic, key=key, value=value, headers={TYPE_HEADER: type_name})
+
+
+def produce_event(producer: Producer, prefix: str, event: Event, serde: EventSerde) -> None:
+    """Write an event to its owner's topic, keyed by its owner (inside the caller's
+    transaction)."""
+    role, key = event.route()
+    topic = topic_name(role, prefix)
+    produce_encoded(producer, topic, key.encode(), serde.encode(event, topic), event.type_name())
 
 
 def append_events(
@@ -165,9 +207,7 @@ def append_events(
     """Append events to their owners' topics, keyed by owner, in one transaction."""
     producer.begin_transaction()
     for event in events:
-        role, key = event.route()
-        topic = topic_name(role, prefix)
-        producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
+        produce_event(producer, prefix, event, serde)
     producer.commit_transaction(30)
 
 
@@ -233,33 +273,69 @@ def read_topics(
         yield msg
 
 
-def read_partition(
-    bootstrap: str, topic: str, partition: int, start: int = -2, silence_s: float = 10.0
+def read_range(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    start: int = OFFSET_BEGINNING,
+    end: int | None = None,
+    on_silence: Callable[[float], None] | None = None,
+    poll_s: float = 0.05,
 ) -> Iterator[Message]:
-    """Every committed record of one partition from `start` (default: its beginning) to its
-    current end (found with partition EOF, like `read_topics`). LookupError if the topic does
-    not exist, TimeoutError if the broker says nothing for `silence_s`."""
-    consumer = read_committed_consumer(bootstrap)
+    """Committed records of one partition from `start` up to `end` (exclusive) or its current
+    end (found with partition EOF, never from watermarks), read through `consumer` (which
+    must have `enable.partition.eof`). While the broker is silent, `on_silence(seconds)` is
+    called after each empty poll: it raises to give up (a deadline, a stop request)."""
+    if end is not None and start >= end:
+        return
+    consumer.assign([TopicPartition(topic, partition, start)])
     try:
-        partitions_of(consumer, topic)
-        consumer.assign([TopicPartition(topic, partition, start)])
+        heard = time.monotonic()
         while True:
-            msg = consumer.poll(silence_s)
+            msg = consumer.poll(poll_s)
             if msg is None:
-                raise TimeoutError(f"{topic}[{partition}] did not answer in {silence_s:.0f} s")
+                if on_silence is not None:
+                    on_silence(time.monotonic() - heard)
+                continue
+            heard = time.monotonic()
+            if (msg.topic(), msg.partition()) != (topic, partition):
+                continue  # left in the queue by an earlier read
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     return
                 raise KafkaException(msg.error())
+            if end is not None and msg.offset() >= end:
+                return
             yield msg
+            if end is not None and msg.offset() + 1 >= end:
+                return
+    finally:
+        consumer.unassign()
+
+
+def read_partition(
+    bootstrap: str, topic: str, partition: int, start: int = OFFSET_BEGINNING,
+    silence_s: float = 10.0,
+) -> Iterator[Message]:  # fmt: skip
+    """Every committed record of one partition from `start` (default: its beginning) to its
+    current end, with a client of its own. LookupError if the topic does not exist,
+    TimeoutError if the broker says nothing for `silence_s`."""
+
+    def give_up(silent_for: float) -> None:
+        if silent_for > silence_s:
+            raise TimeoutError(f"{topic}[{partition}] did not answer in {silence_s:.0f} s")
+
+    consumer = read_committed_consumer(bootstrap)
+    try:
+        partitions_of(consumer, topic)
+        yield from read_range(consumer, topic, partition, start, on_silence=give_up, poll_s=0.5)
     finally:
         consumer.close()
 
 
 def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
     """The offsets `group` has committed on every partition of `topics` (absent: none)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = read_committed_consumer(bootstrap, group)
     try:
         wanted = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
         return {

@@ -24,7 +24,8 @@ from jobledger.schemas.json_form import event_from_dict
 from jobledger.schemas.model import MAX_EVENT_BYTES, SERVICE_PRODUCERS
 from jobledger.schemas.rejections import EventRejected
 
-TYPE_HEADER = "jobledger.type"
+from .kafka import produce_encoded
+
 CHUNK = 1000
 SERVICE_ONLY = (DeadLettered, EventRejected)
 """Events only the services write: a client that appends one forges a service's decision."""
@@ -152,12 +153,7 @@ def _send(producer: Producer, chunk: list[ReadyLine]) -> None:
     producer.begin_transaction()
     try:
         for line in chunk:
-            producer.produce(
-                line.topic,
-                key=line.key,
-                value=line.value,
-                headers={TYPE_HEADER: line.event.type_name()},
-            )
+            produce_encoded(producer, line.topic, line.key, line.value, line.event.type_name())
         producer.commit_transaction(60)
     except KafkaException:
         producer.abort_transaction(60)

@@ -40,15 +40,9 @@ from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.timers import TOPIC_OF_OWNER, TimerFired
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
-from . import snapshot
+from . import kafka, snapshot
 from .driver import ReducerDriver
-from .kafka import (
-    HEARTBEAT_INTERVAL_MS,
-    PARTITIONER,
-    SERVICES_GROUP_PREFIX,
-    SESSION_TIMEOUT_MS,
-    partitions_of,
-)
+from .kafka import SERVICES_GROUP_PREFIX, partitions_of
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -96,7 +90,7 @@ class RuntimeConfig:
     """After SIGTERM, the current transaction may finish; a process still running this long
     after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
     open transaction is aborted by the broker and the next owner redoes it."""
-    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    session_timeout_ms: int = kafka.SESSION_TIMEOUT_MS
     client_grace_s: float = 15.0
     """How long past its own timeout a librdkafka call may take before it counts as stuck."""
     rebuild_silence_s: float = 60.0
@@ -139,16 +133,12 @@ class ServiceRuntime:
     def __post_init__(self) -> None:
         self.serde = EventSerde(registry_url=self.registry_url)
         self.group = f"{SERVICES_GROUP_PREFIX}{self.prefix}"
-        self.consumer = Consumer({
-            "bootstrap.servers": self.bootstrap,
-            "group.id": self.group,
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
+        self.consumer = kafka.read_committed_consumer(self.bootstrap, self.group, extra={
             "session.timeout.ms": self.config.session_timeout_ms,
             "heartbeat.interval.ms": min(
-                HEARTBEAT_INTERVAL_MS, self.config.session_timeout_ms // 3
+                kafka.HEARTBEAT_INTERVAL_MS, self.config.session_timeout_ms // 3
             ),
+            "enable.partition.eof": False,
             # a rebalance moves only the partitions that change owner: the others are not
             # given up and rebuilt each time an instance comes or goes
             "partition.assignment.strategy": "cooperative-sticky",
@@ -263,13 +253,7 @@ class ServiceRuntime:
     def _transactional_producer(self, topic: str, partition: int) -> Producer:
         """The partition's producer: its transactional id names the partition, so making it
         fences every earlier producer of the partition (another owner's, or a wedged one)."""
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": f"jobledger-{topic}-{partition}",
-            "partitioner": PARTITIONER,
-        })  # fmt: skip
-        producer.init_transactions(60)
-        return producer
+        return kafka.producer(self.bootstrap, f"jobledger-{topic}-{partition}")
 
     def _snapshot_partition(self, partition: int) -> int:
         return partition % self._snapshot_partitions
@@ -290,48 +274,28 @@ class ServiceRuntime:
         """Committed records of one partition from `start` up to `end` (exclusive) or its end,
         through the one reader of the runtime (a new client spends half a second learning
         each topic's metadata: a rebuild that made two per partition took a second each)."""
-        if end is not None and start >= end:
-            return
-        reader = self._reader
-        try:
-            reader.assign([TopicPartition(topic, partition, start or OFFSET_BEGINNING)])
-            heard = time.monotonic()
-            while True:
-                msg = reader.poll(0.05)
-                if msg is None:
-                    if not self.running:
-                        raise StopRequested(f"stopped while rebuilding {topic}/{partition}")
-                    if time.monotonic() - heard > self.config.rebuild_silence_s:
-                        raise ServiceHalted(
-                            f"the broker did not answer for {self.config.rebuild_silence_s:.0f} s "
-                            f"while rebuilding {topic}/{partition} from its log; check that the "
-                            f"broker at {self.bootstrap} is up, then start the service again"
-                        )
-                    continue
-                heard = time.monotonic()
-                if (msg.topic(), msg.partition()) != (topic, partition):
-                    continue  # left in the queue by an earlier read
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise KafkaException(msg.error())
-                if end is not None and msg.offset() >= end:
-                    return
-                yield msg
-                if end is not None and msg.offset() + 1 >= end:
-                    return
-        finally:
-            reader.unassign()
+
+        def silent(seconds: float) -> None:
+            if not self.running:
+                raise StopRequested(f"stopped while rebuilding {topic}/{partition}")
+            if seconds > self.config.rebuild_silence_s:
+                raise ServiceHalted(
+                    f"the broker did not answer for {self.config.rebuild_silence_s:.0f} s "
+                    f"while rebuilding {topic}/{partition} from its log; check that the "
+                    f"broker at {self.bootstrap} is up, then start the service again"
+                )
+
+        return kafka.read_range(
+            self._reader, topic, partition, start or OFFSET_BEGINNING, end, on_silence=silent
+        )
 
     @cached_property
     def _reader(self) -> Consumer:
         """The rebuilds' reader, told every topic it will read at once (a topic it first
         meets on assignment costs half a second before its first fetch)."""
-        reader = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-rebuild",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-        })  # fmt: skip
+        reader = kafka.read_committed_consumer(
+            self.bootstrap, f"{self.group}-rebuild", extra={"fetch.wait.max.ms": 10}
+        )
         for topic in [*self.roles, topic_name(TopicRole.SNAPSHOT, self.prefix)]:
             reader.list_topics(topic, timeout=10)
         return reader
@@ -590,12 +554,7 @@ class ServiceRuntime:
         return worker.driver.process(event)
 
     def _produce(self, producer: Producer, event: Event) -> None:
-        role, key = event.route()
-        topic = topic_name(role, self.prefix)
-        producer.produce(
-            topic, key=key.encode(), value=self.serde.encode(event, topic),
-            headers={"jobledger.type": event.type_name()},
-        )  # fmt: skip
+        kafka.produce_event(producer, self.prefix, event, self.serde)
 
     def _snapshot_due(self, worker: PartitionWorker) -> bool:
         every, interval = self.config.snapshot_every, self.config.snapshot_interval_s

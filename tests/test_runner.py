@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jobledger.cli import demo
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistered
 from jobledger.schemas.tasks import (
@@ -35,7 +36,6 @@ from jobledger.schemas.types import (
     ResultPartitionType,
 )
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
-from jobledger.services.runner import demo
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 pytestmark = pytest.mark.broker

@@ -33,7 +33,7 @@ from jobledger.schemas.types import (
 )
 
 from ..execution_graph import pointwise_producers
-from ..kafka import await_metadata, read_partition
+from ..kafka import admin_client, await_metadata, ensure_topics, read_partition
 from ..key_groups import assign_key_to_parallel_operator
 from .operators import Keyed
 
@@ -55,20 +55,15 @@ def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
     """Create the topics (name -> partitions) that do not exist yet, and grow those that have
     fewer partitions than asked (a job rescaled to more consumer subtasks), then wait until
     the broker serves them all."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()])
-    existing = []
-    for topic, future in futures.items():
-        try:
-            future.result(30)
-        except Exception as exc:
-            code = exc.args[0].code() if exc.args and hasattr(exc.args[0], "code") else None
-            if code != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ResultPartitionError(f"cannot create {topic}: {exc}") from exc
-            existing.append(topic)
+    admin = admin_client(bootstrap)
+    created = ensure_topics(admin, {t: NewTopic(t, p, 1) for t, p in topics.items()})
+    failed = [c for c in created if c.error]
+    if failed:
+        raise ResultPartitionError(f"cannot create {failed[0].topic}: {failed[0].error}")
+    existing = [c.topic for c in created if not c.created]
     if existing:
         _grow(admin, {t: topics[t] for t in existing})
-    await_metadata(admin, topics)
+        await_metadata(admin, topics)
 
 
 def _grow(admin: AdminClient, wanted: dict[str, int]) -> None:

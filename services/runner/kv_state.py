@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from jobledger.schemas import topic_name
 from jobledger.schemas.topics import TopicRole
 
-from ..kafka import read_partition
+from ..kafka import partitions_of, read_committed_consumer, read_partition
 
 
 class KvStateLookupError(LookupError):
@@ -38,10 +38,10 @@ def _entry_key(kv_state_id: str, key: Any) -> bytes:
 
 
 def _partitions(client: Producer | Consumer, topic: str) -> int:
-    metadata = client.list_topics(topic, timeout=10).topics.get(topic)
-    if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise KvStateLookupError(f"topic {topic} does not exist")
-    return len(metadata.partitions)
+    try:
+        return len(partitions_of(client, topic))
+    except LookupError as exc:
+        raise KvStateLookupError(str(exc)) from exc
 
 
 def publish(producer: Producer, prefix: str, kv_state_id: str, state: dict[Any, Any]) -> None:
@@ -58,7 +58,7 @@ def publish(producer: Producer, prefix: str, kv_state_id: str, state: dict[Any, 
 def lookup(bootstrap: str, prefix: str, kv_state_id: str, key: Any) -> Any | None:
     """The latest value published for `key` by the KvState instance, or None."""
     topic = _topic(prefix)
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "jobledger-kvstate-lookup"})
+    probe = read_committed_consumer(bootstrap)
     try:
         partition = _partition(kv_state_id, _partitions(probe, topic))
     finally:

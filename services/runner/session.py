@@ -93,6 +93,7 @@ def spark_session(
             "reach it)"
         ) from exc
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_routine_warnings(spark)
     try:
         check_kafka_connector(spark)
         if is_standalone(master):
@@ -102,6 +103,19 @@ def spark_session(
         raise
     register(spark)
     return spark
+
+
+ROUTINE_WARNINGS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",)
+"""Loggers whose warnings are routine for the runner: the trigger's "current batch is falling
+behind" every time a micro-batch that runs tasks takes longer than the 0.5 s trigger."""
+
+
+def _quiet_routine_warnings(spark: SparkSession) -> None:
+    """Raise the routine loggers to ERROR in the driver's log4j2 (operators read these logs)."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in ROUTINE_WARNINGS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 def check_kafka_connector(spark: SparkSession) -> None:

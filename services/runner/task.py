@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark import TaskContext
 
-from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.tasks import (
     TaskDeploymentRequested,
@@ -31,8 +31,8 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
 
+from .. import kafka
 from ..decisions import derived_id
-from ..kafka import PARTITIONER, append_events
 from ..key_groups import compute_key_group_range_for_operator_index
 from . import kv_state
 from .exchange import ResultWriter, create_result_topics, read_input_gate
@@ -92,12 +92,9 @@ def task_producer(
         if error is not None and failures is not None:
             failures.append(error)
 
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 1,
-        "on_delivery": delivered, "partitioner": PARTITIONER,
-    })  # fmt: skip
-    producer.init_transactions(60)
-    return producer
+    return kafka.producer(
+        bootstrap, transactional_id, extra={"linger.ms": 1, "on_delivery": delivered}
+    )
 
 
 def final_state_event(
@@ -155,9 +152,7 @@ class TaskIO:
         self.pending: list[tuple[ExecutionState, str | None]] = []
 
     def emit(self, event: Event) -> None:
-        role, key = event.route()
-        topic = topic_name(role, self.settings.prefix)
-        self.producer.produce(topic, key=key.encode(), value=_serde.encode(event, topic))
+        kafka.produce_event(self.producer, self.settings.prefix, event, _serde)
 
     def output(self) -> Producer:
         """The transactional producer, inside the attempt's transaction."""
@@ -323,7 +318,7 @@ def _finish_noops(
         events += [state_event(deployment, state) for state in lives]
         events.append(final_state_event(deployment, ExecutionState.FINISHED))
     if events:
-        append_events(producer, settings.prefix, events, _serde)
+        kafka.append_events(producer, settings.prefix, events, _serde)
     if failures:  # a report was lost after all: fail the Spark task, the driver reports FAILED
         raise KafkaException(failures[0])
     return [ExecutionState.FINISHED.value] * len(started)
