@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from jobledger.schemas import Event
-from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
+from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.types import OwnerKind, ResourceProfile, ResourceProfileKind
 from jobledger.services.decisions import Decisions
 
 E = TypeVar("E", bound=Event)
@@ -143,6 +144,14 @@ def expect(cls: type[BaseModel], /, **fields: Any) -> Expected:
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
     return Expected(cls, fields)
+
+
+def rejection(cause: Event, scope: OwnerKind, owner_id: str, reason: str) -> Expected:
+    """The EventRejected with which the owner `owner_id` refuses `cause`, saying `reason`."""
+    return expect(
+        EventRejected, scope=scope, owner_id=owner_id, rejected_event_id=cause.event_id,
+        rejected_event_type=cause.type_name(), reason=reason,
+    )  # fmt: skip
 
 
 class Derived(list[Event]):
