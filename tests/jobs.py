@@ -100,13 +100,18 @@ class JobCluster:
             ]  # fmt: skip
         return self.run(events)
 
+    def state_report(self, attempt: str, state: ExecutionState, error: str | None = None,
+                     job_master_id: str | None = JM) -> TaskExecutionStateChanged:  # fmt: skip
+        """A task state report, not yet run."""
+        return self.clock(
+            TaskExecutionStateChanged, job_id=JOB, job_master_id=job_master_id,
+            execution_attempt_id=attempt, execution_state=state, error=error,
+        )  # fmt: skip
+
     def report(self, attempt: str, state: ExecutionState, error: str | None = None,
                job_master_id: str | None = JM) -> list[Event]:  # fmt: skip
         """A task state report; returns the decisions it led to."""
-        return self.run([self.clock(
-            TaskExecutionStateChanged, job_id=JOB, job_master_id=job_master_id,
-            execution_attempt_id=attempt, execution_state=state, error=error,
-        )])[1:]  # fmt: skip
+        return self.run([self.state_report(attempt, state, error, job_master_id)])[1:]
 
     def play(self, runner: Runner = finishes, rounds: int = 10) -> None:
         """Answer every unanswered deployment, round after round, until none is left."""

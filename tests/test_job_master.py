@@ -1,9 +1,14 @@
 """JobMaster: whole jobs driven by events through the reducers (rules JM-*, ES-8/9, JS-3,
-RS-2..RS-9, SM-1/2, KV-3/KV-14), with a stand-in task runner answering deployments."""
+RS-2..RS-9, SM-1/2, KV-3/KV-14), with a stand-in task runner answering deployments.
+
+Where a test gives one input, it asserts the JobMaster's decisions from it whole and in order;
+`run_one` also holds that the input led to nothing else."""
 
 from __future__ import annotations
 
+from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
+    JobMasterRegistrationAccepted,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     TaskManagerDisconnected,
@@ -11,19 +16,76 @@ from jobledger.schemas.cluster import (
 from jobledger.schemas.jobs import (
     JobCancellationRequested,
     JobMasterLeadershipGranted,
+    JobStatusChanged,
     JobSubmitted,
     RescaleRequested,
 )
-from jobledger.schemas.kvstate import KvStateRegistered
-from jobledger.schemas.slots import AllocationFailed, SlotOffered
-from jobledger.schemas.types import ExecutionState, KeyGroupRange, ScheduleMode
+from jobledger.schemas.kvstate import KvStateRegistered, KvStateRegistrationRejected
+from jobledger.schemas.slots import (
+    AllocationFailed,
+    LastSlotOfTaskManagerFreed,
+    SlotFreeRequested,
+    SlotOffered,
+    SlotOfferRejected,
+    SlotRequestCancelled,
+    SlotRequested,
+    SlotRequestFailed,
+)
+from jobledger.schemas.tasks import TaskCancellationRequested
+from jobledger.schemas.types import (
+    ExecutionState,
+    JobStatus,
+    KeyGroupRange,
+    OwnerKind,
+    ScheduleMode,
+)
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.key_groups import assign_to_key_group
 
-from .events import ANY, Clock, types
+from .events import (
+    ANY,
+    ANY_VALUE,
+    UNKNOWN,
+    Clock,
+    Derived,
+    assert_derived,
+    derived_from,
+    expect,
+    rejection,
+    types,
+)
 from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
 
 PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
+PRODUCER = "jobmaster"
+
+
+def run_one(c: JobCluster, event: Event) -> Derived:
+    """Run one input to quiescence; everything it led to, to be expected whole as the
+    JobMaster's decisions from it (anything another owner made of them shows as unexpected)."""
+    return Derived(c.run([event])[1:], event, PRODUCER)
+
+
+def rejected(cause: Event, reason: str):
+    return rejection(cause, OwnerKind.JOB, JOB, reason)
+
+
+def status(before: JobStatus, after: JobStatus, cause: str | None = None):
+    return expect(JobStatusChanged, job_id=JOB, from_status=before, to_status=after, cause=cause)
+
+
+def kv_rejected(vertex_id: str, name: str, reason: str, job: str = JOB):
+    return expect(
+        KvStateRegistrationRejected, job_id=job, job_vertex_id=vertex_id,
+        registration_name=name, reason=reason,
+    )  # fmt: skip
+
+
+def cancel_task(deployment):
+    return expect(
+        TaskCancellationRequested, job_id=JOB, resource_id=deployment.resource_id,
+        execution_attempt_id=deployment.execution_attempt_id,
+    )  # fmt: skip
 
 
 def test_an_eager_job_deploys_everything_once_all_slots_arrive_and_finishes():
@@ -105,17 +167,20 @@ def test_rs_1_rs_9_restarts_stop_when_the_attempts_are_used_up():
 def test_es_8_a_state_for_an_unknown_attempt_is_rejected():
     c = JobCluster()
     c.submit(PIPELINE)
-    [rejected] = c.report("no-such-attempt", ExecutionState.RUNNING)
-    assert rejected.reason == "no current execution attempt no-such-attempt"
+    report = c.state_report("no-such-attempt", ExecutionState.RUNNING)
+    assert_derived(
+        run_one(c, report), [rejected(report, "no current execution attempt no-such-attempt")]
+    )
 
 
 def test_an_illegal_report_is_rejected_and_the_attempt_fails():
     c = JobCluster()
     c.submit([vertex("only", 1)])
     attempt = c.deployments()[0].execution_attempt_id
-    events = c.report(attempt, ExecutionState.SCHEDULED)
-    assert types(events)[0] == "EventRejected"
-    assert "cannot report SCHEDULED" in events[0].reason
+    report = c.state_report(attempt, ExecutionState.SCHEDULED)
+    # only the rejection: the attempt stays DEPLOYING (Flink would fail it: "TaskManager sent
+    # illegal state update"), though the test's name says it fails
+    assert_derived(run_one(c, report), [rejected(report, "a task cannot report SCHEDULED")])
     assert c.jm.graph.find(attempt).current.state is ExecutionState.DEPLOYING
 
 
@@ -123,8 +188,8 @@ def test_a_stale_leaders_event_is_rejected():
     c = JobCluster()
     c.submit([vertex("only", 1)])
     attempt = c.deployments()[0].execution_attempt_id
-    [rejected] = c.report(attempt, ExecutionState.RUNNING, job_master_id="jm-old")
-    assert rejected.reason == "JobMasterId jm-old is not the leader's"
+    report = c.state_report(attempt, ExecutionState.RUNNING, job_master_id="jm-old")
+    assert_derived(run_one(c, report), [rejected(report, "JobMasterId jm-old is not the leader's")])
     assert c.jm.graph.find(attempt).current.state is ExecutionState.DEPLOYING
 
 
@@ -148,14 +213,21 @@ def test_js_3_cancellation_ends_in_canceled_once_every_task_is_canceled():
     c.submit(PIPELINE)
     for d in c.deployments():
         c.report(d.execution_attempt_id, ExecutionState.RUNNING)
-    events = c.run([c.clock(JobCancellationRequested, job_id=JOB)])
+    cancel = c.clock(JobCancellationRequested, job_id=JOB)
+    events = c.run([cancel])
     assert types(events).count("TaskCancellationRequested") == 4
+    assert_derived(derived_from(events, cancel, PRODUCER), [
+        status(JobStatus.RUNNING, JobStatus.CANCELLING, "cancelled by request"),
+        *[cancel_task(d) for d in c.deployments()],
+    ])  # fmt: skip
     assert c.jm.status.value == "CANCELLING"
     for d in c.deployments():
         c.report(d.execution_attempt_id, ExecutionState.CANCELED)
     assert c.statuses()[-2:] == ["CANCELLING", "CANCELED"]
-    [rejected] = c.run([c.clock(JobCancellationRequested, job_id=JOB)])[1:]
-    assert rejected.reason == "job job-1 cannot be cancelled in CANCELED"
+    again = c.clock(JobCancellationRequested, job_id=JOB)
+    assert_derived(
+        run_one(c, again), [rejected(again, "job job-1 cannot be cancelled in CANCELED")]
+    )
 
 
 def test_rescale_builds_a_new_graph_at_the_new_parallelism_and_restarts():
@@ -163,8 +235,8 @@ def test_rescale_builds_a_new_graph_at_the_new_parallelism_and_restarts():
     c.submit(PIPELINE)
     for d in c.deployments():
         c.report(d.execution_attempt_id, ExecutionState.RUNNING)
-    [rejected] = c.run([c.clock(RescaleRequested, job_id=JOB, new_parallelism=0)])[1:]
-    assert rejected.reason == "parallelism must be > 0, not 0"
+    rescale = c.clock(RescaleRequested, job_id=JOB, new_parallelism=0)
+    assert_derived(run_one(c, rescale), [rejected(rescale, "parallelism must be > 0, not 0")])
     c.run([c.clock(RescaleRequested, job_id=JOB, new_parallelism=3)])
     for d in c.deployments():
         c.report(d.execution_attempt_id, ExecutionState.CANCELED)
@@ -177,23 +249,26 @@ def test_rescale_builds_a_new_graph_at_the_new_parallelism_and_restarts():
 
 def test_an_invalid_job_graph_is_rejected_with_the_reason():
     for vertices, reason in [
-        ([vertex("a", 0)], "parallelism 0 is not in 1..32768"),
-        ([vertex("a", 4, max_p=2)], "parallelism 4 exceeds its max parallelism 2"),
+        ([vertex("a", 0)], "vertex a: parallelism 0 is not in 1..32768"),
+        ([vertex("a", 4, max_p=2)], "vertex a: parallelism 4 exceeds its max parallelism 2"),
         ([vertex("a", 1, ("b", "ALL_TO_ALL", "BLOCKING")),
           vertex("b", 1, ("a", "ALL_TO_ALL", "BLOCKING"))], "the JobGraph has a cycle"),
-        ([vertex("a", 1, ("zzz", "ALL_TO_ALL", "PIPELINED"))], "reads unknown vertex zzz"),
+        ([vertex("a", 1, ("zzz", "ALL_TO_ALL", "PIPELINED"))], "vertex a reads unknown vertex zzz"),
     ]:  # fmt: skip
         c = JobCluster()
-        events = c.submit(vertices, lead=False)
-        assert reason in events[1].reason
+        submitted, *events = c.submit(vertices, lead=False)
+        assert_derived(
+            events, [rejected(submitted, f"invalid JobGraph: {reason}")],
+            cause=submitted, producer=PRODUCER,
+        )  # fmt: skip
         assert c.driver.job_masters[JOB].job is None
 
 
 def test_a_second_submission_is_rejected():
     c = JobCluster()
     c.submit([vertex("a", 1)])
-    events = c.run([c.clock(JobSubmitted, job_id=JOB, job_name="again", vertices=[vertex("b", 1)])])
-    assert events[1].reason == "job job-1 was already submitted"
+    again = c.clock(JobSubmitted, job_id=JOB, job_name="again", vertices=[vertex("b", 1)])
+    assert_derived(run_one(c, again), [rejected(again, "job job-1 was already submitted")])
 
 
 def test_jm_6_a_lost_task_manager_without_restart_fails_the_running_job():
@@ -208,18 +283,21 @@ def test_jm_6_a_lost_task_manager_without_restart_fails_the_running_job():
 def test_jm_1_offers_from_an_unknown_task_manager_are_rejected():
     c = JobCluster()
     c.submit([vertex("only", 1)])
-    [_, answer] = c.run([c.clock(
+    offer = c.clock(
         SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-stranger", slot_index=0,
         allocation_id="a", resource_profile=ANY,
-    )])[:2]  # fmt: skip
-    assert answer.type_name() == "SlotOfferRejected"
+    )  # fmt: skip
+    assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [expect(
+        SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id="tm-stranger", slot_index=0,
+        allocation_id="a", reason="TaskManager tm-stranger is not registered at the job",
+    )])  # fmt: skip
 
 
 def test_jm_4_fail_slot_of_an_unknown_allocation_is_ignored_with_a_reason():
     c = JobCluster()
     c.submit([vertex("only", 1)])
-    [rejected] = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id="x", cause="y")])[1:]
-    assert rejected.reason == "allocation x is unknown to the pool"
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id="x", cause="y")
+    assert_derived(run_one(c, failed), [rejected(failed, "allocation x is unknown to the pool")])
 
 
 def test_kv_14_registration_for_an_unknown_job_is_rejected():
@@ -230,9 +308,10 @@ def test_kv_14_registration_for_an_unknown_job_is_rejected():
         key_group_range=KeyGroupRange(start_key_group=0, end_key_group=0),
         registration_name="n", kv_state_id="k", server_host="h", server_port=1,
     )  # fmt: skip
-    [rejected] = driver.process(event)
-    assert rejected.type_name() == "KvStateRegistrationRejected"
-    assert rejected.reason == "Job ghost not found"
+    assert_derived(
+        driver.process(event), [kv_rejected("v", "n", "Job ghost not found", job="ghost")],
+        cause=event, producer=PRODUCER,
+    )  # fmt: skip
 
 
 def test_kv_3_a_name_clash_fails_the_job_without_restart():
@@ -250,8 +329,16 @@ def test_kv_3_a_name_clash_fails_the_job_without_restart():
 
     assert types(register("src", 1)) == ["KvStateRegistered"]
     clash = register("sink", 2)
-    assert clash[1].type_name() == "KvStateRegistrationRejected"
-    assert "Registration name clash" in clash[1].reason
+    reason = ("Registration name clash. KvState with name 'counts' has already been registered "
+              "by another operator (src).")  # fmt: skip
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    # the clash fails the sink's first subtask without restarts: every other task is cancelled
+    assert_derived(derived_from(clash, clash[0], PRODUCER), [
+        kv_rejected("sink", "counts", reason),
+        status(JobStatus.RUNNING, JobStatus.FAILING,
+               f"{deployed['sink', 0].execution_attempt_id}: {reason}"),
+        *[cancel_task(deployed[key]) for key in [("src", 0), ("src", 1), ("sink", 1)]],
+    ])  # fmt: skip
     assert c.jm.status.value == "FAILING"
     for d in c.deployments():
         c.report(d.execution_attempt_id, ExecutionState.CANCELED)
@@ -262,12 +349,12 @@ def test_kv_3_a_name_clash_fails_the_job_without_restart():
 def test_jm_2_a_task_manager_registering_twice_is_acknowledged_both_times():
     c = JobCluster()
     c.submit([vertex("only", 1)])
-    again = [
-        c.run([c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
-                       resource_id="tm-0")])[1]
-        for _ in range(2)
-    ]  # fmt: skip
-    assert [e.type_name() for e in again] == ["JobMasterRegistrationAccepted"] * 2
+    for _ in range(2):
+        register = c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
+                           resource_id="tm-0")  # fmt: skip
+        assert_derived(derived_from(c.run([register]), register, PRODUCER), [
+            expect(JobMasterRegistrationAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-0")
+        ])  # fmt: skip
     assert list(c.jm.pool.registered_task_managers).count("tm-0") == 1
 
 
@@ -275,9 +362,11 @@ def test_jm_4_fail_slot_from_an_unknown_task_manager_is_ignored_with_a_warning()
     c = JobCluster()
     c.submit([vertex("only", 1)])
     allocation = c.deployments()[0].allocation_id
-    [rejected] = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
-                                cause="y", resource_id="tm-ghost")])[1:]  # fmt: skip
-    assert rejected.reason == "failSlot from unknown TaskManager tm-ghost ignored (JM-4)"
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation, cause="y",
+                     resource_id="tm-ghost")  # fmt: skip
+    assert_derived(run_one(c, failed), [
+        rejected(failed, "failSlot from unknown TaskManager tm-ghost ignored (JM-4)"),
+    ])  # fmt: skip
     assert c.jm.graph.find(c.deployments()[0].execution_attempt_id).current.has_slot
 
 
@@ -306,7 +395,13 @@ def test_sm_1_lazy_with_batch_slot_requests_asks_for_batch_slots():
     c = JobCluster()
     c.submit([vertex("only", 2)], mode=ScheduleMode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST)
     requests = [e for e in c.log if e.type_name() == "SlotRequested"]
-    assert len(requests) == 2 and all(r.batch_request for r in requests)
+    assert len(requests) == 2
+    # sent when the ResourceManager connects: batch requests, with no timeout of their own
+    connected = next(e for e in c.log if isinstance(e, ResourceManagerConnected))
+    assert_derived(derived_from(c.log, connected, PRODUCER), [expect(
+        SlotRequested, job_id=JOB, job_master_id=JM, slot_request_id=ANY_VALUE,
+        allocation_id=ANY_VALUE, resource_profile=UNKNOWN, batch_request=True, timeout_ms=0,
+    )] * 2)  # fmt: skip
     c.play()
     assert c.statuses()[-1] == "FINISHED"
 
@@ -332,10 +427,28 @@ def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_runn
     c.submit([vertex("only", 2)], restart=fixed_delay(attempts=3, delay_ms=0))
     holder = next(e for e in c.log if e.type_name() == "SlotRequestFulfilled")
     waiting = next(r for r in c.jm.pool.pending_requests.values())
-    events = c.run([c.clock(AllocationFailed, job_id=JOB, allocation_id=holder.allocation_id,
-                            cause="slot lost")])  # fmt: skip
-    cancelled = [e.allocation_id for e in events if e.type_name() == "SlotRequestCancelled"]
-    assert waiting.allocation_id in cancelled, "the outdated attempt's request is withdrawn"
+    lost = c.clock(AllocationFailed, job_id=JOB, allocation_id=holder.allocation_id,
+                   cause="slot lost")  # fmt: skip
+    withdrawn = (f"Pending slot request with SlotRequestId {waiting.slot_request_id} has been "
+                 "released.")  # fmt: skip
+    slot = dict(job_id=JOB, slot_request_id=waiting.slot_request_id,
+                allocation_id=waiting.allocation_id, cause=withdrawn)  # fmt: skip
+    new_request = expect(
+        SlotRequested, job_id=JOB, job_master_id=JM, slot_request_id=ANY_VALUE,
+        allocation_id=ANY_VALUE, resource_profile=UNKNOWN, timeout_ms=300_000,
+    )  # fmt: skip
+    assert_derived(derived_from(c.run([lost]), lost, PRODUCER), [
+        expect(SlotRequestFailed, job_id=JOB, slot_request_id=holder.slot_request_id,
+               allocation_id=holder.allocation_id, cause="slot lost"),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0",
+               allocation_id=holder.allocation_id, cause="slot lost"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{holder.slot_request_id}: slot lost"),
+        # the outdated attempt's request is withdrawn
+        expect(SlotRequestFailed, **slot), expect(SlotRequestCancelled, **slot),
+        status(JobStatus.RESTARTING, JobStatus.RUNNING),
+        new_request, new_request,
+    ])  # fmt: skip
     c.tick(c.clock.now)
     assert c.jm.status.value == "RUNNING"
     assert {ev.current.attempt_number for ev in c.jm.graph.execution_vertices()} == {1}
@@ -345,10 +458,12 @@ def test_an_inverted_or_negative_key_group_range_is_rejected():
     c = JobCluster()
     c.submit([vertex("count", 1, max_p=8)])
     for start, end in [(5, 2), (-1, 3)]:
-        [rejected] = c.run([c.clock(
+        registered = c.clock(
             KvStateRegistered, job_id=JOB, job_master_id=JM, job_vertex_id="count",
             key_group_range=KeyGroupRange(start_key_group=start, end_key_group=end),
             registration_name="counts", kv_state_id="kv", server_host="h", server_port=1,
-        )])[1:]  # fmt: skip
-        assert rejected.reason == f"invalid key group range [{start}, {end}]"
+        )  # fmt: skip
+        assert_derived(run_one(c, registered), [
+            kv_rejected("count", "counts", f"invalid key group range [{start}, {end}]"),
+        ])  # fmt: skip
     assert c.jm.registry.locations == {}

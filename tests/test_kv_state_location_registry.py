@@ -1,4 +1,7 @@
-"""KvStateLocationRegistry, one test per rule KV-* (atomic where Flink is not: KV-11, KV-13)."""
+"""KvStateLocationRegistry, one test per rule KV-* (atomic where Flink is not: KV-11, KV-13).
+
+The registry answers with refusals, not events: each test compares a refusal whole (its exact
+reason and whether the vertex fails), the way the reducer tests compare derived events."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from jobledger.services.kv_state_location_registry import (
     KvStateLocation,
     KvStateLocationRegistry,
     KvStateRegistration,
+    RegistryRefusal,
 )
 
 A, B = "vertex-a", "vertex-b"
@@ -34,18 +38,18 @@ def test_kv_1_first_registration_creates_a_location_sized_by_max_parallelism(reg
 
 def test_kv_2_unknown_vertex_is_refused_and_nothing_stored(registry):
     refusal = registry.notify_registered("ghost", KeyGroupRange(0, 0), "counts", reg(1))
-    assert refusal.reason == "Unknown JobVertexID ghost" and not refusal.fail_vertex
+    assert refusal == RegistryRefusal("Unknown JobVertexID ghost", fail_vertex=False)
     assert registry.locations == {}
 
 
 def test_kv_3_a_name_clash_fails_the_second_vertex_without_restarts(registry):
     registry.notify_registered(A, KeyGroupRange(0, 3), "counts", reg(1))
     refusal = registry.notify_registered(B, KeyGroupRange(0, 0), "counts", reg(2))
-    assert refusal.reason == (
+    assert refusal == RegistryRefusal(
         "Registration name clash. KvState with name 'counts' has already been registered "
-        "by another operator (vertex-a)."
+        "by another operator (vertex-a).",
+        fail_vertex=True,
     )
-    assert refusal.fail_vertex
     assert registry.locations["counts"].job_vertex_id == A
     assert registry.locations["counts"].num_registered_key_groups == 4
 
@@ -53,7 +57,11 @@ def test_kv_3_a_name_clash_fails_the_second_vertex_without_restarts(registry):
 def test_kv_4_a_clash_from_an_unknown_vertex_fails_no_vertex(registry):
     registry.notify_registered(A, KeyGroupRange(0, 0), "counts", reg(1))
     refusal = registry.notify_registered("ghost", KeyGroupRange(0, 0), "counts", reg(2))
-    assert "Registration name clash" in refusal.reason and not refusal.fail_vertex
+    assert refusal == RegistryRefusal(
+        "Registration name clash. KvState with name 'counts' has already been registered "
+        "by another operator (vertex-a).",
+        fail_vertex=False,
+    )
 
 
 def test_kv_5_lookup_of_an_unknown_name_finds_nothing(registry):
@@ -62,7 +70,7 @@ def test_kv_5_lookup_of_an_unknown_name_finds_nothing(registry):
 
 def test_kv_6_unregistering_an_unknown_name_is_refused(registry):
     refusal = registry.notify_unregistered(A, KeyGroupRange(0, 0), "counts")
-    assert refusal.reason == (
+    assert refusal == RegistryRefusal(
         "Unknown registration name 'counts'. Probably registration/unregistration race."
     )
 
@@ -70,13 +78,15 @@ def test_kv_6_unregistering_an_unknown_name_is_refused(registry):
 def test_kv_7_unregistering_from_another_operator_is_refused(registry):
     registry.notify_registered(A, KeyGroupRange(0, 0), "counts", reg(1))
     refusal = registry.notify_unregistered(B, KeyGroupRange(0, 0), "counts")
-    assert refusal.reason == "Another operator (vertex-a) registered the KvState under 'counts'."
+    assert refusal == RegistryRefusal(
+        "Another operator (vertex-a) registered the KvState under 'counts'."
+    )
 
 
 def test_kv_8_unregistering_a_key_group_never_registered_is_refused(registry):
     registry.notify_registered(A, KeyGroupRange(0, 0), "counts", reg(1))
     refusal = registry.notify_unregistered(A, KeyGroupRange(2, 2), "counts")
-    assert refusal.reason == "Not registered. Probably registration/unregistration race."
+    assert refusal == RegistryRefusal("Not registered. Probably registration/unregistration race.")
 
 
 def test_kv_9_the_location_goes_with_its_last_key_group(registry):
@@ -99,7 +109,8 @@ def test_kv_10_register_counts_each_key_group_once_and_overwrites_ids():
     assert location.num_registered_key_groups == 123
     assert location.lookup(0) == reg(100)
     refusal = location.register(KeyGroupRange(120, 123), reg(9))
-    assert refusal.startswith("Key group index") and location.lookup(120) == reg(110)
+    assert refusal == "Key group index: range [120, 123] is outside 0..122 of vertex vertex-a"
+    assert location.lookup(120) == reg(110)
 
 
 def test_kv_11_unregistering_is_atomic_when_a_key_group_is_missing():
@@ -108,7 +119,9 @@ def test_kv_11_unregistering_is_atomic_when_a_key_group_is_missing():
     refusal = location.unregister(KeyGroupRange(0, 2))
     assert refusal == "Not registered. Probably registration/unregistration race."
     assert location.num_registered_key_groups == 2, "nothing cleared before the refusal"
-    assert location.unregister(KeyGroupRange(0, 9)).startswith("Key group index")
+    assert location.unregister(KeyGroupRange(0, 9)) == (
+        "Key group index: range [0, 9] is outside 0..7 of vertex vertex-a"
+    )
 
 
 def test_kv_12_lookups_outside_the_key_groups_fail_and_empty_ones_are_none():
@@ -121,7 +134,9 @@ def test_kv_12_lookups_outside_the_key_groups_fail_and_empty_ones_are_none():
 
 def test_kv_13_a_failed_first_registration_leaves_no_entry(registry):
     refusal = registry.notify_registered(A, KeyGroupRange(10, 20), "counts", reg(1))
-    assert refusal.reason.startswith("Key group index")
+    assert refusal == RegistryRefusal(
+        "Key group index: range [10, 20] is outside 0..15 of vertex vertex-a"
+    )
     assert "counts" not in registry.locations
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 
 from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
+    JobMasterHeartbeat,
+    JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     ResourceManagerDisconnected,
@@ -20,19 +24,40 @@ from jobledger.schemas.slots import (
     AllocationFailed,
     AvailableSlotAllocationRequested,
     BatchSlotRequestTimeoutCheckDisabled,
+    IdleSlotTimedOut,
+    LastSlotOfTaskManagerFreed,
     NewAllocatedSlotRequested,
+    SlotFreeRequested,
+    SlotOfferAccepted,
     SlotOffered,
+    SlotOfferRejected,
+    SlotRequestCancelled,
+    SlotRequested,
+    SlotRequestFailed,
+    SlotRequestFulfilled,
     SlotRequestReleased,
+    SlotRequestTimedOut,
 )
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import OwnerKind
+from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind
 from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
 
-from .events import ANY, UNKNOWN, Clock, profile, types
+from .events import (
+    ANY,
+    UNKNOWN,
+    Capture,
+    Clock,
+    Derived,
+    assert_derived,
+    expect,
+    profile,
+    rejection,
+)
 
 JOB = "job-1"
 JM = "jm-1"
 TM = "tm-1"
+PRODUCER = "slotpool"
 
 
 class Pool:
@@ -42,8 +67,9 @@ class Pool:
         self.clock = Clock()
         self.pool = SlotPool(JOB, SlotPoolConfig(**config))
 
-    def apply(self, cls, at=None, **fields):
-        return self.pool.apply(self.clock(cls, at=at, job_id=JOB, **fields))
+    def apply(self, cls, at=None, **fields) -> Derived:
+        event = self.clock(cls, at=at, job_id=JOB, **fields)
+        return Derived(self.pool.apply(event), event, PRODUCER)
 
     def start(self, rm: bool = True, tms: tuple[str, ...] = (TM,)) -> None:
         self.apply(JobMasterLeadershipGranted, job_master_id=JM)
@@ -78,10 +104,73 @@ class Pool:
             AllocationFailed, allocation_id=alloc, cause=cause, unfulfillable=unfulfillable
         )
 
-    def tick(self, at: int, heartbeats: bool = False):
-        """The decisions of a timer tick; the heartbeats to TaskManagers only if asked."""
-        events = self.pool.apply(self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB))
-        return [e for e in events if heartbeats or e.type_name() != "JobMasterHeartbeat"]
+    def tick(self, at: int, heartbeats: bool = False) -> Derived:
+        """The decisions of a timer tick; the heartbeats to TaskManagers (the last decisions
+        of a tick) only if asked."""
+        timer = self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB)
+        events = self.pool.apply(timer)
+        kept = [e for e in events if heartbeats or e.type_name() != "JobMasterHeartbeat"]
+        return Derived(kept, timer, PRODUCER)
+
+
+# the events the pool derives, whole: every field named, defaults for this job and leader
+
+
+def requested(req, alloc, prof=UNKNOWN, timeout=10_000, batch=False):
+    return expect(
+        SlotRequested, job_id=JOB, job_master_id=JM, slot_request_id=req, allocation_id=alloc,
+        resource_profile=prof, batch_request=batch, timeout_ms=timeout,
+    )  # fmt: skip
+
+
+def accepted(alloc, tm=TM, index=0):
+    return expect(
+        SlotOfferAccepted, job_id=JOB, job_master_id=JM, resource_id=tm, slot_index=index,
+        allocation_id=alloc,
+    )  # fmt: skip
+
+
+def offer_rejected(alloc, reason, tm=TM, index=0):
+    return expect(
+        SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id=tm, slot_index=index,
+        allocation_id=alloc, reason=reason,
+    )  # fmt: skip
+
+
+def fulfilled(req, alloc, tm=TM, index=0):
+    return expect(
+        SlotRequestFulfilled, job_id=JOB, slot_request_id=req, allocation_id=alloc,
+        resource_id=tm, slot_index=index,
+    )  # fmt: skip
+
+
+def failed(req, alloc, cause):
+    return expect(
+        SlotRequestFailed, job_id=JOB, slot_request_id=req, allocation_id=alloc, cause=cause
+    )
+
+
+def cancelled(req, alloc, cause):
+    return expect(
+        SlotRequestCancelled, job_id=JOB, slot_request_id=req, allocation_id=alloc, cause=cause
+    )
+
+
+def timed_out(req, alloc):
+    return expect(SlotRequestTimedOut, job_id=JOB, slot_request_id=req, allocation_id=alloc)
+
+
+def free(alloc, cause, tm=TM):
+    return expect(SlotFreeRequested, job_id=JOB, resource_id=tm, allocation_id=alloc, cause=cause)
+
+
+def rejected(events: Derived, reason: str):
+    return rejection(events.cause, OwnerKind.JOB, JOB, reason)
+
+
+def released(req: str) -> str:
+    """The cause a released pending request fails (and is cancelled) with."""
+    return f"Pending slot request with SlotRequestId {req} has been released."
 
 
 @pytest.fixture
@@ -92,43 +181,42 @@ def p() -> Pool:
 
 
 def test_sp_1_request_with_rm_connected_asks_the_rm_under_a_fresh_allocation(p):
-    [sent] = p.request("r1", prof=profile(1.0, 100), timeout=5_000)
-    assert sent.type_name() == "SlotRequested"
-    assert (sent.slot_request_id, sent.job_master_id, sent.timeout_ms) == ("r1", JM, 5_000)
-    assert sent.resource_profile == profile(1.0, 100)
-    assert p.pool.pending_requests["r1"].allocation_id == sent.allocation_id
+    alloc = Capture("alloc")
+    assert_derived(
+        p.request("r1", prof=profile(1.0, 100), timeout=5_000),
+        [requested("r1", alloc, prof=profile(1.0, 100), timeout=5_000)],
+    )
+    assert p.pool.pending_requests["r1"].allocation_id == alloc.value
 
 
 def test_sp_2_offer_fills_the_request(p):
     p.request("r1")
     a = p.alloc("r1")
-    accepted, fulfilled = p.offer(a, index=3)
-    assert accepted.type_name() == "SlotOfferAccepted" and accepted.allocation_id == a
-    assert fulfilled.type_name() == "SlotRequestFulfilled"
-    assert (fulfilled.slot_request_id, fulfilled.resource_id, fulfilled.slot_index) == ("r1", TM, 3)
+    assert_derived(p.offer(a, index=3), [accepted(a, index=3), fulfilled("r1", a, index=3)])
 
 
 def test_sp_3_offer_from_unregistered_tm_is_rejected_and_changes_nothing(p):
     p.request("r1")
+    a = p.alloc("r1")
     before = p.pool.to_dict()
-    [rejected] = p.offer(p.alloc("r1"), tm="stranger")
-    assert rejected.type_name() == "SlotOfferRejected"
-    assert "stranger is not registered" in rejected.reason
+    assert_derived(
+        p.offer(a, tm="stranger"),
+        [offer_rejected(a, "TaskManager stranger is not registered at the job", tm="stranger")],
+    )
     assert p.pool.to_dict() == before
 
 
 def test_sp_4_unrequested_allocation_fills_the_first_matching_request(p):
     p.request("r1")
     a = p.alloc("r1")
-    assert types(p.offer("x")) == ["SlotOfferAccepted", "SlotRequestFulfilled"]
+    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x")])
     assert p.pool.allocated_slots["r1"].allocation_id == "x"
-    assert types(p.offer(a, index=1)) == ["SlotOfferAccepted"]
+    assert_derived(p.offer(a, index=1), [accepted(a, index=1)])
     assert list(p.pool.available_slots) == [a]
 
 
 def test_sp_5_no_matching_request_makes_the_slot_available_stamped_with_time(p):
-    events = p.offer("x")
-    assert types(events) == ["SlotOfferAccepted"]
+    assert_derived(p.offer("x"), [accepted("x")])
     assert p.pool.available_slots["x"][1] == p.clock.now
 
 
@@ -139,7 +227,7 @@ def test_sp_6_repeated_offer_of_the_same_slot_is_accepted_and_ignored(p, used):
     a = p.alloc("r1") if used else "x"
     p.offer(a)
     before = p.pool.to_dict()
-    assert types(p.offer(a)) == ["SlotOfferAccepted"]
+    assert_derived(p.offer(a), [accepted(a)])
     assert p.pool.to_dict() == before
 
 
@@ -149,23 +237,28 @@ def test_sp_7_same_allocation_from_another_slot_index_is_rejected(p, used):
         p.request("r1")
     a = p.alloc("r1") if used else "x"
     p.offer(a, index=0)
-    [rejected] = p.offer(a, index=1)
-    assert rejected.type_name() == "SlotOfferRejected"
-    assert "already held by slot 0 of tm-1" in rejected.reason
+    assert_derived(
+        p.offer(a, index=1),
+        [offer_rejected(a, f"allocation {a} is already held by slot 0 of tm-1", index=1)],
+    )
 
 
 def test_sp_8_same_allocation_from_another_registered_tm_is_rejected(p):
     p.register("tm-2")
     p.offer("x")
-    [rejected] = p.offer("x", tm="tm-2")
-    assert rejected.type_name() == "SlotOfferRejected"
+    assert_derived(
+        p.offer("x", tm="tm-2"),
+        [offer_rejected("x", "allocation x is already held by slot 0 of tm-1", tm="tm-2")],
+    )
 
 
 def test_sp_9_offers_are_answered_one_by_one_in_order(p):
-    answers = [p.offer(a, index=i)[0] for i, a in enumerate(["a", "b", "a"])]
-    assert [e.type_name() for e in answers] == [
-        "SlotOfferAccepted", "SlotOfferAccepted", "SlotOfferRejected",
-    ]  # fmt: skip
+    assert_derived(p.offer("a", index=0), [accepted("a", index=0)])
+    assert_derived(p.offer("b", index=1), [accepted("b", index=1)])
+    assert_derived(
+        p.offer("a", index=2),
+        [offer_rejected("a", "allocation a is already held by slot 0 of tm-1", index=2)],
+    )
 
 
 def test_sp_10_returning_a_slot_fills_the_next_waiting_request(p):
@@ -173,26 +266,23 @@ def test_sp_10_returning_a_slot_fills_the_next_waiting_request(p):
     p.request("r2")
     a1 = p.alloc("r1")
     p.offer(a1)
-    [fulfilled] = p.release("r1")
-    assert fulfilled.type_name() == "SlotRequestFulfilled"
-    assert (fulfilled.slot_request_id, fulfilled.allocation_id) == ("r2", a1)
+    assert_derived(p.release("r1"), [fulfilled("r2", a1)])
     assert "r1" not in p.pool.allocated_slots
 
 
 def test_sp_11_releasing_a_pending_request_fails_it_and_cancels_it_at_the_rm(p):
     p.request("r1")
     a = p.alloc("r1")
-    failed, cancelled = p.release("r1", cause="not needed")
-    assert failed.type_name() == "SlotRequestFailed" and failed.slot_request_id == "r1"
-    assert "has been released" in failed.cause
-    assert cancelled.type_name() == "SlotRequestCancelled" and cancelled.allocation_id == a
+    assert_derived(
+        p.release("r1", cause="not needed"),
+        [failed("r1", a, released("r1")), cancelled("r1", a, released("r1"))],
+    )
     assert not p.pool.pending_requests
 
 
 def test_sp_12_releasing_an_unknown_request_is_rejected_with_a_reason(p):
-    [rejected] = p.release("nope")
-    assert rejected.type_name() == "EventRejected"
-    assert rejected.reason == "slot request nope is unknown to the pool"
+    events = p.release("nope")
+    assert_derived(events, [rejected(events, "slot request nope is unknown to the pool")])
 
 
 def test_sp_13_seed_a_released_requests_allocation_fills_the_next_request(p):
@@ -200,12 +290,11 @@ def test_sp_13_seed_a_released_requests_allocation_fills_the_next_request(p):
     p.request("r1")
     p.request("r2")
     a1, a2 = p.alloc("r1"), p.alloc("r2")
-    cancelled = [e for e in p.release("r1") if e.type_name() == "SlotRequestCancelled"]
-    events = p.offer(a1)
-    assert types(events) == ["SlotOfferAccepted", "SlotRequestFulfilled"]
-    assert events[1].slot_request_id == "r2"
-    assert [e.allocation_id for e in cancelled] == [a1]
-    assert types(p.offer(a2, index=1)) == ["SlotOfferAccepted"]
+    assert_derived(
+        p.release("r1"), [failed("r1", a1, released("r1")), cancelled("r1", a1, released("r1"))]
+    )
+    assert_derived(p.offer(a1), [accepted(a1), fulfilled("r2", a1)])
+    assert_derived(p.offer(a2, index=1), [accepted(a2, index=1)])
     assert a2 in p.pool.available_slots
 
 
@@ -213,17 +302,14 @@ def test_sp_14_seed_an_offer_fills_the_request_waiting_on_its_allocation(p):
     p.request("r1")
     p.request("r2")
     a1, a2 = p.alloc("r1"), p.alloc("r2")
-    events = p.offer(a2)
-    assert events[1].slot_request_id == "r2"
+    assert_derived(p.offer(a2), [accepted(a2), fulfilled("r2", a2)])
     assert list(p.pool.pending_requests) == ["r1"] and p.alloc("r1") == a1
 
 
 def test_sp_15_seed_an_unknown_allocation_fills_the_oldest_request_without_cancelling(p):
     p.request("r1")
     p.request("r2")
-    events = p.offer("x")
-    assert types(events) == ["SlotOfferAccepted", "SlotRequestFulfilled"]
-    assert events[1].slot_request_id == "r1"
+    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x")])
     assert list(p.pool.pending_requests) == ["r2"]
 
 
@@ -232,18 +318,19 @@ def test_sp_16_seed_a_failure_of_a_pending_allocation_fails_its_request(p):
     p.request("r2")
     a1, a2 = p.alloc("r1"), p.alloc("r2")
     p.offer(a2)
-    failed, cancelled = p.fail(a1, cause="lost")
-    assert (failed.type_name(), failed.slot_request_id, failed.cause) == (
-        "SlotRequestFailed", "r1", "lost",
-    )  # fmt: skip
-    assert cancelled.type_name() == "SlotRequestCancelled"
+    assert_derived(
+        p.fail(a1, cause="lost"), [failed("r1", a1, "lost"), cancelled("r1", a1, "lost")]
+    )
 
 
 def test_sp_17_failing_a_pending_streaming_request_fails_it_with_the_cause(p):
     p.request("r1")
-    events = p.fail(p.alloc("r1"), cause="exactly this")
-    assert types(events) == ["SlotRequestFailed", "SlotRequestCancelled"]
-    assert events[0].cause == "exactly this" and not p.pool.pending_requests
+    a = p.alloc("r1")
+    assert_derived(
+        p.fail(a, cause="exactly this"),
+        [failed("r1", a, "exactly this"), cancelled("r1", a, "exactly this")],
+    )
+    assert not p.pool.pending_requests
 
 
 def test_sp_18_failing_held_slots_frees_them_and_reports_the_emptied_tm(p):
@@ -251,32 +338,37 @@ def test_sp_18_failing_held_slots_frees_them_and_reports_the_emptied_tm(p):
         p.request(f"r{i}")
         p.offer(p.alloc(f"r{i}"), index=i)
     allocations = [p.pool.allocated_slots[f"r{i}"].allocation_id for i in range(5)]
-    for a in allocations[:4]:
-        assert types(p.fail(a)) == ["SlotRequestFailed", "SlotFreeRequested"]
-    last = p.fail(allocations[4])
-    assert types(last) == ["SlotRequestFailed", "SlotFreeRequested", "LastSlotOfTaskManagerFreed"]
-    assert last[2].resource_id == TM and TM in p.pool.registered_task_managers
+    for i, a in enumerate(allocations[:4]):
+        assert_derived(p.fail(a), [failed(f"r{i}", a, "boom"), free(a, "boom")])
+    last = allocations[4]
+    assert_derived(p.fail(last), [
+        failed("r4", last, "boom"), free(last, "boom"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id=TM),
+    ])  # fmt: skip
+    assert TM in p.pool.registered_task_managers
 
 
 def test_sp_19_failing_an_unknown_allocation_is_rejected_and_changes_nothing(p):
     before = p.pool.to_dict()
-    [rejected] = p.fail("unknown")
-    assert rejected.reason == "allocation unknown is unknown to the pool"
+    events = p.fail("unknown")
+    assert_derived(events, [rejected(events, "allocation unknown is unknown to the pool")])
     assert p.pool.to_dict() == before
 
 
 def test_sp_20_the_rm_failing_a_request_fails_it_and_cancels_the_same_allocation(p):
     p.request("r1")
     a = p.alloc("r1")
-    failed, cancelled = p.fail(a, cause="No pooled slot available")
-    assert failed.allocation_id == cancelled.allocation_id == a
+    cause = "No pooled slot available"
+    assert_derived(p.fail(a, cause=cause), [failed("r1", a, cause), cancelled("r1", a, cause)])
 
 
 def test_sp_21_a_request_times_out_on_the_timer_after_its_timeout(p):
     p.request("r1", timeout=1_000, at=10_000)
+    a = p.alloc("r1")
     assert p.tick(10_999) == []
-    events = p.tick(11_000)
-    assert types(events) == ["SlotRequestTimedOut", "SlotRequestCancelled"]
+    assert_derived(
+        p.tick(11_000), [timed_out("r1", a), cancelled("r1", a, "slot request timed out")]
+    )
     assert not p.pool.pending_requests
 
 
@@ -285,8 +377,7 @@ def test_sp_22_without_rm_a_request_is_stashed_and_times_out_there():
     p.start(rm=False)
     assert p.request("r1", timeout=100, at=5_000) == []
     assert list(p.pool.waiting_for_resource_manager) == ["r1"]
-    [timed_out] = p.tick(5_100)
-    assert timed_out.type_name() == "SlotRequestTimedOut" and timed_out.allocation_id is None
+    assert_derived(p.tick(5_100), [timed_out("r1", None)])
     assert not p.pool.waiting_for_resource_manager
 
 
@@ -294,20 +385,22 @@ def test_sp_23_an_offer_fulfils_a_stashed_request():
     p = Pool()
     p.start(rm=False)
     p.request("r1")
-    events = p.offer("x")
-    assert types(events) == ["SlotOfferAccepted", "SlotRequestFulfilled"]
+    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x")])
     assert not p.pool.waiting_for_resource_manager
 
 
 def test_sp_24_connecting_the_rm_sends_the_stash_in_order_with_fresh_allocations():
     p = Pool()
     p.start(rm=False)
-    for i in range(3):
-        p.request(f"r{i}")
+    asked_at = [p.request(f"r{i}").cause.event_time for i in range(3)]
     events = p.apply(ResourceManagerConnected, resource_manager_id="rm")
-    assert types(events) == ["SlotRequested"] * 3
-    assert [e.slot_request_id for e in events] == ["r0", "r1", "r2"]
-    assert len({e.allocation_id for e in events}) == 3
+    allocs = [Capture(f"alloc-{i}") for i in range(3)]
+    assert_derived(events, [
+        # the rest of each request's timeout, counted from when it was asked
+        requested(f"r{i}", allocs[i], timeout=asked_at[i] + 10_000 - events.cause.event_time)
+        for i in range(3)
+    ])  # fmt: skip
+    assert len({a.value for a in allocs}) == 3
 
 
 def test_sp_25_seed_requests_complete_in_request_order_after_the_first(p):
@@ -315,14 +408,12 @@ def test_sp_25_seed_requests_complete_in_request_order_after_the_first(p):
     each release then hands it to the oldest waiting request."""
     for i in range(10):
         p.request(f"r{i}")
-    first = p.offer(p.alloc("r9"))[1]
-    order = [first.slot_request_id]
-    current = first.slot_request_id
-    for _ in range(9):
-        [fulfilled] = p.release(current)
-        order.append(fulfilled.slot_request_id)
-        current = fulfilled.slot_request_id
-    assert order == ["r9"] + [f"r{i}" for i in range(9)]
+    a9 = p.alloc("r9")
+    assert_derived(p.offer(a9), [accepted(a9), fulfilled("r9", a9)])
+    current = "r9"
+    for i in range(9):
+        assert_derived(p.release(current), [fulfilled(f"r{i}", a9)])
+        current = f"r{i}"
 
 
 def test_sp_26_rm_disconnect_keeps_sent_requests_and_stashes_new_ones(p):
@@ -337,25 +428,29 @@ def test_sp_27_a_slot_arriving_after_its_request_timed_out_is_kept(p):
     p.request("r1", timeout=10, at=100)
     a = p.alloc("r1")
     p.tick(200)
-    assert types(p.offer(a)) == ["SlotOfferAccepted"]
+    assert_derived(p.offer(a), [accepted(a)])
     assert a in p.pool.available_slots
 
 
 def test_sp_28_allocate_available_slot_moves_it_or_is_rejected(p):
     p.offer("x")
-    [fulfilled] = p.apply(AvailableSlotAllocationRequested, slot_request_id="r", allocation_id="x")
-    assert fulfilled.type_name() == "SlotRequestFulfilled"
+    assert_derived(
+        p.apply(AvailableSlotAllocationRequested, slot_request_id="r", allocation_id="x"),
+        [fulfilled("r", "x")],
+    )
     assert not p.pool.available_slots and p.pool.allocated_slots["r"].allocation_id == "x"
-    [rejected] = p.apply(AvailableSlotAllocationRequested, slot_request_id="r2", allocation_id="x")
-    assert rejected.reason == "allocation x is not an available slot"
+    events = p.apply(AvailableSlotAllocationRequested, slot_request_id="r2", allocation_id="x")
+    assert_derived(events, [rejected(events, "allocation x is not an available slot")])
 
 
 def test_sp_29_tm_registration_has_set_semantics(p):
-    assert types(p.register("tm-2")) == ["JobMasterRegistrationAccepted"]
-    assert types(p.register("tm-2")) == ["JobMasterRegistrationAccepted"]
+    registered = expect(JobMasterRegistrationAccepted, job_id=JOB, job_master_id=JM,
+                        resource_id="tm-2")  # fmt: skip
+    assert_derived(p.register("tm-2"), [registered])
+    assert_derived(p.register("tm-2"), [registered])
     assert list(p.pool.registered_task_managers) == [TM, "tm-2"]
-    [rejected] = p.apply(TaskManagerDisconnected, resource_id="tm-9", cause="x")
-    assert rejected.reason == "TaskManager tm-9 is not registered"
+    events = p.apply(TaskManagerDisconnected, resource_id="tm-9", cause="x")
+    assert_derived(events, [rejected(events, "TaskManager tm-9 is not registered")])
 
 
 def test_sp_30_releasing_a_tm_frees_its_slots_fails_their_requests_and_keeps_pending(p):
@@ -364,11 +459,15 @@ def test_sp_30_releasing_a_tm_frees_its_slots_fails_their_requests_and_keeps_pen
     a1 = p.alloc("r1")
     p.offer(a1)
     p.offer("spare", index=1, prof=profile(1.0))
-    events = p.apply(TaskManagerDisconnected, resource_id=TM, cause="heartbeat timeout")
-    assert types(events) == ["SlotFreeRequested", "SlotRequestFailed", "SlotFreeRequested"]
-    assert [e.allocation_id for e in events] == ["spare", a1, a1]
+    cause = "heartbeat timeout"
+    assert_derived(
+        p.apply(TaskManagerDisconnected, resource_id=TM, cause=cause),
+        [free("spare", cause), failed("r1", a1, cause), free(a1, cause)],
+    )
     assert list(p.pool.pending_requests) == ["r2"]
-    assert types(p.offer("late")) == ["SlotOfferRejected"]
+    assert_derived(
+        p.offer("late"), [offer_rejected("late", "TaskManager tm-1 is not registered at the job")]
+    )
 
 
 def test_sp_31_idle_timeout_is_strictly_greater():
@@ -376,9 +475,11 @@ def test_sp_31_idle_timeout_is_strictly_greater():
     p.start()
     p.offer("s1", at=10_000)
     p.offer("s2", index=1, at=11_000)
-    events = p.tick(11_001)
-    assert types(events) == ["IdleSlotTimedOut", "SlotFreeRequested"]
-    assert events[0].allocation_id == "s1" and list(p.pool.available_slots) == ["s2"]
+    assert_derived(p.tick(11_001), [
+        expect(IdleSlotTimedOut, job_id=JOB, resource_id=TM, allocation_id="s1"),
+        free("s1", "slot idle for too long"),
+    ])  # fmt: skip
+    assert list(p.pool.available_slots) == ["s2"]
 
 
 def test_sp_32_an_idle_slot_is_gone_from_the_pool_once_released():
@@ -393,11 +494,13 @@ def test_sp_32_an_idle_slot_is_gone_from_the_pool_once_released():
 def test_sp_33_stopping_cancels_pending_and_frees_every_slot(p):
     p.request("r1", prof=profile(8.0))
     p.request("r2", prof=profile(8.0))
+    a1, a2 = p.alloc("r1"), p.alloc("r2")
     p.offer("x", prof=profile(1.0))
     p.offer("y", index=1, prof=profile(1.0))
-    events = p.apply(JobMasterStopped, cause="job finished")
-    assert types(events) == ["SlotRequestCancelled"] * 2 + ["SlotFreeRequested"] * 2
-    assert [e.allocation_id for e in events[2:]] == ["x", "y"]
+    assert_derived(p.apply(JobMasterStopped, cause="job finished"), [
+        cancelled("r1", a1, "job finished"), cancelled("r2", a2, "job finished"),
+        free("x", "SlotPool stopped: job finished"), free("y", "SlotPool stopped: job finished"),
+    ])  # fmt: skip
     assert p.pool.to_dict()["registered_task_managers"] == [] and not p.pool.started
 
 
@@ -405,9 +508,12 @@ def test_sp_34_suspend_cancels_pending_and_forgets_slots_without_freeing(p):
     p.request("r1")
     p.request("r2")
     p.offer("x")
-    events = p.apply(JobMasterLeadershipRevoked, job_master_id=JM)
-    assert types(events) == ["SlotRequestCancelled", "JobManagerDisconnected"]
-    assert "SlotFreeRequested" not in types(events)
+    a2 = p.alloc("r2")
+    assert_derived(p.apply(JobMasterLeadershipRevoked, job_master_id=JM), [
+        cancelled("r2", a2, "leadership revoked"),
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id=TM,
+               cause="leadership revoked"),
+    ])  # fmt: skip
     assert not p.pool.started and not p.pool.registered_task_managers
     assert not p.pool.available_slots and not p.pool.allocated_slots
 
@@ -442,8 +548,7 @@ def test_sp_36_available_slots_carry_their_tm_utilization(p):
 
 def test_sp_37_a_slot_too_small_for_the_request_does_not_fill_it(p):
     p.request("big", prof=profile(4.0, 1024))
-    events = p.offer("small", prof=profile(1.0, 256))
-    assert types(events) == ["SlotOfferAccepted"]
+    assert_derived(p.offer("small", prof=profile(1.0, 256)), [accepted("small")])
     assert "small" in p.pool.available_slots and "big" in p.pool.pending_requests
 
 
@@ -452,8 +557,7 @@ def test_sp_38_a_batch_request_without_rm_times_out_after_the_batch_timeout():
     p.start(rm=False)
     p.request("b", batch=True)
     assert p.tick(10) == []
-    [timed_out] = p.tick(12)
-    assert timed_out.type_name() == "SlotRequestTimedOut"
+    assert_derived(p.tick(12), [timed_out("b", None)])
 
 
 @pytest.mark.parametrize("held_as", ["available", "allocated"])
@@ -479,8 +583,11 @@ def test_sp_40_batch_requests_ignore_ordinary_allocation_failures(p):
 
 def test_sp_41_unfulfillable_failures_fail_batch_requests(p):
     p.request("b", batch=True)
-    events = p.fail(p.alloc("b"), cause="never", unfulfillable=True)
-    assert types(events) == ["SlotRequestFailed", "SlotRequestCancelled"]
+    a = p.alloc("b")
+    assert_derived(
+        p.fail(a, cause="never", unfulfillable=True),
+        [failed("b", a, "never"), cancelled("b", a, "never")],
+    )
 
 
 def test_sp_42_batch_requests_time_out_once_the_matching_slot_is_gone():
@@ -489,10 +596,14 @@ def test_sp_42_batch_requests_time_out_once_the_matching_slot_is_gone():
     p.offer("only", prof=profile(1.0, 1024))
     for name in ("b1", "b2", "b3"):
         p.request(name, prof=UNKNOWN, batch=True)
+    allocs = {name: p.alloc(name) for name in ("b1", "b2", "b3")}
     p.apply(TaskManagerDisconnected, resource_id=TM, cause="released")
     assert p.tick(50_000) == []
-    events = p.tick(51_001)
-    assert types(events) == ["SlotRequestTimedOut", "SlotRequestCancelled"] * 3
+    assert_derived(p.tick(51_001), [
+        event
+        for name, a in allocs.items()
+        for event in (timed_out(name, a), cancelled(name, a, "slot request timed out"))
+    ])  # fmt: skip
 
 
 def test_sp_43_a_disabled_batch_check_never_times_out():
@@ -533,16 +644,21 @@ def test_jm_9_leadership_with_the_same_id_again_is_a_no_op(p):
 
 def test_new_leadership_suspends_the_old_one_first(p):
     p.request("r1")
-    events = p.apply(JobMasterLeadershipGranted, job_master_id="jm-2")
-    assert types(events) == ["SlotRequestCancelled", "JobManagerDisconnected"]
+    a = p.alloc("r1")
+    cause = "leadership passed to jm-2"
+    assert_derived(p.apply(JobMasterLeadershipGranted, job_master_id="jm-2"), [
+        cancelled("r1", a, cause),
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id=TM, cause=cause),
+    ])  # fmt: skip
     assert p.pool.job_master_id == "jm-2" and not p.pool.pending_requests
 
 
 def test_offers_and_registrations_with_a_stale_job_master_id_are_refused(p):
-    [rejected] = p.offer("x", jm="jm-old")
-    assert rejected.reason == "JobMasterId jm-old is not the leader's"
-    [declined] = p.register("tm-2", jm="jm-old")
-    assert declined.type_name() == "JobMasterRegistrationDeclined"
+    stale = "JobMasterId jm-old is not the leader's"
+    assert_derived(p.offer("x", jm="jm-old"), [offer_rejected("x", stale)])
+    assert_derived(p.register("tm-2", jm="jm-old"), [
+        expect(JobMasterRegistrationDeclined, job_id=JOB, resource_id="tm-2", reason=stale),
+    ])  # fmt: skip
 
 
 def test_events_for_a_job_without_a_leader_are_rejected_with_a_reason():
@@ -554,31 +670,34 @@ def test_events_for_a_job_without_a_leader_are_rejected_with_a_reason():
         clock(SlotRequestReleased, job_id="ghost-job", slot_request_id="r"),
         clock(TaskManagerDisconnected, job_id="ghost-job", resource_id=TM, cause="x"),
     ]:
-        [rejected] = pool.apply(event)
-        assert rejected.type_name() == "EventRejected"
-        assert rejected.reason == "job ghost-job has no started SlotPool (no JobMaster leader)"
-        assert rejected.rejected_event_id == event.event_id
+        reason = "job ghost-job has no started SlotPool (no JobMaster leader)"
+        assert_derived(
+            pool.apply(event), [rejection(event, OwnerKind.JOB, "ghost-job", reason)],
+            cause=event, producer=PRODUCER,
+        )  # fmt: skip
     offer = clock(
         SlotOffered, job_id="ghost-job", resource_id=TM, slot_index=0, allocation_id="a",
         resource_profile=ANY,
     )  # fmt: skip
-    assert types(pool.apply(offer)) == ["SlotOfferRejected"]
+    assert_derived(pool.apply(offer), [expect(
+        SlotOfferRejected, job_id="ghost-job", job_master_id=None, resource_id=TM, slot_index=0,
+        allocation_id="a", reason="job ghost-job has no JobMaster leader",
+    )], cause=offer, producer=PRODUCER)  # fmt: skip
 
 
 def test_a_duplicate_request_id_is_rejected(p):
     p.request("r1")
-    [rejected] = p.request("r1")
-    assert rejected.reason == "slot request r1 already exists"
+    events = p.request("r1")
+    assert_derived(events, [rejected(events, "slot request r1 already exists")])
 
 
 def test_a_slot_the_task_executor_re_allocated_supersedes_the_old_allocation(p):
     p.request("r1")
     a1 = p.alloc("r1")
     p.offer(a1, index=0)
-    events = p.offer("newer", index=0)
-    assert types(events) == ["SlotOfferAccepted", "SlotRequestFailed"]
-    assert events[1].slot_request_id == "r1"
-    assert "slot 0 of tm-1 now holds allocation newer" in events[1].cause
+    assert_derived(p.offer("newer", index=0), [
+        accepted("newer"), failed("r1", a1, "slot 0 of tm-1 now holds allocation newer"),
+    ])  # fmt: skip
     assert p.pool.holds(a1) is None and "newer" in p.pool.available_slots
 
 
@@ -588,10 +707,11 @@ def test_te_15_every_tick_heartbeats_each_tm_with_the_slots_the_pool_holds_there
     a1 = p.alloc("r1")
     p.offer(a1, index=1)
     p.offer("spare", index=3)
-    beats = p.tick(50_000, heartbeats=True)
-    assert types(beats) == ["JobMasterHeartbeat", "JobMasterHeartbeat"]
-    assert [b.resource_id for b in beats] == [TM, "tm-2"]
-    assert {(i.slot_index, i.allocation_id) for i in beats[0].allocated_slots} == {
-        (1, a1), (3, "spare"),
-    }  # fmt: skip
-    assert beats[1].allocated_slots == [] and beats[0].job_master_id == JM
+
+    def beat(tm, *slots):
+        return expect(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, resource_id=tm,
+                      allocated_slots=[AllocatedSlotInfo(slot_index=i, allocation_id=a)
+                                       for i, a in slots])  # fmt: skip
+
+    # available slots first, then allocated ones (the pool's slots_of order)
+    assert_derived(p.tick(50_000, heartbeats=True), [beat(TM, (3, "spare"), (1, a1)), beat("tm-2")])

@@ -1,4 +1,5 @@
-"""TaskExecutor: one test per rule TE-* of flink-behavior.md that events can express."""
+"""TaskExecutor: one test per rule TE-* of flink-behavior.md that events can express, each
+asserting the exact derived events, in order."""
 
 from __future__ import annotations
 
@@ -9,33 +10,53 @@ from jobledger.schemas.cluster import (
     JobMasterHeartbeat,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
+    JobMasterRegistrationRequested,
     TaskManagerConnectionClosed,
+    TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.slots import (
+    AllocationFailed,
+    SlotAllocated,
+    SlotAllocationFailed,
     SlotAllocationRequested,
+    SlotFreed,
     SlotFreeRequested,
     SlotOfferAccepted,
+    SlotOffered,
     SlotOfferRejected,
 )
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
+    TaskExecutionStateChanged,
     TaskFinalStateReported,
+    TaskSubmissionAccepted,
+    TaskSubmissionRejected,
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind
+from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind, SlotStatus
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
 from jobledger.services.task_slot_table import TaskSlotState
 
-from .events import UNKNOWN, Clock, profile, types
+from .events import (
+    UNKNOWN,
+    Clock,
+    Derived,
+    assert_derived,
+    expect,
+    profile,
+    rejection,
+    types,
+)
 
 TM = "tm-1"
 JOB = "job-1"
 JM = "jm-1"
 DEFAULT = profile(1.0, 100)
+PRODUCER = "taskexecutor"
 
 
 class TE:
@@ -48,8 +69,9 @@ class TE:
                 resource_profile=DEFAULT,
             )  # fmt: skip
 
-    def apply(self, cls, at=None, **fields):
-        return self.te.apply(self.clock(cls, at=at, resource_id=TM, **fields))
+    def apply(self, cls, at=None, **fields) -> Derived:
+        event = self.clock(cls, at=at, resource_id=TM, **fields)
+        return Derived(self.te.apply(event), event, PRODUCER)
 
     def request(self, index, alloc, job=JOB, rm="rm", prof=UNKNOWN, at=None):
         return self.apply(
@@ -79,73 +101,138 @@ class TE:
             invokable_class_name="noop",
         )  # fmt: skip
 
-    def tick(self, at: int):
-        return self.te.apply(
-            self.clock(TimerFired, at=at, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
-        )
+    def tick(self, at: int) -> Derived:
+        timer = self.clock(TimerFired, at=at, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
+        return Derived(self.te.apply(timer), timer, PRODUCER)
 
     def state(self, alloc) -> TaskSlotState:
         return self.te.table.slots[alloc].state
 
 
-def accepted(events) -> list[tuple[str, str]]:
-    """The (attempt, allocation) of each event, which must all be TaskSubmissionAccepted."""
-    assert types(events) == ["TaskSubmissionAccepted"] * len(events)
-    return [(e.execution_attempt_id, e.allocation_id) for e in events]
+# the events the TaskExecutor derives, whole: every field named, defaults for this TM and job
+
+
+def allocated(alloc, index=0, job=JOB):
+    return expect(SlotAllocated, resource_id=TM, slot_index=index, allocation_id=alloc, job_id=job)
+
+
+def allocation_failed(alloc, reason, index=0, job=JOB):
+    return expect(
+        SlotAllocationFailed, resource_id=TM, slot_index=index, allocation_id=alloc, job_id=job,
+        reason=reason,
+    )  # fmt: skip
+
+
+def registration(job=JOB, jm=JM):
+    return expect(JobMasterRegistrationRequested, job_id=job, job_master_id=jm, resource_id=TM)
+
+
+def offered(alloc, index=0, prof=DEFAULT, jm=JM):
+    """A static slot is offered with the TaskExecutor's default profile (TST-7)."""
+    return expect(
+        SlotOffered, job_id=JOB, job_master_id=jm, resource_id=TM, slot_index=index,
+        allocation_id=alloc, resource_profile=prof,
+    )  # fmt: skip
+
+
+def freed(alloc, cause, index=0, job=JOB):
+    return expect(
+        SlotFreed, resource_id=TM, slot_index=index, allocation_id=alloc, job_id=job, cause=cause
+    )
+
+
+def allocation_lost(alloc, cause):
+    return expect(
+        AllocationFailed, job_id=JOB, job_master_id=JM, resource_id=TM, allocation_id=alloc,
+        cause=cause,
+    )  # fmt: skip
+
+
+def submitted(attempt, alloc):
+    return expect(
+        TaskSubmissionAccepted, job_id=JOB, resource_id=TM, execution_attempt_id=attempt,
+        allocation_id=alloc,
+    )  # fmt: skip
+
+
+def submission_rejected(attempt, alloc, reason):
+    return expect(
+        TaskSubmissionRejected, job_id=JOB, resource_id=TM, execution_attempt_id=attempt,
+        allocation_id=alloc, reason=reason,
+    )  # fmt: skip
+
+
+def task_failed(attempt, error, jm=JM):
+    return expect(
+        TaskExecutionStateChanged, job_id=JOB, job_master_id=jm, execution_attempt_id=attempt,
+        execution_state=ExecutionState.FAILED, error=error, resource_id=TM,
+    )  # fmt: skip
+
+
+def heartbeat(*slots: SlotStatus):
+    return expect(TaskManagerHeartbeat, resource_id=TM, slot_report=list(slots))
+
+
+def status(index, alloc=None, job=None, prof=DEFAULT) -> SlotStatus:
+    return SlotStatus(slot_index=index, resource_profile=prof, allocation_id=alloc, job_id=job)
+
+
+def rejected(events: Derived, reason: str):
+    return rejection(events.cause, OwnerKind.TASK_EXECUTOR, TM, reason)
 
 
 def test_te_1_slot_requests_before_rm_registration_are_refused():
     te = TE(registered=False)
-    [failed] = te.request(0, "a1")
-    assert failed.type_name() == "SlotAllocationFailed"
-    assert failed.reason == "TaskManager is not connected to the resource manager rm."
+    assert_derived(
+        te.request(0, "a1"),
+        [allocation_failed("a1", "TaskManager is not connected to the resource manager rm.")],
+    )
 
 
 def test_te_2_slot_request_from_another_rm_is_refused():
-    [failed] = TE().request(0, "a1", rm="rm-old")
-    assert failed.reason == "TaskManager is not connected to the resource manager rm-old."
+    assert_derived(
+        TE().request(0, "a1", rm="rm-old"),
+        [allocation_failed("a1", "TaskManager is not connected to the resource manager rm-old.")],
+    )
 
 
 def test_te_3_a_free_slot_is_allocated_and_the_job_master_is_asked_to_register():
     te = TE()
-    allocated, registration = te.request(0, "a1")
-    assert (allocated.type_name(), allocated.allocation_id) == ("SlotAllocated", "a1")
-    assert registration.type_name() == "JobMasterRegistrationRequested"
-    assert (registration.job_id, registration.job_master_id) == (JOB, JM)
+    assert_derived(te.request(0, "a1"), [allocated("a1"), registration()])
     assert te.state("a1") is TaskSlotState.ALLOCATED
-    assert types(te.request(1, "a2")) == ["SlotAllocated"], "registration is asked once"
+    assert_derived(te.request(1, "a2"), [allocated("a2", index=1)])  # registration asked once
 
 
 def test_te_3_with_a_job_master_connection_the_slot_is_offered_at_once():
     te = TE()
     te.connect()
-    _, offered = te.request(0, "a1")
-    assert offered.type_name() == "SlotOffered"
-    assert (offered.allocation_id, offered.slot_index, offered.job_master_id) == ("a1", 0, JM)
+    assert_derived(te.request(0, "a1"), [allocated("a1"), offered("a1")])
 
 
 def test_te_4_a_slot_taken_by_another_allocation_is_refused_naming_the_owner():
     te = TE()
     te.request(0, "a1")
     for job in ("job-2", JOB):
-        [failed] = te.request(0, "a2", job=job)
-        assert failed.type_name() == "SlotAllocationFailed"
-        assert "allocation a1 of job job-1" in failed.reason
+        assert_derived(te.request(0, "a2", job=job), [allocation_failed(
+            "a2", "The slot 0 has already been allocated for a different job: allocation a1 of "
+            "job job-1.", job=job,
+        )])  # fmt: skip
 
 
 def test_te_5_a_repeated_identical_request_is_acknowledged_without_change():
     te = TE()
     te.request(0, "a1")
     before = te.te.to_dict()
-    assert types(te.request(0, "a1")) == ["SlotAllocated"]
+    assert_derived(te.request(0, "a1"), [allocated("a1")])
     assert te.te.to_dict() == before
 
 
 def test_te_6_the_table_refusing_gives_could_not_allocate_slot():
     te = TE()
     te.request(0, "a1")
-    [failed] = te.request(1, "a1")
-    assert failed.reason == "Could not allocate slot."
+    assert_derived(
+        te.request(1, "a1"), [allocation_failed("a1", "Could not allocate slot.", index=1)]
+    )
     assert te.te.table.is_slot_free(1)
 
 
@@ -155,12 +242,12 @@ def test_te_7_partial_acceptance_frees_the_rejected_slot_and_tells_the_rm():
     te.request(1, "a2")
     te.connect()
     assert te.accept("a1") == []
-    [freed] = te.reject("a2")
-    assert (freed.type_name(), freed.slot_index, freed.allocation_id) == ("SlotFreed", 1, "a2")
-    assert accepted(te.submit("a1")) == [("att-1", "a1")]
-    [refused] = te.submit("a2", attempt="att-2")
-    assert refused.reason == "No task slot allocated for job ID job-1 and allocation ID a2."
-    assert types(te.request(1, "a2")) == ["SlotAllocated", "SlotOffered"]
+    assert_derived(te.reject("a2"), [freed("a2", "offer rejected: not needed", index=1)])
+    assert_derived(te.submit("a1"), [submitted("att-1", "a1")])
+    assert_derived(te.submit("a2", attempt="att-2"), [submission_rejected(
+        "att-2", "a2", "No task slot allocated for job ID job-1 and allocation ID a2."
+    )])  # fmt: skip
+    assert_derived(te.request(1, "a2"), [allocated("a2", index=1), offered("a2", index=1)])
 
 
 def test_te_8_a_task_submitted_before_the_offer_reply_activates_its_slot():
@@ -168,10 +255,10 @@ def test_te_8_a_task_submitted_before_the_offer_reply_activates_its_slot():
     te.request(0, "a1")
     te.request(1, "a2")
     te.connect()
-    assert accepted(te.submit("a1")) == [("att-1", "a1")]
+    assert_derived(te.submit("a1"), [submitted("att-1", "a1")])
     assert te.state("a1") is TaskSlotState.ACTIVE
     assert te.accept("a1") == []
-    assert types(te.reject("a2")) == ["SlotFreed"]
+    assert_derived(te.reject("a2"), [freed("a2", "offer rejected: not needed", index=1)])
 
 
 def test_te_9_a_renewed_job_master_connection_re_offers_what_is_still_allocated():
@@ -180,17 +267,16 @@ def test_te_9_a_renewed_job_master_connection_re_offers_what_is_still_allocated(
     te.request(1, "a2")
     te.connect()
     te.accept("a1")
-    [offered] = te.connect()
-    assert offered.allocation_id == "a2"
+    assert_derived(te.connect(), [offered("a2", index=1)])
 
 
 def test_te_10_a_declined_registration_offers_nothing_and_the_slots_time_out():
     te = TE()
     te.request(0, "a1", at=5_000)
     assert te.apply(JobMasterRegistrationDeclined, job_id=JOB, reason="no leader") == []
-    freed, heartbeat = te.tick(6_000)
-    assert (freed.type_name(), freed.allocation_id) == ("SlotFreed", "a1")
-    assert heartbeat.slot_report[0].allocation_id is None
+    assert_derived(te.tick(6_000), [
+        freed("a1", "slot timed out before it was used"), heartbeat(status(0), status(1)),
+    ])  # fmt: skip
 
 
 def test_te_11_a_reply_from_a_former_leader_is_ignored():
@@ -198,8 +284,8 @@ def test_te_11_a_reply_from_a_former_leader_is_ignored():
     te.request(0, "a1")
     te.connect()
     before = te.te.to_dict()
-    [rejected] = te.accept("a1", jm="jm-old")
-    assert rejected.reason == "no connection to JobMaster jm-old of job job-1"
+    events = te.accept("a1", jm="jm-old")
+    assert_derived(events, [rejected(events, "no connection to JobMaster jm-old of job job-1")])
     assert te.te.to_dict() == before
 
 
@@ -207,9 +293,7 @@ def test_te_12_an_accepted_slot_that_cannot_be_activated_is_reported_failed():
     te = TE()
     te.request(0, "a1")
     te.connect()
-    [failed] = te.accept("gone")
-    assert failed.type_name() == "AllocationFailed"
-    assert failed.cause == "Could not mark slot gone active."
+    assert_derived(te.accept("gone"), [allocation_lost("gone", "Could not mark slot gone active.")])
 
 
 def test_te_13_only_allocated_slots_are_offered():
@@ -219,21 +303,23 @@ def test_te_13_only_allocated_slots_are_offered():
     te.connect()
     te.accept("a0")
     te.submit("a1")
-    assert [e.allocation_id for e in te.connect()] == ["a2"]
+    assert_derived(te.connect(), [offered("a2", index=2)])
     te2 = TE(slots=3)
     te2.request(0, "x")
-    assert [e.allocation_id for e in te2.connect()] == ["x"]
+    assert_derived(te2.connect(), [offered("x")])
 
 
 def test_te_14_free_slot_tells_the_rm_drops_the_job_and_refuses_unknown_ones():
     te = TE()
     te.request(0, "a1")
     te.connect()
-    [freed] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="idle")
-    assert (freed.type_name(), freed.cause) == ("SlotFreed", "idle")
+    assert_derived(
+        te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="idle"),
+        [freed("a1", "idle")],
+    )
     assert JOB not in te.te.job_masters
-    [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="again")
-    assert rejected.reason == "no slot with allocation a1"
+    events = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="again")
+    assert_derived(events, [rejected(events, "no slot with allocation a1")])
 
 
 def test_te_15_heartbeat_sync_fails_what_the_te_lacks_and_frees_what_the_jm_forgot():
@@ -245,9 +331,13 @@ def test_te_15_heartbeat_sync_fails_what_the_te_lacks_and_frees_what_the_jm_forg
     te.accept("C", index=1)
     report = [AllocatedSlotInfo(slot_index=0, allocation_id="A"),
               AllocatedSlotInfo(slot_index=1, allocation_id="B")]  # fmt: skip
-    events = te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report)
-    assert types(events) == ["AllocationFailed", "SlotFreed"]
-    assert (events[0].allocation_id, events[1].allocation_id) == ("B", "C")
+    assert_derived(
+        te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report),
+        [
+            allocation_lost("B", "TaskExecutor tm-1 holds no slot for B"),
+            freed("C", "the JobMaster no longer holds the slot", index=1),
+        ],
+    )
     assert set(te.te.table.slots) == {"A"}
 
 
@@ -259,8 +349,8 @@ def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
     events = te.apply(
         JobManagerDisconnected, at=2_000, job_id=JOB, job_master_id=JM, cause="leader lost"
     )
-    assert types(events) == ["TaskExecutionStateChanged"]
-    assert (events[0].execution_state.value, events[0].error) == ("FAILED", "leader lost")
+    # the connection is gone before the task fails, so its failure names no JobMaster
+    assert_derived(events, [task_failed("att-1", "leader lost", jm=None)])
     assert te.state("a1") is TaskSlotState.ALLOCATED
     assert te.te.table.slots["a1"].timeout_at == 3_000
     assert JOB not in te.te.job_masters
@@ -269,11 +359,7 @@ def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
 def test_te_20_the_heartbeat_carries_the_current_slot_report():
     te = TE()
     te.request(1, "a1", at=100)
-    [heartbeat] = te.tick(200)
-    assert heartbeat.type_name() == "TaskManagerHeartbeat"
-    assert [(s.slot_index, s.allocation_id, s.job_id) for s in heartbeat.slot_report] == [
-        (0, None, None), (1, "a1", JOB),
-    ]  # fmt: skip
+    assert_derived(te.tick(200), [heartbeat(status(0), status(1, "a1", JOB))])
     assert TE(registered=False).tick(200) == []
 
 
@@ -310,30 +396,30 @@ def test_te_22_submission_checks_in_order(setup, kwargs, reason):
     if setup == "running":
         te.submit("a1")
     before = te.te.to_dict()
-    [rejected] = te.submit(kwargs.pop("alloc", "a1"), **kwargs)
-    assert (rejected.type_name(), rejected.reason) == ("TaskSubmissionRejected", reason)
+    alloc = kwargs.pop("alloc", "a1")
+    assert_derived(te.submit(alloc, **kwargs), [submission_rejected("att-1", alloc, reason)])
     assert te.te.to_dict() == before, "a refused submission changes nothing"
 
 
 def test_te_24_cancelling_an_unknown_task_is_refused():
     te = TE()
-    [rejected] = te.apply(TaskCancellationRequested, job_id=JOB, execution_attempt_id="ghost")
-    assert rejected.reason == "Cannot find task to stop for execution ghost."
+    events = te.apply(TaskCancellationRequested, job_id=JOB, execution_attempt_id="ghost")
+    assert_derived(events, [rejected(events, "Cannot find task to stop for execution ghost.")])
 
 
 def test_events_for_an_unregistered_task_executor_are_rejected():
     te = TE(registered=False)
-    [rejected] = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a", cause="x")
-    assert rejected.reason == "TaskExecutor tm-1 is not registered"
+    events = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a", cause="x")
+    assert_derived(events, [rejected(events, "TaskExecutor tm-1 is not registered")])
 
 
 def test_a_registration_with_an_absurd_number_of_slots_is_rejected():
     te = TE(registered=False)
-    [rejected] = te.apply(
+    events = te.apply(
         TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=2**31 - 1,
         resource_profile=DEFAULT,
     )  # fmt: skip
-    assert rejected.reason == "a TaskExecutor has 1 to 4096 slots, not 2147483647"
+    assert_derived(events, [rejected(events, "a TaskExecutor has 1 to 4096 slots, not 2147483647")])
     assert te.te.table is None and te.te.resource_manager_id is None
 
 
@@ -342,19 +428,21 @@ def test_a_task_that_reported_its_end_is_not_failed_when_its_slot_is_freed():
     te.request(0, "a1", at=1_000)
     te.connect()
     te.accept("a1")
-    assert accepted(te.submit("a1", attempt="att-1")) == [("att-1", "a1")]
-    assert accepted(te.submit("a1", attempt="att-2")) == [("att-2", "a1")]
+    assert_derived(te.submit("a1", attempt="att-1"), [submitted("att-1", "a1")])
+    assert_derived(te.submit("a1", attempt="att-2"), [submitted("att-2", "a1")])
 
     def report_end(attempt: str):
         return te.apply(TaskFinalStateReported, job_id=JOB, execution_attempt_id=attempt,
                         execution_state=ExecutionState.FINISHED)  # fmt: skip
 
     assert report_end("att-1") == []
-    freed = te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="job finished")
-    failed = [e.execution_attempt_id for e in freed if e.type_name() == "TaskExecutionStateChanged"]
-    assert failed == ["att-2"], "only the task that never reported its end is failed"
-    [refused] = report_end("att-1")
-    assert refused.type_name() == "EventRejected" and "att-1" in refused.reason
+    # only the task that never reported its end is failed
+    assert_derived(
+        te.apply(SlotFreeRequested, job_id=JOB, allocation_id="a1", cause="job finished"),
+        [task_failed("att-2", "slot a1 freed: job finished"), freed("a1", "job finished")],
+    )
+    events = report_end("att-1")
+    assert_derived(events, [rejected(events, "no task att-1 in the slot table")])
 
 
 def test_a_registration_the_resource_manager_never_made_ends_at_its_first_heartbeat():
@@ -370,11 +458,20 @@ def test_a_registration_the_resource_manager_never_made_ends_at_its_first_heartb
     driver.run([bogus])
     assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now) == [TM]
 
-    log = driver.run([clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)])
+    timer = clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
+    log = driver.run([timer])
 
     assert types(log) == [
         "TimerFired", "TaskManagerHeartbeat", "EventRejected", "TaskManagerConnectionClosed",
     ]  # fmt: skip
+    assert log[0] == timer
+    assert_derived(log[1:2], [heartbeat(status(0))], cause=timer, producer=PRODUCER)
+    reason = "TaskExecutor tm-1 is not registered"
+    assert_derived(log[2:], [
+        rejection(log[1], OwnerKind.RESOURCE_MANAGER, "resourcemanager", reason),
+        expect(TaskManagerConnectionClosed, resource_id=TM, resource_manager_id="resourcemanager",
+               cause=reason),
+    ], cause=log[1], producer="resourcemanager")  # fmt: skip
     assert driver.task_executors[TM].resource_manager_id is None
     assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now + 60_000) == []
     again = driver.run([clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)])
@@ -383,8 +480,8 @@ def test_a_registration_the_resource_manager_never_made_ends_at_its_first_heartb
 
 def test_a_connection_closed_by_another_resource_manager_is_rejected():
     te = TE()
-    [rejected] = te.apply(TaskManagerConnectionClosed, resource_manager_id="rm-old", cause="lost")
-    assert rejected.reason == "not connected to the resource manager rm-old"
+    events = te.apply(TaskManagerConnectionClosed, resource_manager_id="rm-old", cause="lost")
+    assert_derived(events, [rejected(events, "not connected to the resource manager rm-old")])
     assert te.te.resource_manager_id == "rm"
     assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost") == []
     assert te.te.resource_manager_id is None

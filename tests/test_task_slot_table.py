@@ -1,4 +1,7 @@
-"""TaskSlotTable, one test per rule of flink-behavior.md section 4b (TST-*)."""
+"""TaskSlotTable, one test per rule of flink-behavior.md section 4b (TST-*).
+
+The table answers with values, not events: results, slots and slot reports are compared whole,
+the way the reducer tests compare derived events."""
 
 from __future__ import annotations
 
@@ -6,9 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
+from jobledger.schemas.types import ResourceProfile, ResourceProfileKind, SlotStatus
 from jobledger.services.resource_profile import is_matching
-from jobledger.services.task_slot_table import AddTaskResult, TaskSlotState, TaskSlotTable
+from jobledger.services.task_slot_table import (
+    AddTaskResult,
+    FreeSlotResult,
+    TaskSlot,
+    TaskSlotState,
+    TaskSlotTable,
+)
 
 DEFAULT = ResourceProfile(
     kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=100,
@@ -68,8 +77,7 @@ def test_tst_4_exact_duplicate_allocation_is_refused_by_the_table():
 def test_tst_5_free_slot_returns_its_index_and_unknown_is_none():
     t = table()
     t.allocate_slot(1, "job", "a", UNKNOWN, None)
-    result = t.free_slot("a")
-    assert result is not None and result.freed and result.index == 1
+    assert t.free_slot("a") == FreeSlotResult(1, freed=True)
     assert t.is_slot_free(1) and not t.is_allocated(1, "job", "a")
     assert t.free_slot("a") is None
 
@@ -78,9 +86,10 @@ def test_tst_6_dynamic_slot_reports_negative_index():
     t = table(2)
     assert t.allocate_slot(-1, "job", "dyn", spec(0.5, 10), None)
     assert t.is_allocated(-1, "job", "dyn")
-    assert t.slot_report()[-1].slot_index == -1
-    result = t.free_slot("dyn")
-    assert result.freed and result.index == -1
+    assert t.slot_report()[-1] == SlotStatus(
+        slot_index=-1, resource_profile=spec(0.5, 10), allocation_id="dyn", job_id="job"
+    )
+    assert t.free_slot("dyn") == FreeSlotResult(-1, freed=True)
 
 
 def test_tst_7_static_slots_take_the_default_profile_dynamic_ones_keep_theirs():
@@ -99,11 +108,12 @@ def test_tst_8_report_has_every_static_index_then_dynamic_slots():
     t.allocate_slot(-1, "job", "d1", spec(0.1), None)
     t.allocate_slot(-1, "job", "d2", spec(0.1), None)
     t.free_slot("d1")
-    report = t.slot_report()
-    assert [(s.slot_index, s.allocation_id, s.job_id) for s in report] == [
-        (0, "s0", "job"), (1, None, None), (2, None, None), (-1, "d2", "job"),
-    ]  # fmt: skip
-    assert report[1].resource_profile == DEFAULT
+    assert t.slot_report() == [
+        SlotStatus(slot_index=0, resource_profile=DEFAULT, allocation_id="s0", job_id="job"),
+        SlotStatus(slot_index=1, resource_profile=DEFAULT),
+        SlotStatus(slot_index=2, resource_profile=DEFAULT),
+        SlotStatus(slot_index=-1, resource_profile=spec(0.1), allocation_id="d2", job_id="job"),
+    ]
 
 
 def test_tst_9_freeing_a_slot_with_a_task_releases_it_after_the_task():
@@ -111,11 +121,9 @@ def test_tst_9_freeing_a_slot_with_a_task_releases_it_after_the_task():
     t.allocate_slot(0, "job", "a", UNKNOWN, None)
     t.try_mark_slot_active("job", "a")
     assert t.add_task("job", "a", "att-1") is AddTaskResult.ADDED
-    result = t.free_slot("a")
-    assert not result.freed and result.tasks_to_fail == ("att-1",)
+    assert t.free_slot("a") == FreeSlotResult(0, freed=False, tasks_to_fail=("att-1",))
     assert t.slots["a"].state is TaskSlotState.RELEASING
-    freed = t.remove_task("att-1")
-    assert freed is not None and freed.allocation_id == "a"
+    assert t.remove_task("att-1") == TaskSlot(0, "a", "job", DEFAULT, TaskSlotState.RELEASING)
     assert t.is_slot_free(0)
 
 
@@ -139,7 +147,8 @@ def test_tst_12_add_task_checks_allocation_activity_and_duplicates():
     assert t.add_task("other-job", "a", "att") is AddTaskResult.SLOT_NOT_ACTIVE
     assert t.add_task("job", "a", "att") is AddTaskResult.ADDED
     assert t.add_task("job", "a", "att") is AddTaskResult.DUPLICATE_ATTEMPT
-    assert t.slot_of_task("att").allocation_id == "a" and t.slots["a"].tasks == ["att"]
+    assert t.slot_of_task("att") == TaskSlot(0, "a", "job", DEFAULT, TaskSlotState.ACTIVE, ["att"])
+    assert t.slots["a"].tasks == ["att"]
 
 
 def test_tst_13_index_past_the_table_is_a_precondition_failure():
