@@ -127,7 +127,7 @@ class TaskExecutor(Reducer):
     @handles(SlotAllocationRequested)
     def on_slot_allocation_requested(self, event: SlotAllocationRequested, out: Decisions) -> None:
         """requestSlot: TE-1..TE-6, then offer at once or register at the job's JobMaster."""
-        reason = self._allocation_refusal(event)
+        reason = self._allocate_or_refuse(event)
         if reason is not None:
             out.emit(
                 SlotAllocationFailed,
@@ -156,8 +156,9 @@ class TaskExecutor(Reducer):
                 resource_id=self.resource_id,
             )
 
-    def _allocation_refusal(self, event: SlotAllocationRequested) -> str | None:
-        """Why the slot cannot be allocated, or None once it is (or already was, TE-5)."""
+    def _allocate_or_refuse(self, event: SlotAllocationRequested) -> str | None:
+        """Allocate the slot in the table, or say why it cannot be: None once it is allocated
+        (or already was, TE-5), else the reason, with the table unchanged."""
         table = self.table
         if table is None or event.resource_manager_id != self.resource_manager_id:
             return (
@@ -339,7 +340,7 @@ class TaskExecutor(Reducer):
     def on_deployment(self, event: TaskDeploymentRequested, out: Decisions) -> None:
         """submitTask with Flink's checks in Flink's order (TE-22, TE-23); an accepted task
         is acknowledged on the TaskExecutor's own topic, where the runner waits for it."""
-        reason = self._submission_refusal(event)
+        reason = self._add_task_or_refuse(event)
         if reason is not None:
             out.emit(
                 TaskSubmissionRejected,
@@ -358,9 +359,10 @@ class TaskExecutor(Reducer):
             allocation_id=event.allocation_id,
         )
 
-    def _submission_refusal(self, event: TaskDeploymentRequested) -> str | None:
-        """Why the task cannot run here, or None once it is added. Checked before anything
-        changes, so a refused submission leaves the slot table as it was."""
+    def _add_task_or_refuse(self, event: TaskDeploymentRequested) -> str | None:
+        """Add the task to its slot, or say why it cannot run here: None once it is added,
+        else the reason. Everything is checked before anything changes, so a refused
+        submission leaves the slot table as it was."""
         table = self.table
         expected = self.job_masters.get(event.job_id)
         if table is None or expected is None:

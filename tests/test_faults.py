@@ -13,12 +13,17 @@ import uuid
 
 import pytest
 
-from jobledger.cli import demo
 from jobledger.projections.log_file import processed_by_services
 from jobledger.projections.replay import verify
 from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import JobStatus
+
+pytest.importorskip(
+    "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
+)
+
+from jobledger.cli import demo
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 from .runtime_harness import append, duplicates, read, service_process, wait_until_owning

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.cli import demo
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistered
 from jobledger.schemas.tasks import (
@@ -36,6 +35,12 @@ from jobledger.schemas.types import (
     ResultPartitionType,
 )
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+
+pytest.importorskip(
+    "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
+)
+
+from jobledger.cli import demo
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 pytestmark = pytest.mark.broker
