@@ -26,8 +26,9 @@ from .driver import ReducerDriver
 log = logging.getLogger("jobledger.snapshot")
 
 MAGIC = b"JLSNAP"
-VERSION = 3
-"""3: the driver remembers the decisions it awaits back and the ids it only rejected."""
+VERSION = 4
+"""4: the SlotPool knows its SlotRequestListener (3: the driver remembers the decisions it
+awaits back and the ids it only rejected)."""
 CHUNK_MAGIC = b"JLCHNK"
 CHUNK_HEADER = struct.Struct(">QII")
 """A chunk's snapshot id (its input offset), index and count."""
