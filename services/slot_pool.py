@@ -11,18 +11,16 @@ Invariants:
   but leadership.
 
 Its user (the job's Scheduler) calls it through a method API in Flink's names and hears
-what became of each request through the SlotRequestListener the pool defines; the log drives
-it with input events, whose handlers are thin wrappers over the same methods. Every decision
-is a derived event (DESIGN.md rules 2 and 3); time is the event time of the input, timeouts
-fire on TimerFired.
+what became of each request as its SlotRequestListener (slot_request_listener.py); the log
+drives it with input events, whose handlers are thin wrappers over the same methods. Every
+decision is a derived event (DESIGN.md rules 2 and 3); time is the event time of the input,
+timeouts fire on TimerFired.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
@@ -63,53 +61,9 @@ from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfil
 from .decisions import Decisions
 from .reducer import Reducer, handles
 from .resource_profile import is_matching
+from .slot_request_listener import Completion, SlotRequestListener, completes_requests
 
 PRODUCER = "slotpool"
-
-Completion = SlotRequestFulfilled | SlotRequestFailed | SlotRequestTimedOut
-"""A decision that completes a slot request (Flink completes the request's future)."""
-
-F = TypeVar("F", bound=Callable[..., None])
-
-
-class SlotRequestListener(Protocol):
-    """Who hears what became of the pool's slot requests. Flink's requestNewAllocatedSlot and
-    allocateAvailableSlot answer with a future the pool completes; here the pool calls its
-    listener with the decision that completes the request."""
-
-    def on_slot_request_fulfilled(self, fulfilled: SlotRequestFulfilled, out: Decisions) -> None:
-        """The future completed with a slot (allocated to the request)."""
-
-    def on_slot_request_failed(self, failed: SlotRequestFailed, out: Decisions) -> None:
-        """The future completed exceptionally: released while waiting, or its slot was lost."""
-
-    def on_slot_request_timed_out(self, timed_out: SlotRequestTimedOut, out: Decisions) -> None:
-        """The future completed with a TimeoutException: no slot within the request timeout."""
-
-
-def completes_requests(operation: F) -> F:
-    """Mark a SlotPool operation (its last argument the Decisions) that may complete slot
-    requests. The listener hears of them once the operation has derived all its decisions,
-    so it never sees the pool half-changed nor puts its reactions among the pool's decisions.
-
-    It hears of every request completed since the operation began, in order, including those
-    that an operation it called meanwhile completed and already told it of: seed 001's
-    JobMaster learnt of completions by scanning its decisions from where each call began, and
-    logs recorded with it depend on hearing of those twice (tests/scheduler_golden.py)."""
-
-    @functools.wraps(operation)
-    def run(pool: SlotPool, *args: Any) -> None:
-        out: Decisions = args[-1]
-        first = len(pool.completed)
-        operation(pool, *args)
-        told = first
-        while told < len(pool.completed):
-            pool.tell(pool.completed[told], out)
-            told += 1
-        if first == 0:
-            pool.completed.clear()
-
-    return run  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
