@@ -10,8 +10,11 @@ Invariants:
 - nothing happens without a JobMaster leader: a pool that is not started refuses everything
   but leadership.
 
-Every input is one event and every decision a derived event (DESIGN.md rules 2 and 3); time
-is the event time of the input, timeouts fire on TimerFired.
+Its user (the job's Scheduler) calls it through a method API in Flink's names and hears
+what became of each request as its SlotRequestListener (slot_request_listener.py); the log
+drives it with input events, whose handlers are thin wrappers over the same methods. Every
+decision is a derived event (DESIGN.md rules 2 and 3); time is the event time of the input,
+timeouts fire on TimerFired.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfil
 from .decisions import Decisions
 from .reducer import Reducer, handles
 from .resource_profile import is_matching
+from .slot_request_listener import Completion, SlotRequestListener, completes_requests
 
 PRODUCER = "slotpool"
 
@@ -107,6 +111,9 @@ class SlotPool(Reducer):
     allocated_slots: dict[str, AllocatedSlot] = field(default_factory=dict)
     request_of_allocation: dict[str, str] = field(default_factory=dict)
     available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
+    listener: SlotRequestListener | None = field(default=None, repr=False, compare=False)
+    completed: list[Completion] = field(default_factory=list, repr=False, compare=False)
+    """Requests completed within the input being reduced, until the listener heard of them."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -121,6 +128,21 @@ class SlotPool(Reducer):
             return self.available_slots[allocation_id][0]
         request = self.request_of_allocation.get(allocation_id)
         return self.allocated_slots[request] if request is not None else None
+
+    def pending(self, slot_request_id: str) -> bool:
+        """Whether the request still waits for a slot: stashed, or sent to the RM."""
+        return (
+            slot_request_id in self.pending_requests
+            or slot_request_id in self.waiting_for_resource_manager
+        )
+
+    def available_slot_for(self, resource_profile: ResourceProfile) -> str | None:
+        """The AllocationID of the first available slot matching `resource_profile`."""
+        return next(
+            (a for a, (slot, _) in self.available_slots.items()
+             if is_matching(slot.resource_profile, resource_profile)),
+            None,
+        )  # fmt: skip
 
     def slots_of(self, resource_id: str) -> list[AllocatedSlot]:
         available = [s for s, _ in self.available_slots.values() if s.resource_id == resource_id]
@@ -181,23 +203,26 @@ class SlotPool(Reducer):
         self._reject(out, f"job {self.job_id} has no started SlotPool (no JobMaster leader)")
         return True
 
-    @handles(JobMasterLeadershipGranted)
-    def on_leadership_granted(self, event: JobMasterLeadershipGranted, out: Decisions) -> None:
+    def start(self, job_master_id: str, out: Decisions) -> None:
         """start(jobMasterId): the same id again is a no-op; a new id suspends the old one."""
-        if event.job_master_id == self.job_master_id:
+        if job_master_id == self.job_master_id:
             return
         if self.started:
-            self._suspend(out, f"leadership passed to {event.job_master_id}")
-        self.job_master_id = event.job_master_id
+            self.suspend(f"leadership passed to {job_master_id}", out)
+        self.job_master_id = job_master_id
+
+    @handles(JobMasterLeadershipGranted)
+    def on_leadership_granted(self, event: JobMasterLeadershipGranted, out: Decisions) -> None:
+        self.start(event.job_master_id, out)
 
     @handles(JobMasterLeadershipRevoked)
     def on_leadership_revoked(self, event: JobMasterLeadershipRevoked, out: Decisions) -> None:
         if event.job_master_id != self.job_master_id:
             self._reject(out, f"JobMasterId {event.job_master_id} is not the leader's")
             return
-        self._suspend(out, "leadership revoked")
+        self.suspend("leadership revoked", out)
 
-    def _suspend(self, out: Decisions, cause: str) -> None:
+    def suspend(self, cause: str, out: Decisions) -> None:
         """Cancel pending requests at the RM, forget every slot without freeing it (SP-34)."""
         self._cancel_pending_at_resource_manager(out, cause)
         for resource_id in self.registered_task_managers:
@@ -210,15 +235,19 @@ class SlotPool(Reducer):
             )
         self._clear()
 
-    @handles(JobMasterStopped)
-    def on_stopped(self, event: JobMasterStopped, out: Decisions) -> None:
-        """close(): cancel pending requests, release every TaskManager (SP-33)."""
+    @completes_requests
+    def close(self, cause: str, out: Decisions) -> None:
+        """Cancel pending requests, release every TaskManager (SP-33)."""
         if self._refuse_unless_started(out):
             return
-        self._cancel_pending_at_resource_manager(out, event.cause)
+        self._cancel_pending_at_resource_manager(out, cause)
         for resource_id in list(self.registered_task_managers):
-            self._release_task_manager(resource_id, f"SlotPool stopped: {event.cause}", out)
+            self._release_task_manager(resource_id, f"SlotPool stopped: {cause}", out)
         self._clear()
+
+    @handles(JobMasterStopped)
+    def on_stopped(self, event: JobMasterStopped, out: Decisions) -> None:
+        self.close(event.cause, out)
 
     def _cancel_pending_at_resource_manager(self, out: Decisions, cause: str) -> None:
         for request in self.pending_requests.values():
@@ -276,52 +305,74 @@ class SlotPool(Reducer):
 
     # -- requests from the scheduler -----------------------------------------------------
 
+    def request_new_allocated_slot(
+        self, slot_request_id: str, resource_profile: ResourceProfile, timeout_ms: int,
+        out: Decisions,
+    ) -> None:  # fmt: skip
+        """A new slot from the RM, failing once `timeout_ms` passed without one (SP-1, SP-22)."""
+        deadline = out.cause.event_time + timeout_ms
+        self._request_new(PendingRequest(slot_request_id, resource_profile, False, deadline), out)
+
+    def request_new_allocated_batch_slot(
+        self, slot_request_id: str, resource_profile: ResourceProfile, out: Decisions
+    ) -> None:
+        """A new slot from the RM that times out only while no held slot could serve it and
+        ignores ordinary allocation failures (SP-38..SP-42)."""
+        self._request_new(PendingRequest(slot_request_id, resource_profile, True, None), out)
+
     @handles(NewAllocatedSlotRequested)
     def on_new_slot_requested(self, event: NewAllocatedSlotRequested, out: Decisions) -> None:
-        """requestNewAllocatedSlot / requestNewAllocatedBatchSlot (SP-1, SP-22)."""
+        if event.batch_request:
+            self.request_new_allocated_batch_slot(
+                event.slot_request_id, event.resource_profile, out
+            )
+        else:
+            self.request_new_allocated_slot(
+                event.slot_request_id, event.resource_profile, event.timeout_ms, out
+            )
+
+    def _request_new(self, request: PendingRequest, out: Decisions) -> None:
+        """Stash the request until an RM is connected, else send it there."""
         if self._refuse_unless_started(out):
             return
-        if self._knows_request(event.slot_request_id):
-            self._reject(out, f"slot request {event.slot_request_id} already exists")
+        if self._knows_request(request.slot_request_id):
+            self._reject(out, f"slot request {request.slot_request_id} already exists")
             return
-        request = PendingRequest(
-            event.slot_request_id,
-            event.resource_profile,
-            event.batch_request,
-            deadline=None if event.batch_request else event.event_time + event.timeout_ms,
-        )
         if self.resource_manager_id is None:
             self.waiting_for_resource_manager[request.slot_request_id] = request
         else:
             self._request_from_resource_manager(request, out)
 
     def _knows_request(self, slot_request_id: str) -> bool:
-        return (
-            slot_request_id in self.pending_requests
-            or slot_request_id in self.waiting_for_resource_manager
-            or slot_request_id in self.allocated_slots
-        )
+        return self.pending(slot_request_id) or slot_request_id in self.allocated_slots
+
+    @completes_requests
+    def allocate_available_slot(
+        self, slot_request_id: str, allocation_id: str, out: Decisions
+    ) -> None:
+        """Move an available slot to the request (SP-28)."""
+        if self._refuse_unless_started(out):
+            return
+        if self._knows_request(slot_request_id):
+            self._reject(out, f"slot request {slot_request_id} already exists")
+            return
+        entry = self.available_slots.pop(allocation_id, None)
+        if entry is None:
+            self._reject(out, f"allocation {allocation_id} is not an available slot")
+            return
+        self._allocate(slot_request_id, entry[0], out)
 
     @handles(AvailableSlotAllocationRequested)
     def on_allocate_available(
         self, event: AvailableSlotAllocationRequested, out: Decisions
     ) -> None:
-        """allocateAvailableSlot: move an available slot to the request (SP-28)."""
-        if self._refuse_unless_started(out):
-            return
-        if self._knows_request(event.slot_request_id):
-            self._reject(out, f"slot request {event.slot_request_id} already exists")
-            return
-        entry = self.available_slots.pop(event.allocation_id, None)
-        if entry is None:
-            self._reject(out, f"allocation {event.allocation_id} is not an available slot")
-            return
-        self._allocate(event.slot_request_id, entry[0], out)
+        self.allocate_available_slot(event.slot_request_id, event.allocation_id, out)
 
     def _allocate(self, slot_request_id: str, slot: AllocatedSlot, out: Decisions) -> None:
         self.allocated_slots[slot_request_id] = slot
         self.request_of_allocation[slot.allocation_id] = slot_request_id
-        out.emit(
+        self._complete(
+            out,
             SlotRequestFulfilled,
             job_id=self.job_id,
             slot_request_id=slot_request_id,
@@ -330,28 +381,48 @@ class SlotPool(Reducer):
             slot_index=slot.slot_index,
         )
 
-    @handles(SlotRequestReleased)
-    def on_request_released(self, event: SlotRequestReleased, out: Decisions) -> None:
-        """releaseSlot: cancel a waiting request (SP-11) or return a slot to the pool (SP-10)."""
+    def _complete(self, out: Decisions, cls: type[Completion], **fields: Any) -> None:
+        """Derive the decision that completes a request; the listener hears of it once the
+        operation is done (`completes_requests`)."""
+        self.completed.append(out.emit(cls, **fields))
+
+    def tell(self, completion: Completion, out: Decisions) -> None:
+        """Tell the listener, if any, of one completed request."""
+        if self.listener is None:
+            return
+        if isinstance(completion, SlotRequestFulfilled):
+            self.listener.on_slot_request_fulfilled(completion, out)
+        elif isinstance(completion, SlotRequestTimedOut):
+            self.listener.on_slot_request_timed_out(completion, out)
+        else:
+            self.listener.on_slot_request_failed(completion, out)
+
+    @completes_requests
+    def release_slot(self, slot_request_id: str, out: Decisions) -> None:
+        """Cancel a waiting request (SP-11) or return its slot to the pool (SP-10)."""
         if self._refuse_unless_started(out):
             return
-        request_id = event.slot_request_id
-        if request_id in self.waiting_for_resource_manager or request_id in self.pending_requests:
-            reason = f"Pending slot request with SlotRequestId {request_id} has been released."
-            self._fail_request(request_id, reason, out)
-        elif request_id in self.allocated_slots:
-            slot = self.allocated_slots.pop(request_id)
+        if self.pending(slot_request_id):
+            reason = f"Pending slot request with SlotRequestId {slot_request_id} has been released."
+            self._fail_request(slot_request_id, reason, out)
+        elif slot_request_id in self.allocated_slots:
+            slot = self.allocated_slots.pop(slot_request_id)
             del self.request_of_allocation[slot.allocation_id]
             self._fulfill_or_make_available(slot, out)
         else:
-            self._reject(out, f"slot request {request_id} is unknown to the pool")
+            self._reject(out, f"slot request {slot_request_id} is unknown to the pool")
+
+    @handles(SlotRequestReleased)
+    def on_request_released(self, event: SlotRequestReleased, out: Decisions) -> None:
+        self.release_slot(event.slot_request_id, out)
 
     def _fail_request(self, slot_request_id: str, cause: str, out: Decisions) -> None:
         """Fail a waiting request; one sent to the RM is cancelled there too."""
         request = self.waiting_for_resource_manager.pop(slot_request_id, None)
         if request is None:
             request = self.pending_requests.pop(slot_request_id)
-        out.emit(
+        self._complete(
+            out,
             SlotRequestFailed,
             job_id=self.job_id,
             slot_request_id=slot_request_id,
@@ -411,6 +482,7 @@ class SlotPool(Reducer):
         )
 
     @handles(TaskManagerDisconnected)
+    @completes_requests
     def on_task_manager_disconnected(self, event: TaskManagerDisconnected, out: Decisions) -> None:
         """releaseTaskManager: its slots are freed, their requests fail; pending stay (SP-30)."""
         if self._refuse_unless_started(out):
@@ -442,7 +514,8 @@ class SlotPool(Reducer):
             return
         request_id = self.request_of_allocation.pop(slot.allocation_id)
         del self.allocated_slots[request_id]
-        out.emit(
+        self._complete(
+            out,
             SlotRequestFailed,
             job_id=self.job_id,
             slot_request_id=request_id,
@@ -451,6 +524,7 @@ class SlotPool(Reducer):
         )
 
     @handles(SlotOffered)
+    @completes_requests
     def on_slot_offered(self, event: SlotOffered, out: Decisions) -> None:
         """offerSlot, exactly as the seed: registered TM, repeated offer, AllocationID clash,
         the request waiting on the AllocationID, the first matching request, else available."""
@@ -529,6 +603,7 @@ class SlotPool(Reducer):
         self.available_slots[slot.allocation_id] = (slot, out.cause.event_time)
 
     @handles(AllocationFailed)
+    @completes_requests
     def on_allocation_failed(self, event: AllocationFailed, out: Decisions) -> None:
         """failAllocation: a pending request fails (a batch one ignores ordinary failures), a
         held slot is freed and its TaskManager reported once the pool holds none of its slots."""
@@ -558,6 +633,7 @@ class SlotPool(Reducer):
     # -- time ----------------------------------------------------------------------------
 
     @handles(TimerFired)
+    @completes_requests
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         """Fire every due timeout, then heartbeat each registered TaskManager with the slots
         the pool holds there (TE-15's AllocatedSlotReport)."""
@@ -608,7 +684,8 @@ class SlotPool(Reducer):
         self, request: PendingRequest, waiting: dict[str, PendingRequest], out: Decisions
     ) -> None:
         del waiting[request.slot_request_id]
-        out.emit(
+        self._complete(
+            out,
             SlotRequestTimedOut,
             job_id=self.job_id,
             slot_request_id=request.slot_request_id,

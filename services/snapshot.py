@@ -26,8 +26,9 @@ from .driver import ReducerDriver
 log = logging.getLogger("jobledger.snapshot")
 
 MAGIC = b"JLSNAP"
-VERSION = 3
-"""3: the driver remembers the decisions it awaits back and the ids it only rejected."""
+VERSION = 4
+"""4: the JobMaster holds a Scheduler (services/scheduler.py), the SlotPool's listener (3: the
+driver remembers the decisions it awaits back and the ids it only rejected)."""
 CHUNK_MAGIC = b"JLCHNK"
 CHUNK_HEADER = struct.Struct(">QII")
 """A chunk's snapshot id (its input offset), index and count."""
@@ -40,7 +41,7 @@ _SCHEMA_STATE = "cluster deadletters jobs kvstate model rejections slots tasks t
 _SERVICE_STATE = (
     "driver execution_graph execution_state job_master job_status key_groups "
     "kv_state_location_registry resource_manager resource_profile restart_strategy "
-    "slot_placement slot_pool snapshot task_executor task_slot_table"
+    "scheduler slot_placement slot_pool snapshot task_executor task_slot_table"
 )
 STATE_MODULES = frozenset(
     [f"jobledger.schemas.{name}" for name in _SCHEMA_STATE.split()]

@@ -1,0 +1,443 @@
+"""Scheduler: one job's ExecutionGraph, status, scheduling, deployment, failover, restarts and
+rescale (Flink's DefaultScheduler behind SchedulerNG, seed 001), beside the JobMaster that
+leads the job and routes its inputs here.
+
+Invariants:
+- the job's status only moves along JobStatus's legal transitions and never leaves a
+  terminal one within one incarnation;
+- each execution vertex has one current attempt, in one ExecutionState, moved only by
+  Execution's legal moves;
+- every slot the job's executions hold came from the SlotPool; slots go back when an attempt
+  ends and are all released when the job ends (the pool closes).
+
+It asks the SlotPool for slots through the pool's methods and hears what became of each
+request as the pool's SlotRequestListener. Failover restarts the whole job (Flink's
+RestartAll strategy, RS-5); the restart strategy decides whether and after which delay,
+measured on TimerFired events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.slots import SlotRequestFailed, SlotRequestFulfilled, SlotRequestTimedOut
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+)
+from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind, ResultPartitionType
+from jobledger.schemas.types import ScheduleMode as Mode
+
+from . import execution_state as es
+from .decisions import Decisions
+from .execution_graph import Execution, ExecutionGraph, ExecutionVertex, InvalidJobGraph
+from .job_status import TERMINAL, transition_refusal
+from .kv_state_location_registry import KvStateLocationRegistry
+from .restart_strategy import RestartBackoff
+from .slot_pool import SlotPool
+
+SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
+
+
+@dataclass
+class Scheduler:
+    """One per JobMaster, for the job it was given; each incarnation (a fresh ExecutionGraph)
+    starts it over, as Flink's JobMaster starts a new scheduler."""
+
+    job_id: str
+    pool: SlotPool
+    slot_request_timeout_ms: int
+    job: JobSubmitted | None = None
+    job_master_id: str | None = None
+    """The leader the deployments name (set when scheduling starts)."""
+    status: JobStatus = JobStatus.INITIALIZING
+    graph: ExecutionGraph | None = None
+    registry: KvStateLocationRegistry | None = None
+    """The KvState locations of the graph's vertices (Flink keeps it by the ExecutionGraph)."""
+    backoff: RestartBackoff | None = None
+    restart_at: int | None = None
+    failure_cause: str | None = None
+    parallelism: dict[str, int] = field(default_factory=dict)
+    """Parallelism overrides of rescales, kept for every later incarnation."""
+    rescaled: ExecutionGraph | None = None
+    restarts: int = 0
+
+    def __post_init__(self) -> None:
+        self.pool.listener = self
+
+    def _reject(self, out: Decisions, reason: str) -> None:
+        out.reject(OwnerKind.JOB, self.job_id, reason)
+
+    # -- incarnations --------------------------------------------------------------------
+
+    def create_execution_graph(self, job: JobSubmitted, out: Decisions) -> None:
+        """A fresh incarnation of `job`: its ExecutionGraph in CREATED, restarts counted from
+        nothing. InvalidJobGraph (nothing changed) if the JobGraph cannot be expanded."""
+        graph = self._build_graph(job, out, self.parallelism)
+        self.job = job
+        self._install(graph)
+        self.rescaled = None
+        self.backoff = RestartBackoff(job.restart_strategy)
+        self.restarts = 0
+        self.restart_at = None
+        self.failure_cause = None
+        self.status = JobStatus.INITIALIZING
+        self._set_status(JobStatus.CREATED, None, out)
+
+    def _build_graph(
+        self, job: JobSubmitted, out: Decisions, parallelism: dict[str, int]
+    ) -> ExecutionGraph:
+        return ExecutionGraph.build(
+            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism
+        )
+
+    def _install(self, graph: ExecutionGraph) -> None:
+        self.graph = graph
+        self.registry = KvStateLocationRegistry(
+            self.job_id, {vid: jv.max_parallelism for vid, jv in graph.vertices.items()}
+        )
+
+    def _set_status(self, target: JobStatus, cause: str | None, out: Decisions) -> None:
+        if transition_refusal(self.status, target) is not None:
+            return
+        out.emit(
+            JobStatusChanged, job_id=self.job_id, from_status=self.status, to_status=target,
+            cause=cause,
+        )  # fmt: skip
+        self.status = target
+
+    def start_scheduling(self, job_master_id: str, out: Decisions) -> None:
+        """startScheduling for the leader `job_master_id`: RUNNING, then slots for what the
+        schedule mode starts with. A job that ran before starts from a fresh incarnation
+        (Flink's JobMaster.resetAndStartScheduler)."""
+        self.job_master_id = job_master_id
+        if self.status is not JobStatus.CREATED:
+            self.create_execution_graph(self.job, out)
+        self._set_status(JobStatus.RUNNING, None, out)
+        self._schedule_ready(out)
+
+    def suspend(self, cause: str, out: Decisions) -> None:
+        """Leadership lost: SUSPENDED, unless the job already ended."""
+        if self.graph is not None and self.status not in TERMINAL:
+            self._set_status(JobStatus.SUSPENDED, cause, out)
+
+    # -- scheduling and deployment -------------------------------------------------------
+
+    def _lazy(self) -> bool:
+        return self.job.schedule_mode in (
+            Mode.LAZY_FROM_SOURCES,
+            Mode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST,
+        )
+
+    def _schedule_ready(self, out: Decisions) -> None:
+        """Ask slots for every CREATED vertex whose inputs allow it (EAGER: all of them)."""
+        for job_vertex in self.graph.vertices.values():
+            if self._lazy() and not self._inputs_ready(job_vertex.vertex):
+                continue
+            for ev in job_vertex.subtasks:
+                if ev.current.state is ExecutionState.CREATED:
+                    self._schedule(ev, out)
+
+    def _inputs_ready(self, vertex) -> bool:
+        """LAZY_FROM_SOURCES: a BLOCKING input needs every producer FINISHED, a PIPELINED one
+        every producer at least RUNNING."""
+        for edge in vertex.inputs:
+            producers = [
+                ev.current.state for ev in self.graph.vertices[edge.source_vertex_id].subtasks
+            ]
+            if edge.result_partition_type is ResultPartitionType.BLOCKING:
+                if any(s is not ExecutionState.FINISHED for s in producers):
+                    return False
+            elif any(s not in (ExecutionState.RUNNING, ExecutionState.FINISHED) for s in producers):
+                return False
+        return True
+
+    def _schedule(self, ev: ExecutionVertex, out: Decisions) -> None:
+        """CREATED -> SCHEDULED; take an available slot of the pool, else request a new one,
+        under the attempt's id."""
+        execution = ev.current
+        execution.state = ExecutionState.SCHEDULED
+        execution.slot_request_id = execution.attempt_id
+        profile = self.graph.vertices[ev.job_vertex_id].vertex.resource_profile
+        available = self.pool.available_slot_for(profile)
+        if available is not None:
+            self.pool.allocate_available_slot(execution.attempt_id, available, out)
+        elif self.job.schedule_mode is Mode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST:
+            self.pool.request_new_allocated_batch_slot(execution.attempt_id, profile, out)
+        else:
+            self.pool.request_new_allocated_slot(
+                execution.attempt_id, profile, self.slot_request_timeout_ms, out
+            )
+
+    def _deploy(self, ev: ExecutionVertex, out: Decisions) -> None:
+        execution = ev.current
+        if execution.state is not ExecutionState.SCHEDULED or not execution.has_slot:
+            return
+        job_vertex = self.graph.vertices[ev.job_vertex_id]
+        execution.state = ExecutionState.DEPLOYING
+        out.emit(
+            TaskDeploymentRequested,
+            job_id=self.job_id,
+            job_master_id=self.job_master_id,
+            execution_attempt_id=execution.attempt_id,
+            vertex_id=ev.job_vertex_id,
+            subtask_index=ev.subtask_index,
+            attempt_number=execution.attempt_number,
+            number_of_subtasks=job_vertex.parallelism,
+            max_parallelism=job_vertex.max_parallelism,
+            allocation_id=execution.allocation_id,
+            resource_id=execution.resource_id,
+            slot_index=execution.slot_index,
+            invokable_class_name=job_vertex.vertex.invokable_class_name,
+            operators=job_vertex.vertex.operators,
+            inputs=self.graph.input_gates(ev),
+            outputs=self.graph.output_partitions(ev),
+        )
+
+    # -- what became of the slot requests (the SlotPool's SlotRequestListener) -----------
+
+    def on_slot_request_fulfilled(self, fulfilled: SlotRequestFulfilled, out: Decisions) -> None:
+        """A slot for one of our attempts: deploy (LAZY) or deploy all once all have one
+        (EAGER). A slot for an outdated attempt goes back (RS-8); requests that are not ours
+        (made directly of the pool) are left to whoever made them."""
+        if self.graph is None or fulfilled.slot_request_id not in self.graph.attempts:
+            return
+        ev = self.graph.find(fulfilled.slot_request_id)
+        if ev is None or ev.current.state is not ExecutionState.SCHEDULED:
+            self._release_slot(fulfilled.slot_request_id, out)
+            return
+        execution = ev.current
+        execution.allocation_id = fulfilled.allocation_id
+        execution.resource_id = fulfilled.resource_id
+        execution.slot_index = fulfilled.slot_index
+        if self._lazy():
+            self._deploy(ev, out)
+        elif all(e.has_slot for e in self.graph.executions()):
+            for waiting in self.graph.execution_vertices():
+                self._deploy(waiting, out)
+
+    def on_slot_request_failed(self, failed: SlotRequestFailed, out: Decisions) -> None:
+        self._slot_lost(failed.slot_request_id, failed.cause, out)
+
+    def on_slot_request_timed_out(self, timed_out: SlotRequestTimedOut, out: Decisions) -> None:
+        cause = f"NoResourceAvailableException: {SLOT_TIMEOUT_CAUSE}"
+        self._slot_lost(timed_out.slot_request_id, cause, out)
+
+    def _slot_lost(self, slot_request_id: str, cause: str, out: Decisions) -> None:
+        ev = self.graph.find(slot_request_id) if self.graph else None
+        if ev is None:
+            return
+        ev.current.slot_request_id = None
+        ev.current.allocation_id = None
+        self._fail_execution(ev, cause, out, suppress_restarts=False)
+
+    def _release_slot(self, slot_request_id: str, out: Decisions) -> None:
+        if self.pool.started:
+            self.pool.release_slot(slot_request_id, out)
+
+    # -- task states ---------------------------------------------------------------------
+
+    def update_task_execution_state(self, event: TaskExecutionStateChanged, out: Decisions) -> None:
+        """updateTaskExecutionState: a task's report moves its attempt (the leader's, already
+        fenced by the JobMaster)."""
+        ev = self._current(event.execution_attempt_id, out)
+        if ev is None:
+            return
+        if event.execution_state is ExecutionState.FAILED:
+            self._fail_execution(ev, event.error or "task failed", out, suppress_restarts=False)
+            return
+        outcome = es.on_reported(ev.current.state, event.execution_state)
+        if outcome.refused:
+            self._reject(out, outcome.refused)
+        if outcome.global_failure:
+            self._fail_execution(ev, outcome.global_failure, out, suppress_restarts=False)
+            return
+        self._move(ev, outcome, out)
+
+    def handle_task_deployment_failure(self, attempt_id: str, cause: str, out: Decisions) -> None:
+        """The TaskExecutor refused the deployment: the attempt fails."""
+        ev = self._current(attempt_id, out)
+        if ev is not None:
+            self._fail_execution(ev, cause, out, suppress_restarts=False)
+
+    def _current(self, attempt_id: str, out: Decisions) -> ExecutionVertex | None:
+        """The vertex whose current attempt is `attempt_id`; refused (ES-8) if none is."""
+        ev = self.graph.find(attempt_id) if self.graph else None
+        if ev is None:
+            self._reject(out, f"no current execution attempt {attempt_id}")
+        return ev
+
+    def _move(self, ev: ExecutionVertex, outcome: es.Outcome, out: Decisions) -> None:
+        """Apply an attempt's move and everything that follows from it."""
+        execution = ev.current
+        before = execution.state
+        execution.state = outcome.state
+        if outcome.cancel_task:
+            self._cancel_task(ev, out)
+        if execution.state is before:
+            return
+        if execution.state in es.TERMINAL:
+            self._release_execution_slot(execution, out)
+        if execution.state is ExecutionState.FAILED:
+            self._on_failure(ev.current.attempt_id, "task failed", out, suppress_restarts=False)
+            return
+        progressed = execution.state in (ExecutionState.RUNNING, ExecutionState.FINISHED)
+        if progressed and self._lazy() and self.status is JobStatus.RUNNING:
+            self._schedule_ready(out)
+        self._check_job_done(out)
+
+    def _cancel_task(self, ev: ExecutionVertex, out: Decisions) -> None:
+        execution = ev.current
+        if execution.resource_id is not None:
+            out.emit(
+                TaskCancellationRequested, job_id=self.job_id, resource_id=execution.resource_id,
+                execution_attempt_id=execution.attempt_id,
+            )  # fmt: skip
+
+    def _release_execution_slot(self, execution: Execution, out: Decisions) -> None:
+        request = execution.slot_request_id
+        execution.slot_request_id = None
+        if request is not None and (execution.has_slot or self.pool.pending(request)):
+            self._release_slot(request, out)
+
+    # -- failures and restarts -----------------------------------------------------------
+
+    def fail_job_vertex(self, job_vertex_id: str, cause: str, out: Decisions) -> None:
+        """Every subtask of the vertex fails, and the job with it, without restarts (KV-3)."""
+        for ev in self.graph.vertices[job_vertex_id].subtasks:
+            self._fail_execution(ev, cause, out, suppress_restarts=True)
+
+    def _fail_execution(
+        self, ev: ExecutionVertex, cause: str, out: Decisions, suppress_restarts: bool
+    ) -> None:
+        outcome = es.fail(ev.current.state)
+        if outcome.state is ev.current.state:
+            return
+        ev.current.state = outcome.state
+        self._release_execution_slot(ev.current, out)
+        if outcome.state is ExecutionState.FAILED:
+            self._on_failure(ev.current.attempt_id, cause, out, suppress_restarts)
+        else:
+            self._check_job_done(out)
+
+    def _on_failure(
+        self, attempt_id: str, cause: str, out: Decisions, suppress_restarts: bool
+    ) -> None:
+        """RS-2..RS-5, RS-9: count the failure; restart everything after the backoff, or fail
+        the job once its remaining tasks are cancelled."""
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            self._check_job_done(out)
+            return
+        now = out.cause.event_time
+        restartable = not suppress_restarts
+        if restartable:
+            self.backoff.notify_failure(now)
+            restartable = self.backoff.can_restart(now)
+        self.failure_cause = f"{attempt_id}: {cause}"
+        if restartable and self.status is JobStatus.RUNNING:
+            self._set_status(JobStatus.RESTARTING, self.failure_cause, out)
+            self.restart_at = now + self.backoff.backoff_ms
+        elif not restartable:
+            self._set_status(JobStatus.FAILING, self.failure_cause, out)
+            self.restart_at = None
+        self._cancel_all(out)
+        self._check_job_done(out)
+
+    def _cancel_all(self, out: Decisions) -> None:
+        for ev in self.graph.execution_vertices():
+            outcome = es.cancel(ev.current.state)
+            if outcome.state is not ev.current.state or outcome.cancel_task:
+                ev.current.state = outcome.state
+                if outcome.cancel_task:
+                    self._cancel_task(ev, out)
+                if outcome.state in es.TERMINAL:
+                    self._release_execution_slot(ev.current, out)
+
+    def _all_terminal(self) -> bool:
+        return all(e.state in es.TERMINAL for e in self.graph.executions())
+
+    def _check_job_done(self, out: Decisions) -> None:
+        """Move the job on once its executions allow: FINISHED, CANCELED, FAILED, or restart."""
+        if self.graph is None:
+            return
+        executions = list(self.graph.executions())
+        if self.status is JobStatus.RUNNING and all(
+            e.state is ExecutionState.FINISHED for e in executions
+        ):
+            self._end(JobStatus.FINISHED, None, out)
+        elif self._all_terminal():
+            if self.status is JobStatus.CANCELLING:
+                self._end(JobStatus.CANCELED, None, out)
+            elif self.status is JobStatus.FAILING:
+                self._end(JobStatus.FAILED, self.failure_cause, out)
+            elif self.status is JobStatus.RESTARTING:
+                self.restart_if_due(out)
+
+    def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
+        """A globally terminal status; every slot goes back (the pool closes)."""
+        self._set_status(status, cause, out)
+        self.pool.close(f"job {status.value}", out)
+
+    def restart_if_due(self, out: Decisions) -> None:
+        """Restart (into the rescaled graph, if any) once RESTARTING, the backoff has passed
+        and every execution has ended."""
+        if self.status is not JobStatus.RESTARTING:
+            return
+        if self.restart_at is None or out.cause.event_time < self.restart_at:
+            return
+        if not self._all_terminal():
+            return
+        self.restart_at = None
+        if self.rescaled is not None:
+            self._install(self.rescaled)
+            self.rescaled = None
+        else:
+            self.restarts += 1
+            for ev in self.graph.execution_vertices():
+                self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))
+        self._set_status(JobStatus.RUNNING, None, out)
+        self._schedule_ready(out)
+
+    def next_timer(self) -> int | None:
+        """The restart delay's end once every execution has ended (until then the end of the
+        last one restarts the job); None when no restart waits."""
+        if self.status is JobStatus.RESTARTING and self._all_terminal():
+            return self.restart_at
+        return None
+
+    # -- cancel and rescale --------------------------------------------------------------
+
+    def cancel(self, out: Decisions) -> None:
+        if self.graph is None or self.status in TERMINAL or self.status is JobStatus.CANCELLING:
+            self._reject(out, f"job {self.job_id} cannot be cancelled in {self.status.value}")
+            return
+        self.restart_at = None
+        self._set_status(JobStatus.CANCELLING, "cancelled by request", out)
+        self._cancel_all(out)
+        self._check_job_done(out)
+
+    def rescale(self, new_parallelism: int, vertex_id: str | None, out: Decisions) -> None:
+        """A new ExecutionGraph at the new parallelism (of one vertex, or all), then a restart
+        into it."""
+        if self.graph is None or self.status is not JobStatus.RUNNING:
+            self._reject(out, f"job {self.job_id} cannot be rescaled in {self.status.value}")
+            return
+        if new_parallelism <= 0:
+            self._reject(out, f"parallelism must be > 0, not {new_parallelism}")
+            return
+        targets = [vertex_id] if vertex_id else list(self.graph.vertices)
+        parallelism = dict(self.parallelism)
+        parallelism.update({vid: new_parallelism for vid in targets})
+        try:
+            graph = self._build_graph(self.job, out, parallelism)
+        except (InvalidJobGraph, KeyError) as exc:
+            self._reject(out, f"cannot rescale: {exc}")
+            return
+        self.parallelism = parallelism
+        self.rescaled = graph
+        self.restart_at = out.cause.event_time
+        self._set_status(JobStatus.RESTARTING, f"rescaling to {new_parallelism}", out)
+        self._cancel_all(out)
+        self._check_job_done(out)

@@ -1,0 +1,64 @@
+"""What the SlotPool tells its user about slot requests, and when.
+
+Flink's requestNewAllocatedSlot and allocateAvailableSlot answer with a future the pool
+completes; here the pool derives the decision that completes a request and tells its
+SlotRequestListener (the job's Scheduler) of it. Kept apart from the pool so that this seam,
+the one place the pool calls back into its user, shows in the imports.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from jobledger.schemas.slots import SlotRequestFailed, SlotRequestFulfilled, SlotRequestTimedOut
+
+from .decisions import Decisions
+
+if TYPE_CHECKING:
+    from .slot_pool import SlotPool
+
+Completion = SlotRequestFulfilled | SlotRequestFailed | SlotRequestTimedOut
+"""A decision that completes a slot request (Flink completes the request's future)."""
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+class SlotRequestListener(Protocol):
+    """Who hears what became of the pool's slot requests, one call per completed future."""
+
+    def on_slot_request_fulfilled(self, fulfilled: SlotRequestFulfilled, out: Decisions) -> None:
+        """The future completed with a slot (allocated to the request)."""
+
+    def on_slot_request_failed(self, failed: SlotRequestFailed, out: Decisions) -> None:
+        """The future completed exceptionally: released while waiting, or its slot was lost."""
+
+    def on_slot_request_timed_out(self, timed_out: SlotRequestTimedOut, out: Decisions) -> None:
+        """The future completed with a TimeoutException: no slot within the request timeout."""
+
+
+def completes_requests(operation: F) -> F:
+    """Mark a SlotPool operation (its last argument the Decisions) that may complete slot
+    requests (the pool keeps them in `completed`). The listener hears of them once the
+    operation has derived all its decisions, so it never sees the pool half-changed nor puts
+    its reactions among the pool's decisions.
+
+    It hears of every request completed since the operation began, in order, including those
+    that an operation it called meanwhile completed and already told it of: seed 001's
+    JobMaster learnt of completions by scanning its decisions from where each call began, and
+    logs recorded with it depend on hearing of those twice (tests/scheduler_golden.py)."""
+
+    @functools.wraps(operation)
+    def run(pool: SlotPool, *args: Any) -> None:
+        out: Decisions = args[-1]
+        first = len(pool.completed)
+        operation(pool, *args)
+        told = first
+        while told < len(pool.completed):
+            pool.tell(pool.completed[told], out)
+            told += 1
+        if first == 0:
+            pool.completed.clear()
+
+    return run  # type: ignore[return-value]
