@@ -114,6 +114,8 @@ class SlotPool(Reducer):
     listener: SlotRequestListener | None = field(default=None, repr=False, compare=False)
     completed: list[Completion] = field(default_factory=list, repr=False, compare=False)
     """Requests completed within the input being reduced, until the listener heard of them."""
+    told: int = field(default=0, repr=False, compare=False)
+    """How many of `completed` the listener has heard of."""
 
     producer: ClassVar[str] = PRODUCER
 

@@ -44,21 +44,22 @@ def completes_requests(operation: F) -> F:
     operation has derived all its decisions, so it never sees the pool half-changed nor puts
     its reactions among the pool's decisions.
 
-    It hears of every request completed since the operation began, in order, including those
-    that an operation it called meanwhile completed and already told it of: seed 001's
-    JobMaster learnt of completions by scanning its decisions from where each call began, and
-    logs recorded with it depend on hearing of those twice (tests/scheduler_golden.py)."""
+    Each completion is heard exactly once, in order: `told` counts those already told, so an
+    operation the listener calls while it reacts tells of what it completed itself, and the
+    outer operation goes on after them. (Telling a completion twice made the scheduler take
+    a deployed attempt for an outdated one and hand its slot to another: two attempts in one
+    slot, tests/test_scheduler.py.)"""
 
     @functools.wraps(operation)
     def run(pool: SlotPool, *args: Any) -> None:
         out: Decisions = args[-1]
-        first = len(pool.completed)
+        outermost = not pool.completed
         operation(pool, *args)
-        told = first
-        while told < len(pool.completed):
-            pool.tell(pool.completed[told], out)
-            told += 1
-        if first == 0:
+        while pool.told < len(pool.completed):
+            pool.told += 1
+            pool.tell(pool.completed[pool.told - 1], out)
+        if outermost:
             pool.completed.clear()
+            pool.told = 0
 
     return run  # type: ignore[return-value]

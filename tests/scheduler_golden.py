@@ -387,9 +387,11 @@ def lone_pool(seed: int) -> Played:
 
 
 REDELIVERED = [350, 376, 394, 462, 545, 553, 579, 754]
-"""Job seeds whose logs depend on seed 001's JobMaster reacting twice to a slot decision that
-a nested SlotPool call derived while it reacted to an earlier one (found by comparing against
-a JobMaster that reacts once): they hold that behaviour too."""
+"""Job seeds that met a slot completion told twice to the scheduler (a nested SlotPool call
+told it, then the outer call again), which put two attempts in one slot. Their logs, and
+job-69's, are the only ones the fix changed: the golden was recorded before the scheduler
+split, and re-recorded once, for that fix alone."""
+
 
 SCENARIOS: dict[str, Callable[[], Played]] = {
     "invalid-submissions": invalid_submissions,

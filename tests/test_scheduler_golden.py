@@ -1,6 +1,8 @@
 """Splitting the scheduler out of the JobMaster changed no event and no event id: every
 scenario of tests/scheduler_golden.py derives, event for event and field for field, the log
-(and the state) recorded on the code before the split."""
+(and the state) recorded on the code before the split. The golden was re-recorded once after
+the split, for the fix of a slot completion told twice (only job-69 and the REDELIVERED
+seeds changed)."""
 
 from __future__ import annotations
 
