@@ -34,7 +34,6 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser(
         "replay", parents=[common], help="rebuild every reducer's state from the log",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     p.add_argument(

@@ -39,7 +39,27 @@ def build_parser() -> argparse.ArgumentParser:
     services.add_parsers(sub, common)
     log.add_parsers(sub, common)
     runner.add_parsers(sub, common)
+    _show_defaults(parser)
     return parser
+
+
+class _DefaultsShown(argparse.HelpFormatter):
+    """Help that ends an option's line with its default, where it has one the help text
+    does not already name."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every command's --help shows its defaults."""
+    parser.formatter_class = _DefaultsShown
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        for child in getattr(action, "choices", {}).values():
+            _show_defaults(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,7 +54,6 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "runner",
         parents=[common],
         help="run deployed tasks with Spark Structured Streaming",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_runner_arguments(p, "local[*]")
     p.set_defaults(func=cmd_runner)

@@ -26,7 +26,6 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     services = p.add_subparsers(dest="services_command", required=True, metavar="ACTION")
     c = services.add_parser(
         "run", parents=[common], help="host reducers for owned partitions",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     c.add_argument("--batch-size", type=positive_int, default=500, help="records per transaction")
     c.add_argument(

@@ -78,7 +78,6 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p = sub.add_parser(
         "tail", parents=[common],
         help="print a topic's events (kcat-style offsets, partitions and filters)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument(
         "topic", nargs="?",

@@ -21,7 +21,7 @@ from jobledger.schemas.topics import TopicRole
 
 from .job_master import JobMaster, JobMasterConfig
 from .reducer import Reducer
-from .resource_manager import ResourceManager, ResourceManagerConfig
+from .resource_manager import ResourceManager
 from .slot_pool import SlotPool
 from .task_executor import TaskExecutor, TaskExecutorConfig
 
@@ -68,10 +68,6 @@ class ReducerDriver:
     @property
     def pools(self) -> dict[str, SlotPool]:
         return {job: jm.pool for job, jm in self.job_masters.items()}
-
-    @classmethod
-    def with_resource_manager(cls, config: ResourceManagerConfig, **kwargs) -> ReducerDriver:
-        return cls(resource_manager=ResourceManager(config), **kwargs)
 
     def owner(self, event: Event) -> Reducer | None:
         """The reducer owning `event`'s partition key. Keys that own nothing yet get a

@@ -252,10 +252,8 @@ class JobMaster(Reducer):
         """The event's key group range, once the job, the leader and the range are valid."""
         if self._kv_refused(event, out):
             return None
-        start = event.key_group_range.start_key_group
-        end = event.key_group_range.end_key_group
         try:
-            return KeyGroupRange(start, end)
+            return KeyGroupRange.from_record(event.key_group_range)
         except ValueError as exc:
             self._kv_reject(event, str(exc), out)
             return None

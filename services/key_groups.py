@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobledger.schemas import types
+
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 
@@ -96,7 +98,13 @@ def assign_key_to_parallel_operator(key: object, max_parallelism: int, paralleli
 
 @dataclass(frozen=True)
 class KeyGroupRange:
-    """An inclusive range of key groups; `of(s, e)` with s > e is the empty range (KG-7)."""
+    """An inclusive range of key groups; `of(s, e)` with s > e is the empty range (KG-7).
+
+    Flink's KeyGroupRange, the one the reducers and the runner compute with. The event
+    catalog's record of the same name (`schemas.types.KeyGroupRange`) is only its wire form:
+    events carry that, and code crosses between the two with `to_record` / `from_record`
+    alone (a layer test holds that nothing else in the engine imports the record).
+    """
 
     start: int
     end: int
@@ -120,6 +128,14 @@ class KeyGroupRange:
 
     def intersection(self, other: KeyGroupRange) -> KeyGroupRange:
         return KeyGroupRange.of(max(self.start, other.start), min(self.end, other.end))
+
+    @classmethod
+    def from_record(cls, record: types.KeyGroupRange) -> KeyGroupRange:
+        """The range an event carries; ValueError if it is no range."""
+        return cls(record.start_key_group, record.end_key_group)
+
+    def to_record(self) -> types.KeyGroupRange:
+        return types.KeyGroupRange(start_key_group=self.start, end_key_group=self.end)
 
 
 EMPTY_KEY_GROUP_RANGE = KeyGroupRange(0, -1)

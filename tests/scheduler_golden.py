@@ -64,7 +64,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.job_master import JobMasterConfig
-from jobledger.services.resource_manager import ResourceManagerConfig
+from jobledger.services.resource_manager import ResourceManager, ResourceManagerConfig
 from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
 
 from . import scenario as slot_scenario
@@ -344,8 +344,8 @@ def slot_management() -> Played:
 def slot_chaos_run(seed: int) -> Played:
     """The slot invariants' random steps, over two jobs' pools in the whole cluster."""
     pool = SlotPoolConfig(idle_slot_timeout_ms=3_000, batch_slot_timeout_ms=4_000)
-    driver = ReducerDriver.with_resource_manager(
-        ResourceManagerConfig(heartbeat_timeout_ms=50_000),
+    driver = ReducerDriver(
+        resource_manager=ResourceManager(ResourceManagerConfig(heartbeat_timeout_ms=50_000)),
         job_master_config=JobMasterConfig(pool=pool),
     )
     log: list[Event] = []

@@ -185,3 +185,22 @@ def test_the_layer_checks_see_real_imports():
     assert "jobledger.services.kafka" in GRAPH["jobledger.projections.log_file"]
     assert "jobledger.cli.options" in GRAPH["jobledger.cli.runner"]
     assert _layer("jobledger.cli.main") > _layer("jobledger.projections.replay")
+
+
+def test_the_engine_meets_the_wire_form_of_a_key_group_range_only_in_key_groups():
+    """Two classes carry Flink's name KeyGroupRange: the range the engine computes with
+    (`services/key_groups.py`) and the event catalog's record of it. Only key_groups.py
+    converts between them, so no engine module can take one for the other."""
+    importers = sorted(
+        name
+        for name, path in MODULES.items()
+        if name.startswith("jobledger.services")
+        and name != "jobledger.services.key_groups"
+        and any(
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").endswith("schemas.types")
+            and any(alias.name == "KeyGroupRange" for alias in node.names)
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert importers == []

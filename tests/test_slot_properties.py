@@ -34,7 +34,7 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import OwnerKind
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.job_master import JobMasterConfig
-from jobledger.services.resource_manager import ResourceManagerConfig, SlotState
+from jobledger.services.resource_manager import ResourceManager, ResourceManagerConfig, SlotState
 from jobledger.services.slot_pool import SlotPoolConfig
 
 from .events import ANY, UNKNOWN, profile
@@ -125,8 +125,10 @@ def to_event(step: dict, n: int, driver: ReducerDriver) -> Event:
 
 def run(script: list[dict], check=None, heartbeat_timeout_ms: int = 50_000) -> list[Event]:
     pool = SlotPoolConfig(idle_slot_timeout_ms=3_000, batch_slot_timeout_ms=4_000)
-    driver = ReducerDriver.with_resource_manager(
-        ResourceManagerConfig(heartbeat_timeout_ms=heartbeat_timeout_ms),
+    driver = ReducerDriver(
+        resource_manager=ResourceManager(
+            ResourceManagerConfig(heartbeat_timeout_ms=heartbeat_timeout_ms)
+        ),
         job_master_config=JobMasterConfig(pool=pool),
     )
     log: list[Event] = []

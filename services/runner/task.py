@@ -29,7 +29,7 @@ from jobledger.schemas.tasks import (
     TaskExecutionStateChanged,
     TaskFinalStateReported,
 )
-from jobledger.schemas.types import ExecutionState, KeyGroupRange, OperatorSpec
+from jobledger.schemas.types import ExecutionState, OperatorSpec
 
 from .. import kafka
 from ..decisions import derived_id
@@ -219,8 +219,7 @@ class TaskIO:
             event_id=derived_id(d.event_id, f"runner/kvstate/{registration_name}"),
             event_time=int(time.time() * 1000), producer=PRODUCER, job_id=d.job_id,
             job_master_id=d.job_master_id, job_vertex_id=d.vertex_id,
-            key_group_range=KeyGroupRange(start_key_group=groups.start,
-                                          end_key_group=groups.end),
+            key_group_range=groups.to_record(),
             registration_name=registration_name, kv_state_id=kv_state_id,
             server_host=d.resource_id, server_port=0,
         ))  # fmt: skip
