@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from jobledger.schemas.slots import SlotRequestFailed, SlotRequestFulfilled, SlotRequestTimedOut
 
 from .decisions import Decisions
-
-if TYPE_CHECKING:
-    from .slot_pool import SlotPool
 
 Completion = SlotRequestFulfilled | SlotRequestFailed | SlotRequestTimedOut
 """A decision that completes a slot request (Flink completes the request's future)."""
@@ -38,6 +35,15 @@ class SlotRequestListener(Protocol):
         """The future completed with a TimeoutException: no slot within the request timeout."""
 
 
+class CompletingPool(Protocol):
+    """What `completes_requests` needs of the pool (the SlotPool, without importing it)."""
+
+    completed: list[Completion]
+    told: int
+
+    def tell(self, completion: Completion, out: Decisions) -> None: ...
+
+
 def completes_requests(operation: F) -> F:
     """Mark a SlotPool operation (its last argument the Decisions) that may complete slot
     requests (the pool keeps them in `completed`). The listener hears of them once the
@@ -51,7 +57,7 @@ def completes_requests(operation: F) -> F:
     slot, tests/test_scheduler.py.)"""
 
     @functools.wraps(operation)
-    def run(pool: SlotPool, *args: Any) -> None:
+    def run(pool: CompletingPool, *args: Any) -> None:
         out: Decisions = args[-1]
         outermost = not pool.completed
         operation(pool, *args)
