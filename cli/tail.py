@@ -87,9 +87,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("-p", "--partition", type=non_negative_int, help="only this partition")
     p.add_argument(
         "-o", "--offset", action="append", type=offset_spec, metavar="OFFSET", default=[],
-        help="start at beginning | end | <offset> | -<n> (n before the end) | s@<time>, and/or "
-        "stop before e@<time>; time in epoch ms or ISO 8601 (default: end, or beginning with "
-        "--file)",
+        help="start at beginning | end | <offset> | -<n> (n offsets before the end, as kcat; "
+        "transaction markers take offsets too) | s@<time>, and/or stop before e@<time>; time "
+        "in epoch ms or ISO 8601 (default: end, or beginning with --file)",
     )  # fmt: skip
     p.add_argument("-c", "--count", type=non_negative_int, help="stop after N events shown")
     p.add_argument(
