@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from jobledger.services import apache_kafka, broker, kafka
 from jobledger.services.home import home
@@ -66,20 +67,17 @@ def cmd_broker(args: argparse.Namespace) -> int:
         stopped = broker.stop()
         print(f"stopped {_describe(stopped)}" if stopped else "no broker was running")
         return 0
-    if record is not None and (args.port is None or args.port == record.port):
-        if not args.detach:
-            raise broker.BrokerError(
-                f"{_describe(record)} already: use it, or stop it first with "
-                "`jobledger broker --stop`"
-            )
+    if record is not None and args.detach and args.port in (None, record.port):
         print(_describe(record))
         print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
         return 0
     if record is not None:
-        raise broker.BrokerError(
-            f"{_describe(record)}; one local broker at a time: stop it first with "
-            "`jobledger broker --stop`"
+        print(
+            f"jobledger: {_describe(record)} already; one local broker at a time: use it, or "
+            "stop it first with `jobledger broker --stop`",
+            file=sys.stderr,
         )
+        return 1
     kind = args.kind or broker.default_kind()
     if args.detach:
         record = broker.start_detached(args.port, kind)

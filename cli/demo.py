@@ -250,7 +250,7 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         )
     prefix = prefix if prefix is not None else f"demo-{uuid.uuid4().hex[:8]}."
     job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
-    out = work / prefix.rstrip(".") / "counts"
+    out = work / prefix.rstrip(".") / job_id / "counts"
     print(f"topics {prefix}* on {bootstrap}; output in {out}")
     # Slots are not cores: enough of them for both vertices at once (jobledger has no slot
     # sharing), which EAGER scheduling of the pipelined variant needs.

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from confluent_kafka import KafkaException
 
 from jobledger.projections.log_file import ExportUnreadable
+from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 
 from . import broker, events, log, runner, services, tail
@@ -68,13 +69,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
+        getattr(args, "parser", parser).error(str(exc))
     except BrokenPipeError:
         return _reader_went_away()
-    except (BrokerError, ConnectionError, ExportUnreadable, LookupError, TimeoutError) as exc:
-        return _fail(str(exc))
+    except (BrokerError, BrokerUnreachable) as exc:
+        return _fail(str(exc), UNAVAILABLE)
     except KafkaException as exc:
-        return _fail(f"Kafka error: {exc.args[0]}")
+        error = exc.args[0] if exc.args else exc
+        return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
+    except (ExportUnreadable, TopicNotFound, TimeoutError) as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
     except KeyboardInterrupt:
@@ -82,9 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
+UNAVAILABLE = 69
+"""Exit status when the broker cannot be reached or refuses (sysexits' EX_UNAVAILABLE): apart
+from 1 (the command failed: a missing file, an unknown topic) and 2 (a usage error)."""
+
+
+def _fail(message: str, status: int = 1) -> int:
     print(f"jobledger: {message}", file=sys.stderr)
-    return 2 if message.startswith(("Kafka error", "no Kafka broker")) else 1
+    return status
 
 
 def _reader_went_away() -> int:

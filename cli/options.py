@@ -1,8 +1,8 @@
 """What every `jobledger` command shares: where the broker and the topics are, the schema
 registry, and argument types that refuse a bad value with one line saying what is wanted.
 
-In a module of its own so that the main command line and the runner's (`runner.py`, also
-run under `spark-submit`) both use it without importing each other.
+In a module of its own so that the runner's command line (`runner.py`, also run under
+`spark-submit` through `submit.py`) has it without importing `main.py`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from datetime import UTC, datetime
 from jobledger.services import broker, kafka
 
 
-def connection_options() -> argparse.ArgumentParser:
-    """A parent parser with `--bootstrap` and `--topic-prefix`."""
+def connection_options(
+    prefix_default: str = "else 'jobledger.'",
+) -> argparse.ArgumentParser:
+    """A parent parser with `--bootstrap` and `--topic-prefix` (`prefix_default` says what
+    the prefix is when neither the option nor the variable gives one)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap",
@@ -25,7 +28,7 @@ def connection_options() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--topic-prefix",
-        help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, else 'jobledger.')",
+        help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, {prefix_default})",
     )
     return common
 

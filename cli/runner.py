@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jobledger.services import kafka
 from jobledger.services.home import home
 
 from .logs import configure_logging
@@ -41,7 +42,10 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
         help="a directory text_file sources and file sinks may use, subdirectories included "
         "(repeatable; default: none, so jobs read and write no files)",
     )  # fmt: skip
-    p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory")
+    p.add_argument(
+        "--checkpoint", type=Path,
+        help="Spark checkpoint directory (default: $JOBLEDGER_HOME/runner/PREFIX/RUNNER_ID)",
+    )  # fmt: skip
     p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
     p.add_argument(
         "--master", default=master_default,
@@ -61,7 +65,7 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     p = sub.add_parser("demo", help="end-to-end demos")
     demos = p.add_subparsers(dest="demo", required=True, metavar="DEMO")
     c = demos.add_parser(
-        "wordcount", parents=[common],
+        "wordcount", parents=[connection_options("else a fresh demo-XXXXXXXX. per run")],
         help="count the words of a file on the whole system (broker, services, Spark runner)",
     )  # fmt: skip
     c.add_argument("file", type=Path, help="a text file")
@@ -120,7 +124,8 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
 
     configure_logging(logging.WARNING)
     return run(
-        args.file, bootstrap_of(args), home() / "demo", prefix=args.topic_prefix,
+        args.file, bootstrap_of(args), home() / "demo",
+        prefix=args.topic_prefix or os.environ.get(kafka.PREFIX_ENV),
         parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
         top=args.top, timeout_s=args.timeout, master=args.master,
     )  # fmt: skip
@@ -134,7 +139,3 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     add_runner_arguments(parser, None)
     return cmd_runner(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(submit_main())

@@ -3,7 +3,8 @@
 Where to start and stop (`-o beginning|end|<offset>|-<n>|s@<time>|e@<time>`, `-c N`, `-e`),
 which partition (`-p`), what to show (`--type`, `--job`, timers only with `--timers`) and how
 (`--format line` with partition, offset, timestamp and key; `json` with the same around the
-event; `event`, the bare JSON event that `jobledger produce` reads back). The same filters
+event; `event`, the bare JSON event, which `jobledger produce` takes back for a client's
+inputs: it refuses the services' own decisions). The same filters
 read an exported file with `--file LOG.avro`.
 """
 
@@ -12,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -110,7 +111,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--format", choices=FORMATS, default="line", help="how to print each event")
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     registry_option(p)
-    p.set_defaults(func=cmd_tail)
+    p.set_defaults(func=cmd_tail, parser=p)
 
 
 @dataclass(frozen=True)
@@ -152,26 +153,22 @@ def _position(specs: list[Start | int], default: str) -> Position:
 
 def _wanted(record: Shown, args: argparse.Namespace) -> bool:
     event = record.event
-    if isinstance(event, TimerFired) and not args.timers:
+    if isinstance(event, TimerFired) and not (args.timers or "TimerFired" in (args.types or ())):
         return False
     if args.types and event.type_name() not in args.types:
         return False
     return args.job is None or getattr(event, "job_id", None) == args.job
 
 
-def print_records(
-    records: Iterable[Shown], fmt: str, count: int | None, out: TextIO | None = None
-) -> int:
-    """Print records until `count`; returns how many were printed."""
-    printed = 0
+def print_records(records: Iterable[Shown], fmt: str, count: int | None) -> None:
+    """Print records until `count` have been printed (all of them without one), never
+    waiting for a record past the last one wanted."""
     if count == 0:
-        return 0
-    for record in records:
-        print(_format(record, fmt), file=out or sys.stdout, flush=True)
-        printed += 1
+        return
+    for printed, record in enumerate(records, start=1):
+        print(_format(record, fmt), flush=True)
         if printed == count:
-            break
-    return printed
+            return
 
 
 def _format(record: Shown, fmt: str) -> str:
@@ -225,10 +222,10 @@ def _file_start(start: Start, rows: list) -> int:
         return 0
     if start.kind == "end":
         return len(rows)
-    if start.kind == "relative":
-        return max(0, len(rows) - start.value)
-    if start.kind == "offset":
-        return next((i for i, r in enumerate(rows) if r.offset >= start.value), len(rows))
+    if start.kind in ("relative", "offset"):
+        # offsets, as on the broker: -n counts back from the offset after the last record
+        first = rows[-1].offset + 1 - start.value if start.kind == "relative" else start.value
+        return next((i for i, r in enumerate(rows) if r.offset >= first), len(rows))
     return next((i for i, r in enumerate(rows) if r.timestamp >= start.value), len(rows))
 
 
@@ -238,12 +235,13 @@ def _from_broker(args: argparse.Namespace, position: Position) -> Iterator[Shown
     topic = kafka.resolve_topic(args.topic, prefix)
     where = next((r.value for r in TopicRole if topic_name(r, prefix) == topic), topic)
     serde = EventSerde(registry_url=args.schema_registry)
-    consumer = kafka.read_committed_consumer(bootstrap)
+    # as kcat: an offset past a partition's end waits at the end instead of starting over
+    consumer = kafka.read_committed_consumer(bootstrap, extra={"auto.offset.reset": "latest"})
     try:
         partitions = kafka.partitions_of(consumer, topic)
         if args.partition is not None:
             if args.partition not in partitions:
-                raise LookupError(
+                raise kafka.TopicNotFound(
                     f"topic {topic!r} has partitions {partitions[0]}-{partitions[-1]}, "
                     f"not {args.partition}"
                 )
@@ -271,6 +269,10 @@ def _broker_start(consumer: Consumer, topic: str, partition: int, start: Start) 
     return found.offset if found.offset >= 0 else OFFSET_END
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _consume(
     consumer: Consumer,
     assignment: list[TopicPartition],
@@ -288,11 +290,17 @@ def _consume(
         msg = consumer.poll(0.5)
         if msg is None:
             continue
-        if msg.error():
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(msg.error())
+        error = msg.error()
+        if error and error.code() == KafkaError._PARTITION_EOF:
             if exit_at_end:
                 at_end.add(msg.partition())
+            elif position.stop_before_ms is not None and _now_ms() >= position.stop_before_ms:
+                stopped.add(msg.partition())  # nothing before e@ can come any more
+            continue
+        if error and (error.fatal() or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise KafkaException(error)
+        if error:  # the client retries by itself (a broker restarting, say)
+            print(f"{where}: {error.str()}", file=sys.stderr)
             continue
         partition = msg.partition()
         if partition in stopped:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main demo until the Spark runner lands: start the embedded broker, create the topics,
+# The event plumbing alone (`make roundtrip`): start the local broker, create the topics,
 # produce a small cluster story as JSON, and read every event back from its topic as Avro.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ produced=$(grep -c . examples/cluster.jsonl)
 read_back=0
 for topic in resourcemanager job taskexecutor; do
     echo "== jobledger.$topic"
-    out=$("$JL" tail "$topic" -o beginning -e)
+    out=$("$JL" tail "$topic" -o beginning -e --timers)
     [ -n "$out" ] && echo "$out" && read_back=$((read_back + $(echo "$out" | wc -l)))
 done
 echo "produced $produced events, read back $read_back"

@@ -1,2 +1,2 @@
 """Read models built from the log: replay (state as of a point of the log, verification of the
-recorded decisions) and the exported log file."""
+recorded decisions), the exported log file, and a job's timeline."""

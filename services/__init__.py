@@ -1,1 +1,2 @@
-"""Reducers (pure), the service runtime (Kafka I/O) and the `jobledger` command line."""
+"""The engine: the reducers (Flink's control plane), the service runtime that hosts them on
+Kafka, the Spark task runner, and the Kafka I/O they share."""

@@ -258,7 +258,7 @@ def probe(bootstrap: str, timeout_s: float) -> None:
 
     topic = f"__jobledger_ready_{uuid.uuid4().hex[:8]}"
     timeout = max(5.0, timeout_s)
-    admin = kafka.admin_client(bootstrap)
+    admin = kafka.admin_client(bootstrap, quiet=True)
     try:
         admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=timeout)[topic].result()
         # log_level 3: librdkafka's retries while the transaction coordinator loads are

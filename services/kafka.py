@@ -1,9 +1,12 @@
-"""Kafka plumbing shared by every command: where the broker is, topics, clients.
+"""Kafka plumbing shared by the engine and the command line: topics, clients, event writes.
 
 The one module that builds Kafka clients and writes events: every producer, consumer and
-admin client of the engine, the runtime, the runner, the projections and the command line is
-made here, and every event record is written with one header policy. Which broker to use is
-the command line's business (`cli/options.py`); this module talks to the one it is given.
+admin client of the engine, the runtime, the runner's driver and tasks, the projections and
+the command line is made here, and every event record is written with one header policy.
+(The runner's Spark data source, `runner/kafka_source.py`, builds its clients from the options
+Spark hands it, as Spark's own connector does; the benchmarks build raw clients to measure.)
+Which broker to use is the command line's business (`cli/options.py`); this module talks to
+the one it is given.
 """
 
 from __future__ import annotations
@@ -230,12 +233,18 @@ def read_committed_consumer(
     )
 
 
-def partitions_of(consumer: Consumer, topic: str) -> list[int]:
+class TopicNotFound(LookupError):
+    """A topic the command or service needs does not exist (or has no such partition)."""
+
+
+def partitions_of(consumer: Consumer | Producer, topic: str) -> list[int]:
     metadata = consumer.list_topics(topic, timeout=10)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         reason = info.error.str() if info is not None and info.error else "no partitions"
-        raise LookupError(f"topic {topic!r} not found ({reason}); run `jobledger topics create`")
+        raise TopicNotFound(
+            f"topic {topic!r} not found ({reason}); run `jobledger topics create`"
+        )
     return sorted(info.partitions)
 
 
@@ -297,13 +306,13 @@ def read_range(
                 if on_silence is not None:
                     on_silence(time.monotonic() - heard)
                 continue
-            heard = time.monotonic()
+            if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(msg.error())
             if (msg.topic(), msg.partition()) != (topic, partition):
                 continue  # left in the queue by an earlier read
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return
-                raise KafkaException(msg.error())
+            heard = time.monotonic()
+            if msg.error():  # the end of the partition
+                return
             if end is not None and msg.offset() >= end:
                 return
             yield msg
@@ -318,7 +327,7 @@ def read_partition(
     silence_s: float = 10.0,
 ) -> Iterator[Message]:  # fmt: skip
     """Every committed record of one partition from `start` (default: its beginning) to its
-    current end, with a client of its own. LookupError if the topic does not exist,
+    current end, with a client of its own. TopicNotFound if the topic does not exist,
     TimeoutError if the broker says nothing for `silence_s`."""
 
     def give_up(silent_for: float) -> None:

@@ -294,8 +294,10 @@ class ServiceRuntime:
         """The rebuilds' reader, told every topic it will read at once (a topic it first
         meets on assignment costs half a second before its first fetch)."""
         reader = kafka.read_committed_consumer(
-            self.bootstrap, f"{self.group}-rebuild", extra={"fetch.wait.max.ms": 10}
-        )
+            self.bootstrap, f"{self.group}-rebuild",
+            # a start the log no longer has is an error to report, never a silent jump
+            extra={"fetch.wait.max.ms": 10, "auto.offset.reset": "error"},
+        )  # fmt: skip
         for topic in [*self.roles, topic_name(TopicRole.SNAPSHOT, self.prefix)]:
             reader.list_topics(topic, timeout=10)
         return reader

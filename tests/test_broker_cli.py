@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -358,7 +359,7 @@ def test_without_bootstrap_commands_use_the_local_broker(kind, broker_kind, tmp_
         again = run("broker", f"--{kind}")
         assert again.returncode == 1
         assert again.stderr.startswith(f"jobledger: {name} listening on 127.0.0.1:{port} (pid")
-        assert "already: use it, or stop it first" in again.stderr
+        assert "already; one local broker at a time" in again.stderr
     finally:
         stopped = run("broker", "--stop")
     assert stopped.stdout.startswith(f"stopped {name} listening on 127.0.0.1:{port}")
@@ -384,10 +385,24 @@ def test_a_broker_on_a_taken_port_says_so_and_records_nothing(detach, broker_kin
              str(port), *(["--detach"] if detach else [])],
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 69
     assert result.stderr.splitlines()[-1] == (
         f"jobledger: port {port} on 127.0.0.1 is taken by another process: pick another with "
         "--port, or stop what listens there"
     )
     assert "listening" not in result.stdout
     assert not (tmp_path / "broker.json").exists()
+
+
+def test_tail_offsets_past_the_end_wait_there_and_e_at_a_past_time_ends_the_tail(cluster, tmp_path):
+    lines = "\n".join(json.dumps({**REGISTERED, "event_id": f"e{i}"}) for i in range(3))
+    assert jobledger(cluster, tmp_path, "produce", stdin=lines).returncode == 0
+    past_end = jobledger(cluster, tmp_path, "tail", "resourcemanager", "-o", "1000", "-e")
+    assert (past_end.returncode, past_end.stdout) == (0, ""), "no replay from the beginning"
+    # without -e, a stop time that has passed ends the tail once every partition is read
+    until_now = jobledger(
+        cluster, tmp_path, "tail", "resourcemanager", "-o", "beginning", "-o",
+        f"e@{int(time.time() * 1000) + 500}", "--format", "event",
+    )  # fmt: skip
+    assert until_now.returncode == 0, until_now.stderr
+    assert [json.loads(x)["event_id"] for x in until_now.stdout.splitlines()] == ["e0", "e1", "e2"]

@@ -119,7 +119,7 @@ def test_a_file_that_is_not_an_export_is_one_line(tmp_path, capsys):
 
 def test_an_unreachable_broker_is_one_line_naming_what_to_do(capsys):
     port = free_port()
-    assert main(["produce", "--bootstrap", f"127.0.0.1:{port}", "-"]) == 2
+    assert main(["produce", "--bootstrap", f"127.0.0.1:{port}", "-"]) == 69
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"jobledger: no Kafka broker answers at 127.0.0.1:{port}")
     assert "jobledger broker --detach" in line
@@ -194,3 +194,8 @@ def test_tail_refuses_an_unknown_event_type(export, capsys):
     with pytest.raises(SystemExit):
         main(["tail", "--file", str(export), "--type", "SlotOfered"])
     assert "unknown event type(s) SlotOfered" in capsys.readouterr().err
+
+
+def test_asking_for_timer_events_by_type_shows_them(export, capsys):
+    lines = _tail(export, capsys, "--type", "TimerFired")
+    assert [line.split(" ")[0] for line in lines] == ["job/0@1", "resourcemanager/0@0"]

@@ -56,7 +56,10 @@ def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
     fewer partitions than asked (a job rescaled to more consumer subtasks), then wait until
     the broker serves them all."""
     admin = admin_client(bootstrap)
-    created = ensure_topics(admin, {t: NewTopic(t, p, 1) for t, p in topics.items()})
+    try:
+        created = ensure_topics(admin, {t: NewTopic(t, p, 1) for t, p in topics.items()})
+    except Exception as exc:
+        raise ResultPartitionError(f"cannot create {sorted(topics)}: {exc}") from exc
     failed = [c for c in created if c.error]
     if failed:
         raise ResultPartitionError(f"cannot create {failed[0].topic}: {failed[0].error}")
