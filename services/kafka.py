@@ -242,9 +242,7 @@ def partitions_of(consumer: Consumer | Producer, topic: str) -> list[int]:
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         reason = info.error.str() if info is not None and info.error else "no partitions"
-        raise TopicNotFound(
-            f"topic {topic!r} not found ({reason}); run `jobledger topics create`"
-        )
+        raise TopicNotFound(f"topic {topic!r} not found ({reason}); run `jobledger topics create`")
     return sorted(info.partitions)
 
 
