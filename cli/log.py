@@ -16,12 +16,21 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
-from jobledger.projections.replay import Limit, foreign, position, replay, verify
+from jobledger.projections.positions import Position, cut, log_order
+from jobledger.projections.replay import foreign, position, replay, verify
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EventSerde
 from jobledger.services import kafka
 
-from .options import bootstrap_of, epoch_ms, non_negative_int, prefix_of, registry_option
+from .options import (
+    at_option,
+    bootstrap_of,
+    epoch_ms,
+    non_negative_int,
+    position_of,
+    prefix_of,
+    registry_option,
+)
 
 Subparsers = argparse._SubParsersAction
 
@@ -36,15 +45,15 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "replay", parents=[common], help="rebuild every reducer's state from the log",
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    at_option(p)
     p.add_argument(
-        "--until-offset", type=non_negative_int, metavar="OFFSET",
-        help="only records at or below this offset",
+        "--count", type=non_negative_int, metavar="N",
+        help="the same as --at count:N (the first N records in log order)",
     )  # fmt: skip
     p.add_argument(
         "--until-time", type=epoch_ms, metavar="TIME",
-        help="only events at or before this time (epoch ms or ISO 8601)",
+        help="the same as --at s@TIME (records appended at or before TIME)",
     )  # fmt: skip
-    p.add_argument("--count", type=non_negative_int, help="only the first N records")
     p.add_argument("--format", choices=["json", "table"], default="json", help="output")
     p.add_argument(
         "--verify", action="store_true",
@@ -91,11 +100,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     records = _log_records(args, args.file)
     if args.verify:
         return _verify(args, records)
-    result = replay(records, Limit(args.until_offset, args.until_time, args.count))
+    point = position_of(args)
+    if args.count is not None:
+        point = Position.parse(f"count:{args.count}")
+    elif args.until_time is not None:
+        point = Position.parse(f"s@{args.until_time}")
+    upto = cut(log_order(records), point)
+    result = replay(upto.records)
     if args.format == "json":
-        print(json.dumps({"as_of": result.as_of(), "state": result.driver.to_dict()}, indent=2))
+        print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:
-        print(state_table(result))
+        print(state_table(result, upto))
     return 0
 
 

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from confluent_kafka import KafkaException
 
 from jobledger.projections.log_file import ExportUnreadable
+from jobledger.projections.positions import PositionError
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
-    except (ExportUnreadable, TopicNotFound, TimeoutError) as exc:
+    except (ExportUnreadable, PositionError, TopicNotFound, TimeoutError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")

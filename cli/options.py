@@ -12,6 +12,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
+from jobledger.projections.positions import FORMS, Position, PositionError
 from jobledger.services import broker, kafka
 
 
@@ -104,3 +105,22 @@ def epoch_ms(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is before 1970")
     return value
+
+
+def position(text: str) -> Position:
+    """An argument naming a point in the log (`projections/positions.py`)."""
+    try:
+        return Position.parse(text)
+    except PositionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def at_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--at", type=position, metavar="POS",
+        help=f"answer as of this point of the log: {FORMS}",
+    )  # fmt: skip
+
+
+def position_of(args: argparse.Namespace) -> Position:
+    return args.at or Position.parse("end")

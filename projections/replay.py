@@ -11,7 +11,7 @@ offsets in order rebuilds the same state.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
@@ -21,36 +21,16 @@ from jobledger.services.driver import DECIDING_PRODUCERS, PartitionedDriver, Red
 from .log_file import LogRecord
 
 
-@dataclass(frozen=True)
-class Limit:
-    """Where to stop: at an offset (per partition), an event time, or after a count."""
-
-    until_offset: int | None = None
-    until_time: int | None = None
-    count: int | None = None
-
-    def admits(self, record: LogRecord, seen: int) -> bool:
-        return not (
-            (self.until_offset is not None and record.offset > self.until_offset)
-            or (self.until_time is not None and record.event.event_time > self.until_time)
-            or (self.count is not None and seen >= self.count)
-        )
-
-
 @dataclass
 class ReplayResult:
     partitioned: PartitionedDriver
     records: int = 0
-    positions: dict[str, int] = field(default_factory=dict)
+    """How many inputs reached a reducer."""
 
     @property
     def driver(self) -> ReducerDriver:
         """The state of the whole cluster (every partition's owners together)."""
         return self.partitioned.merged()
-
-    def as_of(self) -> dict[str, object]:
-        """Which part of the log the state reflects."""
-        return {"records": self.records, "offsets": dict(sorted(self.positions.items()))}
 
 
 def position(record: LogRecord) -> str:
@@ -86,16 +66,13 @@ def _inputs(records: list[LogRecord]) -> Iterable[LogRecord]:
 
 def replay(
     records: Iterable[LogRecord],
-    limit: Limit = Limit(),
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
 ) -> ReplayResult:
+    """The state the records lead to (a whole log, or a cut of it: `positions.cut`)."""
     result = ReplayResult(PartitionedDriver(driver_factory))
     for record in _inputs(list(records)):
-        if not limit.admits(record, result.records):
-            continue
         result.partitioned.process(record.role, record.partition, record.event)
         result.records += 1
-        result.positions[f"{record.role.value}/{record.partition}"] = record.offset
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .positions import Cut
 from .replay import ReplayResult
 
 
@@ -12,10 +13,15 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def state_table(result: ReplayResult) -> str:
+def as_of_line(cut: Cut) -> str:
+    """Which part of the log an answer reflects, in one line."""
+    offsets = " ".join(f"{p}@{o}" for p, o in sorted(cut.offsets.items())) or "none"
+    return f"as of {cut.position}: {len(cut.records)} records, last offsets {offsets}"
+
+
+def state_table(result: ReplayResult, cut: Cut) -> str:
     driver = result.driver
-    as_of = result.as_of()
-    parts = [f"records: {as_of['records']}   offsets: {as_of['offsets']}", "", "jobs"]
+    parts = [as_of_line(cut), "", "jobs"]
     parts.append(_table(
         ["job", "status", "leader", "restarts", "held slots", "pending requests"],
         [[job, jm.status.value, jm.job_master_id, jm.restarts, len(jm.pool.allocated_slots),

@@ -70,7 +70,7 @@ def test_version(capsys):
     ("argv", "message"),
     [
         (["topics", "create", "--partitions", "0"], "--partitions: 0 is less than 1"),
-        (["replay", "--until-offset", "-5"], "--until-offset: -5 is less than 0"),
+        (["replay", "--at", "job/x@1"], "is not a position"),
         (["replay", "--count", "x"], "--count: 'x' is not a number"),
         (["replay", "--until-time", "yesterday"], "neither epoch milliseconds nor an ISO time"),
         (["services", "run", "--session-timeout-ms", "-1"], "-1 is less than 1"),

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from jobledger.projections.log_file import LogRecord, read_export, read_log, write_export
-from jobledger.projections.replay import Limit, replay, verify
+from jobledger.projections.positions import cut, log_order
+from jobledger.projections.replay import replay, verify
 from jobledger.schemas import EventSerde
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.kafka import read_committed_consumer
@@ -70,15 +71,15 @@ def test_export_then_replay_offline_gives_the_same_state(logged, tmp_path):
     assert replay(offline).driver.to_dict() == replay(records).driver.to_dict()
 
 
-def test_a_count_limit_replays_exactly_that_many_records(logged):
-    records = logged
-    result = replay(records, Limit(count=25))
-    assert result.records == 25
+def test_a_count_replays_exactly_that_many_records_in_log_order(logged):
+    ordered = log_order(logged)
+    upto = cut(ordered, "count:25")
+    assert upto.records == ordered[:25]
     expected = ReducerDriver()
-    for record in records[:25]:
+    for record in upto.records:
         expected.process(record.event)
-    assert result.driver.to_dict() == expected.to_dict()
-    assert replay(records, Limit(until_offset=-1)).records == 0
+    assert replay(upto.records).driver.to_dict() == expected.to_dict()
+    assert cut(ordered, "count:0").records == []
 
 
 def test_verify_finds_no_difference_on_a_healthy_log(logged, live):
@@ -139,4 +140,4 @@ def test_the_replay_and_export_commands(cluster, live, tmp_path):
     checked = jobledger("replay", "--file", str(path), "--verify")
     assert checked.returncode == 0 and "no difference" in checked.stdout
     table = jobledger("replay", "--file", str(path), "--format", "table", "--count", "10")
-    assert table.returncode == 0 and "records: 10" in table.stdout
+    assert table.returncode == 0 and "as of count:10: 10 records" in table.stdout

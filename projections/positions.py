@@ -1,0 +1,176 @@
+"""Points in the log, one syntax for every command that answers "as of when".
+
+The log is several partitions of several topics; its order is the order records were
+appended: partitions merged by their records' timestamps, each partition in offset order
+(ties go to the topic role's order, then the partition). A point in the log is a prefix of
+that order:
+
+- `ROLE/PARTITION@OFFSET` (`job/3@120`): up to and including that record;
+- `id:EVENT_ID`: up to and including the record carrying that event;
+- `count:N`: the first N records;
+- `s@TIME` (epoch ms or ISO 8601, kcat-style), or an ISO time alone: every record appended at
+  or before TIME. Record timestamps, not event times: a decision carries its input's event
+  time, so only the time it was appended separates it from its input;
+- `end`: the whole log.
+
+Every cut says which offsets it reflects (the last offset it holds of each partition).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from jobledger.schemas.topics import TopicRole
+
+from .log_file import LOG_ROLES, LogRecord
+
+_RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$")
+FORMS = (
+    "ROLE/PARTITION@OFFSET (e.g. job/3@120), id:EVENT_ID, count:N, s@TIME or an ISO time "
+    "(TIME: epoch ms or ISO 8601), or end"
+)
+
+
+class PositionError(ValueError):
+    """A position that is not one, or names nothing in this log; the message says what
+    exists."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """A parsed point in the log (see the module docstring for the forms)."""
+
+    text: str
+    kind: str
+    role: str = ""
+    partition: int = 0
+    offset: int = 0
+    value: int = 0
+    event_id: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        text = text.strip()
+        if text == "end":
+            return cls(text, "end")
+        if match := _RECORD.match(text):
+            role = match["role"]
+            if role not in {r.value for r in TopicRole}:
+                raise PositionError(
+                    f"{text!r}: no topic role {role!r} (roles: "
+                    f"{', '.join(r.value for r in LOG_ROLES)})"
+                )
+            return cls(text, "record", role, int(match["partition"]), int(match["offset"]))
+        if text.startswith("id:") and len(text) > 3:
+            return cls(text, "event", event_id=text[3:])
+        if text.startswith("count:"):
+            count = text[6:]
+            if not count.isdigit():
+                raise PositionError(f"{text!r}: count:N takes a whole number of records")
+            return cls(text, "count", value=int(count))
+        if text.startswith("s@"):
+            return cls(text, "time", value=_time_ms(text[2:], text))
+        if re.match(r"^\d{4}-\d{2}-\d{2}", text):
+            return cls(text, "time", value=_time_ms(text, text))
+        raise PositionError(f"{text!r} is not a position; use {FORMS}")
+
+
+def _time_ms(value: str, text: str) -> int:
+    if value.isdigit():
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise PositionError(f"{text!r}: {value!r} is neither epoch ms nor an ISO time") from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def where(record: LogRecord) -> str:
+    """A record's position, in the syntax `Position.parse` reads back."""
+    return f"{record.role.value}/{record.partition}@{record.offset}"
+
+
+def log_order(records: Iterable[LogRecord]) -> list[LogRecord]:
+    """The records as they were appended: partitions merged by timestamp, each partition
+    kept in offset order."""
+    partitions: dict[tuple[int, int], list[LogRecord]] = {}
+    for record in records:
+        partitions.setdefault((LOG_ROLES.index(record.role), record.partition), []).append(record)
+    ordered = [sorted(rows, key=lambda r: r.offset) for _, rows in sorted(partitions.items())]
+    return list(heapq.merge(*ordered, key=lambda r: r.timestamp))
+
+
+@dataclass
+class Cut:
+    """The log up to a position: its records in log order and the offsets they reflect."""
+
+    position: str
+    records: list[LogRecord]
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for record in self.records:
+            self.offsets[f"{record.role.value}/{record.partition}"] = record.offset
+
+    @property
+    def time(self) -> int | None:
+        """The latest event time the cut holds: "now" for ages, derived from the log only."""
+        return max((r.event.event_time for r in self.records), default=None)
+
+    def as_of(self) -> dict[str, object]:
+        return {
+            "position": self.position,
+            "records": len(self.records),
+            "offsets": dict(sorted(self.offsets.items())),
+        }
+
+
+def cut(ordered: list[LogRecord], position: Position | str) -> Cut:
+    """The prefix of the log (in log order) that `position` names; PositionError naming what
+    exists if it names nothing in this log."""
+    if isinstance(position, str):
+        position = Position.parse(position)
+    if position.kind == "end":
+        return Cut(position.text, list(ordered))
+    if position.kind == "count":
+        return Cut(position.text, ordered[: position.value])
+    if position.kind == "time":
+        return Cut(position.text, [r for r in ordered if r.timestamp <= position.value])
+    index = _index_of(ordered, position)
+    return Cut(position.text, ordered[: index + 1])
+
+
+def _index_of(ordered: list[LogRecord], position: Position) -> int:
+    if position.kind == "event":
+        found = next(
+            (i for i, r in enumerate(ordered) if r.event.event_id == position.event_id), None
+        )
+        if found is None:
+            raise PositionError(
+                f"no event {position.event_id!r} in this log ({len(ordered)} records)"
+            )
+        return found
+    key = (position.role, position.partition)
+    found = next(
+        (i for i, r in enumerate(ordered)
+         if (r.role.value, r.partition, r.offset) == (*key, position.offset)),
+        None,
+    )  # fmt: skip
+    if found is not None:
+        return found
+    held = sorted(r.offset for r in ordered if (r.role.value, r.partition) == key)
+    if not held:
+        partitions = sorted({where(r).split("@")[0] for r in ordered})
+        raise PositionError(
+            f"{position.text!r}: this log has no records in {position.role}/{position.partition} "
+            f"(partitions with records: {', '.join(partitions) or 'none'})"
+        )
+    raise PositionError(
+        f"{position.text!r}: no record at offset {position.offset} of "
+        f"{position.role}/{position.partition} (it holds offsets {held[0]}-{held[-1]}; "
+        "transaction markers take offsets too)"
+    )
