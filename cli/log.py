@@ -63,7 +63,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay)
 
 
-def _log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
+def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
     """The log, from an exported file or from the broker (undecodable records reported)."""
     if from_file is not None:
         return list(read_export(from_file))
@@ -89,7 +89,7 @@ def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bo
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    records = _log_records(args, None)
+    records = log_records(args, None)
     with open(args.file, "wb") as out:
         count = write_export(records, out)
     print(f"exported {count} records to {args.file}", file=sys.stderr)
@@ -97,7 +97,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    records = _log_records(args, args.file)
+    records = log_records(args, args.file)
     if args.verify:
         return _verify(args, records)
     point = position_of(args)

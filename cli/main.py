@@ -11,12 +11,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 from confluent_kafka import KafkaException
 
+from jobledger.projections.history import UnknownJob
 from jobledger.projections.log_file import ExportUnreadable
 from jobledger.projections.positions import PositionError
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 
-from . import broker, events, log, runner, services, tail
+from . import broker, debug, events, log, runner, services, tail
 from .options import connection_options
 
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_parser(sub, common)
     services.add_parsers(sub, common)
     log.add_parsers(sub, common)
+    debug.add_parsers(sub, common)
     runner.add_parsers(sub, common)
     _show_defaults(parser)
     return parser
@@ -78,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
-    except (ExportUnreadable, PositionError, TopicNotFound, TimeoutError) as exc:
+    except (ExportUnreadable, PositionError, TopicNotFound, UnknownJob, TimeoutError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")

@@ -352,3 +352,18 @@ def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tup
         }
     finally:
         consumer.close()
+
+
+def follow(consumer: Consumer, starts: dict[tuple[str, int], int]) -> Iterator[Message]:
+    """Committed records from each (topic, partition)'s start offset on, as they are
+    appended, until the caller stops iterating (a follower is stopped with Ctrl-C)."""
+    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in starts.items()])
+    while True:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        error = msg.error()
+        if error is None:
+            yield msg
+        elif error.code() != KafkaError._PARTITION_EOF and error.fatal():
+            raise KafkaException(error)

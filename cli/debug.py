@@ -1,0 +1,173 @@
+"""The debugging suite: `history`, `slots`, `diff` (and their shared options). Each reads the
+broker's topics, or an export with `--file`, answers as of a point of the log (`--at`), says
+which offsets it reflects, and prints text for people or JSON (`-o json`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from jobledger.projections.diff import diff
+from jobledger.projections.history import Entry, belongs_to, history
+from jobledger.projections.log_file import LOG_ROLES, LogRecord
+from jobledger.projections.positions import FORMS, Cut, Position, cut, log_order
+from jobledger.projections.replay import replay
+from jobledger.projections.slots import slot_report
+from jobledger.projections.tables import as_of_line
+from jobledger.schemas import DecodeError, EventSerde, topic_name
+from jobledger.schemas.timers import TimerFired
+from jobledger.services import kafka
+
+from .log import log_records
+from .options import (
+    at_option,
+    bootstrap_of,
+    position,
+    position_of,
+    prefix_of,
+    registry_option,
+)
+
+Subparsers = argparse._SubParsersAction
+
+
+def _common(p: argparse.ArgumentParser, formats: tuple[str, ...] = ("text", "json")) -> None:
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    at_option(p)
+    p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
+    registry_option(p)
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "history", parents=[common],
+        help="every event of one job across all topics, in log order, each with its cause",
+    )  # fmt: skip
+    p.add_argument("job", help="the job id")
+    _common(p, ("text", "json", "jsonl"))
+    p.add_argument("--timers", action="store_true", help="also show the clock's TimerFired ticks")
+    p.add_argument(
+        "--follow", action="store_true",
+        help="keep printing the job's events as the log grows (not with --file or --at)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_history, parser=p)
+
+    p = sub.add_parser(
+        "slots", parents=[common],
+        help="every job's pending slot requests and why nothing satisfies them; every slot",
+    )  # fmt: skip
+    _common(p)
+    p.set_defaults(func=cmd_slots, parser=p)
+
+    p = sub.add_parser(
+        "diff", parents=[common], help="what changed in every reducer's state between two points"
+    )
+    p.add_argument("before", type=position, help=f"the earlier point: {FORMS}")
+    p.add_argument("after", type=position, nargs="?", help="the later point (default: end)")
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="how to answer")
+    registry_option(p)
+    p.set_defaults(func=cmd_diff, parser=p)
+
+
+def _cut(args: argparse.Namespace) -> Cut:
+    return cut(log_order(log_records(args, args.file)), position_of(args))
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    if args.follow and (args.file or args.at):
+        raise argparse.ArgumentTypeError("--follow reads the live log: not with --file or --at")
+    upto = _cut(args)
+    entries = history(upto.records, args.job, timers=args.timers)
+    if args.output == "json":
+        print(json.dumps({"as_of": upto.as_of(), "job": args.job,
+                          "events": [e.to_dict() for e in entries]}, indent=2))  # fmt: skip
+        return 0
+    if args.output == "text":
+        print(as_of_line(upto))
+    for entry in entries:
+        _print_entry(entry, args.output)
+    if args.follow:
+        _follow(args, upto)
+    return 0
+
+
+def _print_entry(entry: Entry, output: str) -> None:
+    text = entry.line() if output == "text" else json.dumps(entry.to_dict())
+    print(text, flush=True)
+
+
+def _follow(args: argparse.Namespace, upto: Cut) -> None:
+    """The job's events appended after the cut, as they come (causes looked up among the
+    records seen so far)."""
+    prefix = prefix_of(args)
+    serde = EventSerde(registry_url=args.schema_registry)
+    consumer = kafka.read_committed_consumer(bootstrap_of(args))
+    roles = {topic_name(role, prefix): role for role in LOG_ROLES}
+    starts = {
+        (topic, p): upto.offsets.get(f"{role.value}/{p}", -1) + 1
+        for topic, role in roles.items()
+        for p in kafka.partitions_of(consumer, topic)
+    }
+    seen = {r.event.event_id: r for r in upto.records}
+    try:
+        for msg in kafka.follow(consumer, starts):
+            try:
+                event = serde.decode(msg.value(), msg.topic())
+            except DecodeError:
+                continue
+            record = LogRecord(
+                roles[msg.topic()], msg.partition(), msg.offset(), msg.timestamp()[1], event
+            )
+            seen.setdefault(event.event_id, record)
+            if belongs_to(event, args.job) and (args.timers or not isinstance(event, TimerFired)):
+                cause = seen.get(event.cause_event_id) if event.cause_event_id else None
+                _print_entry(Entry(record, cause), args.output)
+    finally:
+        consumer.close()
+
+
+def cmd_slots(args: argparse.Namespace) -> int:
+    upto = _cut(args)
+    report = slot_report(replay(upto.records).driver, upto)
+    if args.output == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(as_of_line(upto))
+    print(f"\npending slot requests: {len(report.pending)}")
+    for p in report.pending:
+        age = f"{p.age_ms / 1000:.1f} s" if p.age_ms is not None else "?"
+        print(f"  {p.job_id} {p.slot_request_id} ({p.profile}, waiting {age}): {p.reason}")
+    for job_id, slots in report.jobs.items():
+        print(f"\njob {job_id}: {len(slots['allocated'])} allocated, "
+              f"{len(slots['available'])} available")  # fmt: skip
+        for request, slot in slots["allocated"].items():
+            print(f"  {request} -> {slot}")
+        for slot in slots["available"]:
+            print(f"  available: {slot}")
+    for rid, slots in report.task_executors.items():
+        print(f"\nTaskExecutor {rid}")
+        for s in slots:
+            owner = f" {s['allocation']} of {s['job']}" if s["allocation"] else ""
+            mine = f" (its own table: {s['at_task_executor']})" if s["at_task_executor"] else ""
+            print(f"  slot {s['index']}: {s['at_resource_manager']}{owner}{mine}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    ordered = log_order(log_records(args, args.file))
+    before = cut(ordered, args.before)
+    after = cut(ordered, args.after or Position.parse("end"))
+    changes = diff(replay(before.records).driver.to_dict(), replay(after.records).driver.to_dict())
+    if args.output == "json":
+        answer = {"from": before.as_of(), "to": after.as_of(),
+                  "changes": [c.to_dict() for c in changes]}  # fmt: skip
+        print(json.dumps(answer, indent=2, default=str))
+        return 0
+    print(f"from {as_of_line(before)}")
+    print(f"to   {as_of_line(after)}")
+    print(f"{len(changes)} change(s)")
+    for change in changes:
+        print(change.line())
+    return 0

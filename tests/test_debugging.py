@@ -1,0 +1,60 @@
+"""The debugging suite answers exactly, from the log alone: each command below is run on a
+golden log (tests/golden/logs, see tests/golden_logs.py) with no broker, and its output must
+equal the answer checked in under tests/golden/answers, Temporal-replayer style.
+`JOBLEDGER_REGOLD=1` writes the answers again (then read the diff before committing it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jobledger.cli import main
+
+from .golden_logs import LOGS
+
+ANSWERS = Path(__file__).parent / "golden" / "answers"
+FAIL_ONCE = "wordcount-bbfa270e"
+
+QUESTIONS = {
+    "stale-leader.history": ("stale-leader", ["history", "job-1"]),
+    "stale-leader.history-at": ("stale-leader", ["history", "job-1", "--at", "job/0@9"]),
+    "stale-leader.diff": ("stale-leader", ["diff", "job/0@8", "job/0@13"]),
+    "stale-leader.slots": ("stale-leader", ["slots"]),
+    "slot-shortage.slots": ("slot-shortage", ["slots"]),
+    "slot-shortage.slots-json": ("slot-shortage", ["slots", "-o", "json"]),
+    "slot-shortage.slots-before-offers": ("slot-shortage", ["slots", "--at", "count:12"]),
+    "slot-shortage.history-jsonl": ("slot-shortage", ["history", "job-1", "-o", "jsonl"]),
+    "fail-once.history": ("wordcount-fail-once", ["history", FAIL_ONCE]),
+    "fail-once.slots-mid-run": ("wordcount-fail-once", ["slots", "--at", "count:40"]),
+    "fail-once.diff-restart": ("wordcount-fail-once", ["diff", "count:90", "count:130"]),
+    "fail-once.diff-json": ("wordcount-fail-once", ["diff", "count:40", "count:45", "-o", "json"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUESTIONS))
+def test_the_answer_is_exactly_the_golden_one(name, capsys):
+    log, args = QUESTIONS[name]
+    assert main([*args, "--file", str(LOGS / f"{log}.avro")]) == 0
+    answer = capsys.readouterr().out
+    golden = ANSWERS / f"{name}.txt"
+    if os.environ.get("JOBLEDGER_REGOLD"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(answer)
+    assert answer == golden.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["history", "nope"], "no event of job 'nope' in this log; jobs: job-1"),
+        (["slots", "--at", "job/3@0"], "no records in job/3 (partitions with records: job/0"),
+        (["diff", "id:missing"], "no event 'missing' in this log (29 records)"),
+        (["history", "job-1", "--at", "job/0@99"], "no record at offset 99 of job/0"),
+    ],
+)
+def test_a_target_or_position_naming_nothing_says_what_exists(args, message, capsys):
+    assert main([*args, "--file", str(LOGS / "stale-leader.avro")]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("jobledger: ") and message in line
