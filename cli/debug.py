@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from jobledger.projections.diff import diff
+from jobledger.projections.explain import explain
 from jobledger.projections.history import Entry, belongs_to, history
 from jobledger.projections.log_file import LOG_ROLES, LogRecord
 from jobledger.projections.positions import FORMS, Cut, Position, cut, log_order
@@ -52,6 +53,16 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="keep printing the job's events as the log grows (not with --file or --at)",
     )  # fmt: skip
     p.set_defaults(func=cmd_history, parser=p)
+
+    p = sub.add_parser(
+        "explain", parents=[common],
+        help="why: an event's causes, a task's story (JOB/VERTEX[SUBTASK]#ATTEMPT), an "
+        "allocation's or a TaskExecutor's events",
+    )  # fmt: skip
+    p.add_argument("target", help="an event id, JOB/VERTEX[SUBTASK][#ATTEMPT], an allocation id "
+                   "or a TaskExecutor's resource id")  # fmt: skip
+    _common(p)
+    p.set_defaults(func=cmd_explain, parser=p)
 
     p = sub.add_parser(
         "slots", parents=[common],
@@ -170,4 +181,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"{len(changes)} change(s)")
     for change in changes:
         print(change.line())
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    upto = _cut(args)
+    story = explain(upto.records, replay(upto.records).driver, args.target)
+    if args.output == "json":
+        print(json.dumps({"as_of": upto.as_of(), **story.to_dict()}, indent=2))
+        return 0
+    print(as_of_line(upto))
+    print(story.text())
     return 0

@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from confluent_kafka import KafkaException
 
+from jobledger.projections.explain import UnknownTarget
 from jobledger.projections.history import UnknownJob
 from jobledger.projections.log_file import ExportUnreadable
 from jobledger.projections.positions import PositionError
@@ -80,7 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
-    except (ExportUnreadable, PositionError, TopicNotFound, UnknownJob, TimeoutError) as exc:
+    except (
+        ExportUnreadable, PositionError, TopicNotFound, UnknownJob, UnknownTarget, TimeoutError,
+    ) as exc:  # fmt: skip
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")

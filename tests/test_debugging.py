@@ -30,6 +30,22 @@ QUESTIONS = {
     "fail-once.slots-mid-run": ("wordcount-fail-once", ["slots", "--at", "count:40"]),
     "fail-once.diff-restart": ("wordcount-fail-once", ["diff", "count:90", "count:130"]),
     "fail-once.diff-json": ("wordcount-fail-once", ["diff", "count:40", "count:45", "-o", "json"]),
+    "fail-once.explain-task": ("wordcount-fail-once", ["explain", f"{FAIL_ONCE}/count[2]"]),
+    "fail-once.explain-task-by-name": (
+        "wordcount-fail-once",
+        ["explain", f"{FAIL_ONCE}/read and split[0]#0"],
+    ),
+    "fail-once.explain-mid-run": (
+        "wordcount-fail-once",
+        ["explain", f"{FAIL_ONCE}/count[2]", "--at", "job/2@95"],
+    ),
+    "fail-once.explain-event": (
+        "wordcount-fail-once",
+        ["explain", "93b76ca500c65453b5376defa1025aa8"],
+    ),
+    "stale-leader.explain-task": ("stale-leader", ["explain", "job-1/source[0]", "-o", "json"]),
+    "stale-leader.explain-task-executor": ("stale-leader", ["explain", "tm-0"]),
+    "slot-shortage.explain-waiting": ("slot-shortage", ["explain", "job-1/source[2]"]),
 }
 
 
@@ -52,6 +68,8 @@ def test_the_answer_is_exactly_the_golden_one(name, capsys):
         (["slots", "--at", "job/3@0"], "no records in job/3 (partitions with records: job/0"),
         (["diff", "id:missing"], "no event 'missing' in this log (29 records)"),
         (["history", "job-1", "--at", "job/0@99"], "no record at offset 99 of job/0"),
+        (["explain", "job-1/sink[0]"], "job job-1 has no vertex 'sink'; vertices: source"),
+        (["explain", "nothing"], "tasks look like JOB/VERTEX[SUBTASK] (job-1/source[0])"),
     ],
 )
 def test_a_target_or_position_naming_nothing_says_what_exists(args, message, capsys):

@@ -1,0 +1,250 @@
+"""Why something is the way it is, told from the log.
+
+A TARGET is an event id (its chain of causes back to the input that started it, across
+topics and reducers), a task `JOB/VERTEX[SUBTASK]` with an optional `#ATTEMPT` (VERTEX by id
+or name: the story of each attempt, from the slot request through the ResourceManager's
+placement, the TaskExecutor's allocation and offer, to the deployment, its states, what ended
+it and what the restart strategy decided, then what it waits for now), an allocation id or a
+TaskExecutor (every event that names it, each with its cause).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from jobledger.schemas import Event
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.slots import (
+    SlotAllocationRequested,
+    SlotOfferAccepted,
+    SlotOffered,
+    SlotRequested,
+    SlotRequestFulfilled,
+)
+from jobledger.schemas.tasks import (
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskSubmissionAccepted,
+)
+from jobledger.schemas.types import JobStatus
+from jobledger.services.driver import ReducerDriver
+
+from .history import fields, iso
+from .log_file import LogRecord
+from .positions import Cut, where
+from .slots import slot_report
+
+_TASK = re.compile(
+    r"^(?P<job>[^/\s]+)/(?P<vertex>[^\[]+)\[(?P<subtask>\d+)\](?:#(?P<attempt>\d+))?$"
+)
+
+
+class UnknownTarget(LookupError):
+    """A target naming nothing in the log; the message says what does exist."""
+
+
+@dataclass
+class Story:
+    """What `explain` answers: a title and its lines."""
+
+    title: str
+    lines: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"target": self.title, "lines": self.lines}
+
+    def text(self) -> str:
+        return "\n".join([self.title, *self.lines])
+
+
+def explain(ordered: list[LogRecord], driver: ReducerDriver, target: str) -> Story:
+    """The story of `target` in the log `ordered` (log order), whose replayed state is
+    `driver`."""
+    by_id: dict[str, LogRecord] = {}
+    for record in ordered:
+        by_id.setdefault(record.event.event_id, record)
+    if match := _TASK.match(target):
+        return _task(ordered, driver, match)
+    if target in by_id:
+        return _causes(by_id, by_id[target])
+    for name, named in (("allocation", "allocation_id"), ("TaskExecutor", "resource_id")):
+        records = [r for r in ordered if getattr(r.event, named, None) == target]
+        if records:
+            story = Story(f"{name} {target}: {len(records)} events")
+            story.lines = [_line(r, by_id) for r in records]
+            return story
+    raise UnknownTarget(
+        f"{target!r} is no event id, task, allocation or TaskExecutor of this log; tasks look "
+        f"like JOB/VERTEX[SUBTASK] ({', '.join(_some_tasks(ordered)) or 'none here'}), "
+        f"TaskExecutors here: {', '.join(_resources(ordered)) or 'none'}"
+    )
+
+
+def _line(record: LogRecord, by_id: dict[str, LogRecord]) -> str:
+    cause = by_id.get(record.event.cause_event_id or "")
+    because = f"  <- {cause.event.type_name()} {where(cause)}" if cause else ""
+    return (
+        f"  {iso(record.timestamp)} {where(record)} {record.event.type_name()} "
+        f"{fields(record.event)}{because}"
+    )
+
+
+def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
+    chain = [record]
+    while chain[-1].event.cause_event_id and chain[-1].event.cause_event_id in by_id:
+        chain.append(by_id[chain[-1].event.cause_event_id])
+    story = Story(f"event {record.event.event_id}: {len(chain) - 1} cause(s) back to an input")
+    for depth, link in enumerate(reversed(chain)):
+        role = "input" if depth == 0 else "decided"
+        story.lines.append(
+            f"  {'  ' * depth}{role} by {link.event.producer}: {iso(link.timestamp)} "
+            f"{where(link)} {link.event.type_name()} {fields(link.event)}"
+        )
+    missing = chain[-1].event.cause_event_id
+    if missing:
+        story.lines.append(f"  (its cause {missing} is not in this log)")
+    return story
+
+
+def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str]) -> Story:
+    job_id, vertex_ref, subtask = match["job"], match["vertex"], int(match["subtask"])
+    submissions = (r.event for r in ordered if isinstance(r.event, JobSubmitted))
+    submitted = next((s for s in submissions if s.job_id == job_id), None)
+    if submitted is None:
+        raise UnknownTarget(f"no job {job_id!r} was submitted in this log")
+    vertex = next((v for v in submitted.vertices if vertex_ref in (v.vertex_id, v.name)), None)
+    if vertex is None:
+        names = ", ".join(f"{v.vertex_id} ({v.name})" for v in submitted.vertices)
+        raise UnknownTarget(f"job {job_id} has no vertex {vertex_ref!r}; vertices: {names}")
+    deployments = [
+        r for r in ordered if isinstance(r.event, TaskDeploymentRequested)
+        and r.event.job_id == job_id and r.event.vertex_id == vertex.vertex_id
+        and r.event.subtask_index == subtask
+    ]  # fmt: skip
+    if match["attempt"] is not None:
+        deployments = [d for d in deployments if d.event.attempt_number == int(match["attempt"])]
+    story = Story(
+        f"task {job_id}/{vertex.vertex_id}[{subtask}] ({vertex.name!r}, subtask {subtask} of "
+        f"{vertex.parallelism}): {len(deployments)} attempt(s) deployed"
+    )
+    start = min(r.event.event_time for r in ordered if getattr(r.event, "job_id", None) == job_id)
+    for deployment in deployments:
+        story.lines += _attempt(ordered, deployment, start)
+    story.lines += _now(ordered, driver, job_id, vertex.vertex_id, subtask, submitted)
+    return story
+
+
+def _attempt(ordered: list[LogRecord], deployment: LogRecord, start: int) -> list[str]:
+    d: TaskDeploymentRequested = deployment.event
+    attempt = d.execution_attempt_id
+
+    def at(record: LogRecord) -> str:
+        return f"+{(record.event.event_time - start) / 1000:.2f}s {where(record)}"
+
+    def first(kind: type[Event], **wanted: object) -> LogRecord | None:
+        return next(
+            (r for r in ordered if isinstance(r.event, kind)
+             and all(getattr(r.event, k) == v for k, v in wanted.items())),
+            None,
+        )  # fmt: skip
+
+    lines = [f"attempt {d.attempt_number} ({attempt}):"]
+    fulfilled = first(SlotRequestFulfilled, slot_request_id=attempt)
+    requested = first(SlotRequested, slot_request_id=attempt)
+    if requested is not None:
+        lines.append(f"  asked the ResourceManager for allocation {requested.event.allocation_id} "
+                     f"({at(requested)})")  # fmt: skip
+        placed = first(SlotAllocationRequested, allocation_id=requested.event.allocation_id)
+        if placed is not None:
+            lines.append(f"  the ResourceManager placed it on {placed.event.resource_id} slot "
+                         f"{placed.event.slot_index} ({at(placed)})")  # fmt: skip
+    if fulfilled is not None:
+        allocation = fulfilled.event.allocation_id
+        offered = first(SlotOffered, allocation_id=allocation)
+        accepted = first(SlotOfferAccepted, allocation_id=allocation)
+        if offered is not None:
+            lines.append(f"  {offered.event.resource_id} offered allocation {allocation} "
+                         f"({at(offered)})"
+                         + (f", accepted ({at(accepted)})" if accepted else ""))  # fmt: skip
+        if requested is None:
+            how = "gave it an available slot,"
+        elif requested.event.allocation_id != allocation:
+            how = "fulfilled the request with another allocation,"
+        else:
+            how = "fulfilled the request with"
+        lines.append(f"  the pool {how} {allocation} ({at(fulfilled)})")
+    lines.append(f"  deployed to {d.resource_id} slot {d.slot_index} ({at(deployment)})")
+    accepted_task = first(TaskSubmissionAccepted, execution_attempt_id=attempt)
+    if accepted_task is not None:
+        lines.append(f"  {d.resource_id} accepted the task ({at(accepted_task)})")
+    rejected = {
+        r.event.rejected_event_id: r.event.reason for r in ordered
+        if isinstance(r.event, EventRejected) and r.event.rejected_event_type
+        == "TaskExecutionStateChanged"
+    }  # fmt: skip
+    for report in (r for r in ordered if isinstance(r.event, TaskExecutionStateChanged)
+                   and r.event.execution_attempt_id == attempt):  # fmt: skip
+        event = report.event
+        said = "the TaskExecutor" if event.producer != "jobmaster" else "the JobMaster"
+        refused = rejected.get(event.event_id)
+        lines.append(
+            f"  {event.execution_state.value} from {said} ({at(report)})"
+            + (f": {event.error}" if event.error else "")
+            + (f" — refused by the JobMaster: {refused}" if refused else "")
+        )
+    return lines
+
+
+def _now(
+    ordered: list[LogRecord], driver: ReducerDriver, job_id: str, vertex_id: str,
+    subtask: int, submitted: JobSubmitted,
+) -> list[str]:  # fmt: skip
+    """The restart strategy's account and what the subtask waits for now."""
+    jm = driver.job_masters.get(job_id)
+    lines = []
+    restarts = [
+        r for r in ordered if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id
+        and r.event.to_status is JobStatus.RESTARTING
+    ]  # fmt: skip
+    strategy = submitted.restart_strategy
+    for n, restart in enumerate(restarts, start=1):
+        lines.append(
+            f"restart {n} ({where(restart)}): {strategy.kind.value}, {n} of "
+            f"{strategy.restart_attempts} attempts used, delay {strategy.delay_ms} ms; cause: "
+            f"{restart.event.cause}"
+        )
+    if jm is None or jm.graph is None:
+        return [*lines, "now: the JobMaster holds no ExecutionGraph for the job"]
+    ev = jm.graph.vertices[vertex_id].subtasks[subtask]
+    for prior in ev.prior:
+        lines.append(f"the JobMaster's view of attempt {prior.attempt_number}: {prior.state.value}")
+    current = ev.current
+    lines.append(f"now: job {jm.status.value}; attempt {current.attempt_number} is "
+                 f"{current.state.value}{_waiting(ordered, driver, job_id, current)}")  # fmt: skip
+    return lines
+
+
+def _waiting(ordered: list[LogRecord], driver: ReducerDriver, job_id: str, current) -> str:
+    state = current.state.value
+    if state == "SCHEDULED" and not current.has_slot:
+        for pending in slot_report(driver, Cut("end", ordered)).pending:
+            if pending.job_id == job_id and pending.slot_request_id == current.slot_request_id:
+                return f", waiting for a slot: {pending.reason}"
+        return ", waiting for a slot request to be made"
+    if state == "DEPLOYING":
+        return f", waiting for {current.resource_id} to report it INITIALIZING"
+    return ""
+
+
+def _some_tasks(ordered: list[LogRecord]) -> list[str]:
+    tasks = {
+        f"{r.event.job_id}/{r.event.vertex_id}[{r.event.subtask_index}]"
+        for r in ordered if isinstance(r.event, TaskDeploymentRequested)
+    }  # fmt: skip
+    return sorted(tasks)[:3]
+
+
+def _resources(ordered: list[LogRecord]) -> list[str]:
+    return sorted({r.event.resource_id for r in ordered if getattr(r.event, "resource_id", None)})
