@@ -65,7 +65,7 @@ def plain_count(path: Path) -> Counter[str]:
 
 def counted(work: Path) -> Counter[str]:
     result: Counter[str] = Counter()
-    for part in work.glob("*/counts/part-*"):
+    for part in work.glob("**/counts/part-*"):
         for line in part.read_text("utf-8").splitlines():
             word, n = json.loads(line)
             result[word] += n
