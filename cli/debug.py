@@ -16,6 +16,8 @@ from jobledger.projections.positions import FORMS, Cut, Position, cut, log_order
 from jobledger.projections.replay import replay
 from jobledger.projections.slots import slot_report
 from jobledger.projections.tables import as_of_line
+from jobledger.projections.timeline import bars, timeline
+from jobledger.projections.timeline import draw as draw_timeline
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
@@ -63,6 +65,20 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    "or a TaskExecutor's resource id")  # fmt: skip
     _common(p)
     p.set_defaults(func=cmd_explain, parser=p)
+
+    p = sub.add_parser(
+        "timeline", parents=[common],
+        help="a job's attempts per slot over time: lines, JSON, or a Gantt chart (-o FILE.svg)",
+    )  # fmt: skip
+    p.add_argument("job", help="the job id")
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    at_option(p)
+    p.add_argument(
+        "-o", "--output", default="text", metavar="text|json|FILE",
+        help="lines, the bars as JSON, or a picture (FILE ending in .svg, .png or .pdf)",
+    )  # fmt: skip
+    registry_option(p)
+    p.set_defaults(func=cmd_timeline, parser=p)
 
     p = sub.add_parser(
         "slots", parents=[common],
@@ -192,4 +208,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 0
     print(as_of_line(upto))
     print(story.text())
+    return 0
+
+
+PICTURES = (".svg", ".png", ".pdf")
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    if args.output not in ("text", "json") and Path(args.output).suffix not in PICTURES:
+        raise argparse.ArgumentTypeError(
+            f"-o {args.output}: text, json, or a file ending in {', '.join(PICTURES)}"
+        )
+    upto = _cut(args)
+    history(upto.records, args.job)  # an unknown job is an error naming the known ones
+    if args.output == "json":
+        drawn, restarts = bars(upto.records, args.job)
+        print(json.dumps({"as_of": upto.as_of(), "job": args.job, "restarts_s": restarts,
+                          "bars": [vars(b) for b in drawn]}, indent=2))  # fmt: skip
+        return 0
+    if args.output == "text":
+        print(as_of_line(upto))
+        print("\n".join(timeline(upto.records, args.job)))
+        return 0
+    count = draw_timeline(upto.records, args.job, Path(args.output))
+    print(f"wrote {args.output}: {count} bars ({as_of_line(upto)})")
     return 0

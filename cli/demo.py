@@ -25,8 +25,9 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.positions import log_order
 from jobledger.projections.replay import replay
-from jobledger.projections.timeline import stalled_job, timeline
+from jobledger.projections.timeline import draw, stalled_job, timeline
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
@@ -241,9 +242,11 @@ def read_counts(out: Path) -> Counter[str]:
 
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
         pipelined: bool = False, top: int = 10, timeout_s: float = 300,
-        master: str = "local[*]", prefix: str | None = None) -> int:  # fmt: skip
+        master: str = "local[*]", prefix: str | None = None,
+        picture: Path | None = None) -> int:  # fmt: skip
     """The demo; returns the exit status. Its topics are `prefix`'s (default: a fresh random
-    one, so every run starts from an empty log)."""
+    one, so every run starts from an empty log). With `picture`, the job's timeline is also
+    drawn there as a Gantt chart (.svg, .png or .pdf)."""
     if not text.is_file():
         raise FileNotFoundError(
             2, "no such file (the demo counts the words of a text file)", str(text)
@@ -271,9 +274,11 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
             print("\n".join(stalled_job(cluster.log(), job_id)))
             return 1
         elapsed = time.monotonic() - started
-        return _print_results(
-            cluster.log(), job_id, end, elapsed, text, out, bootstrap, prefix, top
-        )
+        records = cluster.log()
+        if picture is not None:
+            draw(log_order(records), job_id, picture)
+            print(f"timeline picture: {picture}")
+        return _print_results(records, job_id, end, elapsed, text, out, bootstrap, prefix, top)
     finally:
         progress("shutting down the runner and the services")
         stopping = time.monotonic()

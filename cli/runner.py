@@ -90,6 +90,10 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--master", default="local[*]",
         help="Spark master of the runner, e.g. spark://HOST:PORT (default: local[*])",
     )  # fmt: skip
+    c.add_argument(
+        "--timeline", type=Path, metavar="FILE",
+        help="also draw the job's attempts per slot over time (.svg, .png or .pdf)",
+    )  # fmt: skip
     c.set_defaults(func=cmd_demo_wordcount)
 
 
@@ -127,7 +131,7 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
         args.file, bootstrap_of(args), home() / "demo",
         prefix=args.topic_prefix or os.environ.get(kafka.PREFIX_ENV),
         parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
-        top=args.top, timeout_s=args.timeout, master=args.master,
+        top=args.top, timeout_s=args.timeout, master=args.master, picture=args.timeline,
     )  # fmt: skip
 
 

@@ -1,9 +1,15 @@
-"""Read models of one job's story, for people: every attempt's states over time, and what
-the log says about a job that has not ended."""
+"""Read models of one job's story, for people: every attempt's states over time (as lines,
+and as a Gantt chart of attempts per slot drawn with matplotlib), and what the log says about
+a job that has not ended."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.types import JobStatus
 
 from .log_file import LogRecord
 from .replay import replay
@@ -52,3 +58,102 @@ def stalled_job(records: list[LogRecord], job_id: str) -> list[str]:
             for ev in jm.graph.execution_vertices()
         )
     return lines
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One stretch of one attempt in one slot: a state from when it was entered (seconds
+    since the job's first event) until the next state, or the end of the log."""
+
+    slot: str
+    attempt: str
+    label: str
+    state: str
+    start: float
+    end: float
+
+
+def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]:
+    """Every attempt's states per slot, and the times the job restarted, as data to draw."""
+    times = [r.event.event_time for r in records if getattr(r.event, "job_id", None) == job_id]
+    if not times:
+        return [], []
+    start, end = min(times), max(times)
+    seconds = lambda ms: (ms - start) / 1000  # noqa: E731 (a local unit conversion)
+    reports: dict[str, list[tuple[int, str]]] = {}
+    restarts = []
+    for r in records:
+        e = r.event
+        if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
+            reports.setdefault(e.execution_attempt_id, []).append(
+                (e.event_time, e.execution_state.value)
+            )
+        elif (
+            isinstance(e, JobStatusChanged)
+            and e.job_id == job_id
+            and e.to_status is JobStatus.RESTARTING
+        ):
+            restarts.append(seconds(e.event_time))
+    drawn = []
+    for r in records:
+        d = r.event
+        if not (isinstance(d, TaskDeploymentRequested) and d.job_id == job_id):
+            continue
+        steps = [(d.event_time, "DEPLOYING"), *sorted(reports.get(d.execution_attempt_id, []))]
+        label = f"{d.vertex_id}[{d.subtask_index}]#{d.attempt_number}"
+        slot = f"{d.resource_id}/{d.slot_index}"
+        for (at, state), (until, _) in zip(steps, [*steps[1:], (end, "")], strict=True):
+            if state in TERMINAL_STATES:
+                drawn.append(
+                    Bar(slot, d.execution_attempt_id, label, state, seconds(at), seconds(at))
+                )
+                break
+            drawn.append(
+                Bar(slot, d.execution_attempt_id, label, state, seconds(at), seconds(until))
+            )
+    return drawn, restarts
+
+
+TERMINAL_STATES = {"FINISHED", "FAILED", "CANCELED"}
+COLOURS = {
+    "DEPLOYING": "#c6dbef", "INITIALIZING": "#9ecae1", "RUNNING": "#4292c6",
+    "CANCELING": "#fdae6b", "FINISHED": "#31a354", "FAILED": "#de2d26", "CANCELED": "#969696",
+}  # fmt: skip
+
+
+def draw(records: list[LogRecord], job_id: str, path: Path) -> int:
+    """A Gantt chart of the job's attempts per slot over time (states coloured, failures and
+    restarts marked) written to `path` (.svg, .png or .pdf); returns how many bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    from matplotlib.patches import Patch
+
+    drawn, restarts = bars(records, job_id)
+    slots = sorted({b.slot for b in drawn})
+    figure, axes = pyplot.subplots(figsize=(11, 1 + 0.45 * max(1, len(slots))))
+    for bar in drawn:
+        row = slots.index(bar.slot)
+        if bar.state in TERMINAL_STATES:
+            marker = "X" if bar.state == "FAILED" else "|"
+            axes.plot(bar.start, row, marker, color=COLOURS[bar.state], markersize=10)
+            continue
+        axes.barh(row, max(bar.end - bar.start, 0.01), left=bar.start, height=0.6,
+                  color=COLOURS[bar.state], edgecolor="white")  # fmt: skip
+        if bar.state == "DEPLOYING":
+            axes.text(bar.start, row + 0.38, bar.label, fontsize=7, va="bottom")
+    for at in restarts:
+        axes.axvline(at, color=COLOURS["FAILED"], linestyle="--", linewidth=1)
+    axes.set_yticks(range(len(slots)), slots)
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds since the job's first event")
+    axes.set_title(f"job {job_id}: attempts per slot" + (
+        f" ({len(restarts)} restart{'s' if len(restarts) != 1 else ''}, dashed)" if restarts else ""
+    ))  # fmt: skip
+    axes.legend(handles=[Patch(color=c, label=s) for s, c in COLOURS.items()],
+                fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.25))  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+    return len(drawn)

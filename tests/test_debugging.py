@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -46,6 +47,8 @@ QUESTIONS = {
     "stale-leader.explain-task": ("stale-leader", ["explain", "job-1/source[0]", "-o", "json"]),
     "stale-leader.explain-task-executor": ("stale-leader", ["explain", "tm-0"]),
     "slot-shortage.explain-waiting": ("slot-shortage", ["explain", "job-1/source[2]"]),
+    "fail-once.timeline": ("wordcount-fail-once", ["timeline", FAIL_ONCE]),
+    "fail-once.timeline-json": ("wordcount-fail-once", ["timeline", FAIL_ONCE, "-o", "json"]),
 }
 
 
@@ -76,3 +79,29 @@ def test_a_target_or_position_naming_nothing_says_what_exists(args, message, cap
     assert main([*args, "--file", str(LOGS / "stale-leader.avro")]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("jobledger: ") and message in line
+
+
+def test_the_timeline_picture_is_a_gantt_chart_of_every_slot(tmp_path, capsys):
+    """The picture (saved as a test artifact) has a row per slot, a bar per attempt state,
+    the failures and the restart: its SVG holds the labels matplotlib drew."""
+    pytest.importorskip("matplotlib", reason="the picture needs the `plot` extra")
+    picture = tmp_path / "timeline.svg"
+    log = str(LOGS / "wordcount-fail-once.avro")
+    assert main(["timeline", FAIL_ONCE, "--file", log, "-o", str(picture)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {picture}: 64 bars (as of end: 295")
+    svg = ElementTree.parse(picture).getroot()
+    assert svg.tag.endswith("svg")
+    drawn = picture.read_text()
+    for text in ["runner-0/0", "runner-0/3", "count[2]#0", "1 restart", "FAILED", "CANCELING"]:
+        assert text in drawn, text
+    artifacts = Path(os.environ.get("JOBLEDGER_ARTIFACTS", tmp_path))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    (artifacts / "fail-once-timeline.svg").write_bytes(picture.read_bytes())
+
+
+def test_a_timeline_file_of_another_kind_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(
+            ["timeline", FAIL_ONCE, "--file", str(LOGS / "wordcount-fail-once.avro"), "-o", "t.gif"]
+        )
+    assert "-o t.gif: text, json, or a file ending in .svg, .png, .pdf" in capsys.readouterr().err
