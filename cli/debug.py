@@ -13,7 +13,6 @@ from jobledger.projections.explain import explain
 from jobledger.projections.history import Entry, belongs_to, history
 from jobledger.projections.log_file import LOG_ROLES, LogRecord
 from jobledger.projections.positions import FORMS, Cut, Position, cut, log_order
-from jobledger.projections.replay import replay
 from jobledger.projections.slots import slot_report
 from jobledger.projections.tables import as_of_line
 from jobledger.projections.timeline import bars, timeline
@@ -22,7 +21,7 @@ from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
 
-from .log import log_records
+from .log import log_records, replayed
 from .options import (
     at_option,
     bootstrap_of,
@@ -157,7 +156,7 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
 
 def cmd_slots(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    report = slot_report(replay(upto.records).driver, upto)
+    report = slot_report(replayed(upto.records).driver, upto)
     if args.output == "json":
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -186,7 +185,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     ordered = log_order(log_records(args, args.file))
     before = cut(ordered, args.before)
     after = cut(ordered, args.after or Position.parse("end"))
-    changes = diff(replay(before.records).driver.to_dict(), replay(after.records).driver.to_dict())
+    changes = diff(
+        replayed(before.records).driver.to_dict(), replayed(after.records).driver.to_dict()
+    )
     if args.output == "json":
         answer = {"from": before.as_of(), "to": after.as_of(),
                   "changes": [c.to_dict() for c in changes]}  # fmt: skip
@@ -202,7 +203,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    story = explain(upto.records, replay(upto.records).driver, args.target)
+    story = explain(upto.records, replayed(upto.records).driver, args.target)
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), **story.to_dict()}, indent=2))
         return 0

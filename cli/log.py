@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
+
+from tqdm import tqdm
 
 from jobledger.projections.log_file import (
     LogRecord,
@@ -17,7 +20,7 @@ from jobledger.projections.log_file import (
     write_export,
 )
 from jobledger.projections.positions import Position, cut, log_order
-from jobledger.projections.replay import foreign, position, replay, verify
+from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EventSerde
 from jobledger.services import kafka
@@ -33,6 +36,7 @@ from .options import (
 )
 
 Subparsers = argparse._SubParsersAction
+T = TypeVar("T")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -63,15 +67,27 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay)
 
 
+def progress(items: Iterable[T], what: str) -> Iterable[T]:
+    """Items, counted on stderr as they go when a person watches it (a long log takes a
+    while to read and replay; a pipe or a file gets no progress lines)."""
+    return tqdm(items, desc=what, unit=" records", file=sys.stderr, leave=False,
+                disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
+
+
+def replayed(records: list[LogRecord]) -> ReplayResult:
+    """`replay`, with progress on a terminal."""
+    return replay(records, watch=lambda inputs: progress(inputs, "replaying"))
+
+
 def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
     """The log, from an exported file or from the broker (undecodable records reported)."""
     if from_file is not None:
-        return list(read_export(from_file))
+        return list(progress(read_export(from_file), f"reading {from_file}"))
     consumer = kafka.read_committed_consumer(bootstrap_of(args))
     try:
-        records = list(read_log(
+        records = list(progress(read_log(
             consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
-        ))  # fmt: skip
+        ), "reading the log"))  # fmt: skip
     finally:
         consumer.close()
     for skipped in (r for r in records if isinstance(r, SkippedRecord)):
@@ -106,7 +122,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     elif args.until_time is not None:
         point = Position.parse(f"s@{args.until_time}")
     upto = cut(log_order(records), point)
-    result = replay(upto.records)
+    result = replayed(upto.records)
     if args.format == "json":
         print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:

@@ -67,10 +67,12 @@ def _inputs(records: list[LogRecord]) -> Iterable[LogRecord]:
 def replay(
     records: Iterable[LogRecord],
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+    watch: Callable[[Iterable[LogRecord]], Iterable[LogRecord]] = lambda inputs: inputs,
 ) -> ReplayResult:
-    """The state the records lead to (a whole log, or a cut of it: `positions.cut`)."""
+    """The state the records lead to (a whole log, or a cut of it: `positions.cut`);
+    `watch` sees the inputs go by (a progress display)."""
     result = ReplayResult(PartitionedDriver(driver_factory))
-    for record in _inputs(list(records)):
+    for record in watch(_inputs(list(records))):
         result.partitioned.process(record.role, record.partition, record.event)
         result.records += 1
     return result
