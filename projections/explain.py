@@ -129,7 +129,7 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
         f"task {job_id}/{vertex.vertex_id}[{subtask}] ({vertex.name!r}, subtask {subtask} of "
         f"{vertex.parallelism}): {len(deployments)} attempt(s) deployed"
     )
-    start = min(r.event.event_time for r in ordered if getattr(r.event, "job_id", None) == job_id)
+    start = min(r.timestamp for r in ordered if getattr(r.event, "job_id", None) == job_id)
     for deployment in deployments:
         story.lines += _attempt(ordered, deployment, start)
     story.lines += _now(ordered, driver, job_id, vertex.vertex_id, subtask, submitted)
@@ -141,7 +141,9 @@ def _attempt(ordered: list[LogRecord], deployment: LogRecord, start: int) -> lis
     attempt = d.execution_attempt_id
 
     def at(record: LogRecord) -> str:
-        return f"+{(record.event.event_time - start) / 1000:.2f}s {where(record)}"
+        """When it was appended (a decision carries its input's event time), after the
+        job's first record."""
+        return f"+{(record.timestamp - start) / 1000:.2f}s {where(record)}"
 
     def first(kind: type[Event], **wanted: object) -> LogRecord | None:
         return next(

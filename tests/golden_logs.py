@@ -1,7 +1,7 @@
 """The golden logs of the debugging suite (tests/golden/logs/*.avro), and how the synthetic
-ones were made. `wordcount-fail-once.avro` is a real log: `jobledger demo wordcount
-examples/words.txt --fail-once` on Apache Kafka 4.1.1 and Spark, exported. The others come
-from the reducers run in one process, each event appended to its partition (Kafka's
+ones were made. `wordcount.avro` and `wordcount-fail-once.avro` are real logs: `jobledger
+demo wordcount examples/words.txt [--fail-once]` on Apache Kafka 4.1.1 and Spark, exported.
+The others come from the reducers run in one process, each event appended to its partition (Kafka's
 partitioner, 4 job and TaskExecutor partitions) as a broker would, in the order derived.
 
 `python -m tests.golden_logs` writes the synthetic ones again (never needed unless the

@@ -17,6 +17,7 @@ from .golden_logs import LOGS
 
 ANSWERS = Path(__file__).parent / "golden" / "answers"
 FAIL_ONCE = "wordcount-bbfa270e"
+CLEAN = "wordcount-49f419c8"
 
 QUESTIONS = {
     "stale-leader.history": ("stale-leader", ["history", "job-1"]),
@@ -47,6 +48,11 @@ QUESTIONS = {
     "stale-leader.explain-task": ("stale-leader", ["explain", "job-1/source[0]", "-o", "json"]),
     "stale-leader.explain-task-executor": ("stale-leader", ["explain", "tm-0"]),
     "slot-shortage.explain-waiting": ("slot-shortage", ["explain", "job-1/source[2]"]),
+    "clean.history": ("wordcount", ["history", CLEAN]),
+    "clean.slots": ("wordcount", ["slots"]),
+    "clean.explain-task": ("wordcount", ["explain", f"{CLEAN}/count[0]"]),
+    "clean.diff-whole-run": ("wordcount", ["diff", "count:0"]),
+    "clean.timeline": ("wordcount", ["timeline", CLEAN]),
     "fail-once.timeline": ("wordcount-fail-once", ["timeline", FAIL_ONCE]),
     "fail-once.timeline-json": ("wordcount-fail-once", ["timeline", FAIL_ONCE, "-o", "json"]),
 }
