@@ -34,11 +34,17 @@ from .options import (
 Subparsers = argparse._SubParsersAction
 
 
-def _common(p: argparse.ArgumentParser, formats: tuple[str, ...] = ("text", "json")) -> None:
+def _common(
+    p: argparse.ArgumentParser, formats: tuple[str, ...] | None = ("text", "json"), at: bool = True
+) -> None:
+    """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
+    (None: the command declares its own -o)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
-    at_option(p)
-    p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
     registry_option(p)
+    if at:
+        at_option(p)
+    if formats:
+        p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -70,13 +76,11 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="a job's attempts per slot over time: lines, JSON, or a Gantt chart (-o FILE.svg)",
     )  # fmt: skip
     p.add_argument("job", help="the job id")
-    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
-    at_option(p)
+    _common(p, formats=None)
     p.add_argument(
         "-o", "--output", default="text", metavar="text|json|FILE",
         help="lines, the bars as JSON, or a picture (FILE ending in .svg, .png or .pdf)",
     )  # fmt: skip
-    registry_option(p)
     p.set_defaults(func=cmd_timeline, parser=p)
 
     p = sub.add_parser(
@@ -91,9 +95,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("before", type=position, help=f"the earlier point: {FORMS}")
     p.add_argument("after", type=position, nargs="?", help="the later point (default: end)")
-    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="how to answer")
-    registry_option(p)
+    _common(p, at=False)
     p.set_defaults(func=cmd_diff, parser=p)
 
 

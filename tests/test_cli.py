@@ -34,6 +34,11 @@ SUBCOMMANDS = [
     ["services", "run"],
     ["export"],
     ["replay"],
+    ["history"],
+    ["explain"],
+    ["slots"],
+    ["diff"],
+    ["timeline"],
 ]
 
 
