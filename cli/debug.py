@@ -12,7 +12,14 @@ from jobledger.projections.diff import diff
 from jobledger.projections.explain import explain
 from jobledger.projections.history import Entry, belongs_to, history
 from jobledger.projections.log_file import LOG_ROLES, LogRecord
-from jobledger.projections.positions import FORMS, Cut, Position, cut, log_order
+from jobledger.projections.positions import (
+    FORMS,
+    Cut,
+    Position,
+    PositionError,
+    cut,
+    log_order,
+)
 from jobledger.projections.slots import slot_report
 from jobledger.projections.tables import as_of_line
 from jobledger.projections.timeline import bars, timeline
@@ -158,7 +165,7 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
 
 def cmd_slots(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    report = slot_report(replayed(upto.records).driver, upto)
+    report = slot_report(replayed(upto).driver, upto)
     if args.output == "json":
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -187,9 +194,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     ordered = log_order(log_records(args, args.file))
     before = cut(ordered, args.before)
     after = cut(ordered, args.after or Position.parse("end"))
-    changes = diff(
-        replayed(before.records).driver.to_dict(), replayed(after.records).driver.to_dict()
-    )
+    if len(before.records) > len(after.records):
+        raise PositionError(
+            f"{before.position} is after {after.position} in this log: give the earlier first"
+        )
+    changes = diff(replayed(before).driver.to_dict(), replayed(after).driver.to_dict())
     if args.output == "json":
         answer = {"from": before.as_of(), "to": after.as_of(),
                   "changes": [c.to_dict() for c in changes]}  # fmt: skip
@@ -205,7 +214,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    story = explain(upto.records, replayed(upto.records).driver, args.target)
+    story = explain(upto.records, replayed(upto).driver, args.target)
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), **story.to_dict()}, indent=2))
         return 0

@@ -19,7 +19,7 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
-from jobledger.projections.positions import Position, cut, log_order
+from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EventSerde
@@ -64,7 +64,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="re-derive every decision and report the first that differs from the log",
     )  # fmt: skip
     registry_option(p)
-    p.set_defaults(func=cmd_replay)
+    p.set_defaults(func=cmd_replay, parser=p)
 
 
 def progress(items: Iterable[T], what: str) -> Iterable[T]:
@@ -74,9 +74,11 @@ def progress(items: Iterable[T], what: str) -> Iterable[T]:
                 disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
 
 
-def replayed(records: list[LogRecord]) -> ReplayResult:
-    """`replay`, with progress on a terminal."""
-    return replay(records, watch=lambda inputs: progress(inputs, "replaying"))
+def replayed(upto: Cut) -> ReplayResult:
+    """`replay` of a cut of the log, with progress on a terminal."""
+    return replay(
+        upto.records, watch=lambda inputs: progress(inputs, "replaying"), refused=upto.refused
+    )
 
 
 def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
@@ -116,13 +118,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     records = log_records(args, args.file)
     if args.verify:
         return _verify(args, records)
+    if args.at is not None and (args.count is not None or args.until_time is not None):
+        raise argparse.ArgumentTypeError("--at, --count and --until-time: give one of them")
     point = position_of(args)
     if args.count is not None:
         point = Position.parse(f"count:{args.count}")
     elif args.until_time is not None:
         point = Position.parse(f"s@{args.until_time}")
     upto = cut(log_order(records), point)
-    result = replayed(upto.records)
+    result = replayed(upto)
     if args.format == "json":
         print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:

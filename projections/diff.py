@@ -33,22 +33,29 @@ ID_KEYS = ("attempt_id", "slot_request_id", "allocation_id", "resource_id", "ind
 list is compared item by item, by that name, instead of as one value."""
 
 
-def _by_id(items: Any) -> dict[str, Any] | None:
-    """A list of records keyed by the first ID_KEYS field they all have, or None."""
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+def _key_of(*lists: Any) -> str | None:
+    """The first ID_KEYS field that names every record of every list, non-null and unique
+    within each list (one key for both sides, so an item keeps its name across the diff)."""
+    if not all(isinstance(items, list) and items is not None for items in lists):
+        return None
+    records = [i for items in lists for i in items]
+    if not records or not all(isinstance(i, dict) for i in records):
         return None
     for key in ID_KEYS:
-        if all(key in i for i in items) and len({str(i[key]) for i in items}) == len(items):
-            return {str(i[key]): i for i in items}
+        if all(i.get(key) is not None for i in records) and all(
+            len({str(i[key]) for i in items}) == len(items) for items in lists
+        ):
+            return key
     return None
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[Change]:
     """Every difference between two plain-data states, in key order. Mappings are compared
     key by key, lists of named records record by record, anything else as one value."""
-    keyed_before, keyed_after = _by_id(before), _by_id(after)
-    if keyed_before is not None and keyed_after is not None and (before or after):
-        before, after = keyed_before, keyed_after
+    key = _key_of(before, after)
+    if key is not None:
+        before = {str(i[key]): i for i in before}
+        after = {str(i[key]): i for i in after}
     if isinstance(before, dict) and isinstance(after, dict):
         changes: list[Change] = []
         for key in sorted(set(before) | set(after), key=str):

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
-from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.slots import (
     SlotAllocationRequested,
     SlotOfferAccepted,
@@ -28,10 +27,10 @@ from jobledger.schemas.tasks import (
     TaskExecutionStateChanged,
     TaskSubmissionAccepted,
 )
-from jobledger.schemas.types import JobStatus
+from jobledger.schemas.types import JobStatus, RestartStrategy, RestartStrategyKind
 from jobledger.services.driver import ReducerDriver
 
-from .history import fields, iso
+from .history import fields, iso, refused_reports
 from .log_file import LogRecord
 from .positions import Cut, where
 from .slots import slot_report
@@ -93,8 +92,10 @@ def _line(record: LogRecord, by_id: dict[str, LogRecord]) -> str:
 
 def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
     chain = [record]
-    while chain[-1].event.cause_event_id and chain[-1].event.cause_event_id in by_id:
-        chain.append(by_id[chain[-1].event.cause_event_id])
+    seen = {record.event.event_id}
+    while (cause := chain[-1].event.cause_event_id) in by_id and cause not in seen:
+        seen.add(cause)  # a record naming itself (or a loop) as its cause ends the chain
+        chain.append(by_id[cause])
     story = Story(f"event {record.event.event_id}: {len(chain) - 1} cause(s) back to an input")
     for depth, link in enumerate(reversed(chain)):
         role = "input" if depth == 0 else "decided"
@@ -103,8 +104,10 @@ def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
             f"{where(link)} {link.event.type_name()} {fields(link.event)}"
         )
     missing = chain[-1].event.cause_event_id
-    if missing:
+    if missing and missing not in by_id:
         story.lines.append(f"  (its cause {missing} is not in this log)")
+    elif missing:
+        story.lines.append(f"  (its cause {missing} is already in the chain: a loop)")
     return story
 
 
@@ -113,59 +116,97 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
     submissions = (r.event for r in ordered if isinstance(r.event, JobSubmitted))
     submitted = next((s for s in submissions if s.job_id == job_id), None)
     if submitted is None:
-        raise UnknownTarget(f"no job {job_id!r} was submitted in this log")
+        jobs = sorted({s.job_id for s in (r.event for r in ordered)
+                       if isinstance(s, JobSubmitted)})  # fmt: skip
+        raise UnknownTarget(
+            f"no job {job_id!r} was submitted in this part of the log; jobs submitted: "
+            f"{', '.join(jobs) or 'none'}"
+        )
     vertex = next((v for v in submitted.vertices if vertex_ref in (v.vertex_id, v.name)), None)
     if vertex is None:
         names = ", ".join(f"{v.vertex_id} ({v.name})" for v in submitted.vertices)
         raise UnknownTarget(f"job {job_id} has no vertex {vertex_ref!r}; vertices: {names}")
-    deployments = [
-        r for r in ordered if isinstance(r.event, TaskDeploymentRequested)
-        and r.event.job_id == job_id and r.event.vertex_id == vertex.vertex_id
-        and r.event.subtask_index == subtask
-    ]  # fmt: skip
+    jm = driver.job_masters.get(job_id)
+    graph = jm.graph if jm is not None else None
+    if graph is not None and vertex.vertex_id in graph.vertices:
+        parallelism = graph.vertices[vertex.vertex_id].parallelism
+    else:
+        parallelism = vertex.parallelism
+    if subtask >= parallelism:
+        raise UnknownTarget(
+            f"vertex {vertex.vertex_id} of job {job_id} has subtasks 0-{parallelism - 1}"
+        )
+    attempts = _attempts_of(ordered, graph, job_id, vertex.vertex_id, subtask)
     if match["attempt"] is not None:
-        deployments = [d for d in deployments if d.event.attempt_number == int(match["attempt"])]
+        wanted = int(match["attempt"])
+        if wanted not in attempts:
+            raise UnknownTarget(
+                f"{job_id}/{vertex.vertex_id}[{subtask}] has attempts "
+                f"{', '.join(map(str, sorted(attempts))) or 'none'}, not #{wanted}"
+            )
+        attempts = {wanted: attempts[wanted]}
     story = Story(
         f"task {job_id}/{vertex.vertex_id}[{subtask}] ({vertex.name!r}, subtask {subtask} of "
-        f"{vertex.parallelism}): {len(deployments)} attempt(s) deployed"
+        f"{parallelism}): {len(attempts)} attempt(s)"
     )
     start = min(r.timestamp for r in ordered if getattr(r.event, "job_id", None) == job_id)
-    for deployment in deployments:
-        story.lines += _attempt(ordered, deployment, start)
+    for number, attempt_id in sorted(attempts.items()):
+        story.lines += _attempt(ordered, number, attempt_id, start)
     story.lines += _now(ordered, driver, job_id, vertex.vertex_id, subtask, submitted)
     return story
 
 
-def _attempt(ordered: list[LogRecord], deployment: LogRecord, start: int) -> list[str]:
-    d: TaskDeploymentRequested = deployment.event
-    attempt = d.execution_attempt_id
+def _attempts_of(
+    ordered: list[LogRecord], graph, job_id: str, vertex_id: str, subtask: int
+) -> dict[int, str]:
+    """Attempt number -> attempt id: every attempt deployed, and those the JobMaster made
+    and has not deployed (yet)."""
+    found = {
+        r.event.attempt_number: r.event.execution_attempt_id for r in ordered
+        if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
+        and r.event.vertex_id == vertex_id and r.event.subtask_index == subtask
+    }  # fmt: skip
+    if graph is not None and vertex_id in graph.vertices:
+        ev = graph.vertices[vertex_id].subtasks[subtask]
+        for execution in [*ev.prior, ev.current]:
+            found.setdefault(execution.attempt_number, execution.attempt_id)
+    return found
 
+
+def _attempt(ordered: list[LogRecord], number: int, attempt: str, start: int) -> list[str]:
     def at(record: LogRecord) -> str:
         """When it was appended (a decision carries its input's event time), after the
         job's first record."""
         return f"+{(record.timestamp - start) / 1000:.2f}s {where(record)}"
 
-    def first(kind: type[Event], **wanted: object) -> LogRecord | None:
+    def last(kind: type[Event], before: LogRecord | None = None, **wanted: object):
+        """The latest such record (before `before`, if given): a slot placed or offered
+        again is told as it was when it served."""
+        end = ordered.index(before) if before is not None else len(ordered)
         return next(
-            (r for r in ordered if isinstance(r.event, kind)
+            (r for r in reversed(ordered[:end]) if isinstance(r.event, kind)
              and all(getattr(r.event, k) == v for k, v in wanted.items())),
             None,
         )  # fmt: skip
 
-    lines = [f"attempt {d.attempt_number} ({attempt}):"]
-    fulfilled = first(SlotRequestFulfilled, slot_request_id=attempt)
-    requested = first(SlotRequested, slot_request_id=attempt)
+    lines = [f"attempt {number} ({attempt}):"]
+    deployment = last(TaskDeploymentRequested, execution_attempt_id=attempt)
+    fulfilled = last(SlotRequestFulfilled, deployment, slot_request_id=attempt)
+    requested = last(SlotRequested, fulfilled, slot_request_id=attempt)
     if requested is not None:
         lines.append(f"  asked the ResourceManager for allocation {requested.event.allocation_id} "
                      f"({at(requested)})")  # fmt: skip
-        placed = first(SlotAllocationRequested, allocation_id=requested.event.allocation_id)
+        placed = last(SlotAllocationRequested, fulfilled,
+                      allocation_id=requested.event.allocation_id)  # fmt: skip
         if placed is not None:
             lines.append(f"  the ResourceManager placed it on {placed.event.resource_id} slot "
                          f"{placed.event.slot_index} ({at(placed)})")  # fmt: skip
     if fulfilled is not None:
         allocation = fulfilled.event.allocation_id
-        offered = first(SlotOffered, allocation_id=allocation)
-        accepted = first(SlotOfferAccepted, allocation_id=allocation)
+        # the pool accepts an offer and fulfils a request in one step: the two records land
+        # on two topics in either order, so both are looked for before the deployment
+        offered = last(SlotOffered, deployment, allocation_id=allocation)
+        accepted = last(SlotOfferAccepted, deployment, allocation_id=allocation)
         if offered is not None:
             lines.append(f"  {offered.event.resource_id} offered allocation {allocation} "
                          f"({at(offered)})"
@@ -177,15 +218,14 @@ def _attempt(ordered: list[LogRecord], deployment: LogRecord, start: int) -> lis
         else:
             how = "fulfilled the request with"
         lines.append(f"  the pool {how} {allocation} ({at(fulfilled)})")
+    if deployment is None:
+        return [*lines, "  not deployed"]
+    d = deployment.event
     lines.append(f"  deployed to {d.resource_id} slot {d.slot_index} ({at(deployment)})")
-    accepted_task = first(TaskSubmissionAccepted, execution_attempt_id=attempt)
+    accepted_task = last(TaskSubmissionAccepted, execution_attempt_id=attempt)
     if accepted_task is not None:
         lines.append(f"  {d.resource_id} accepted the task ({at(accepted_task)})")
-    rejected = {
-        r.event.rejected_event_id: r.event.reason for r in ordered
-        if isinstance(r.event, EventRejected) and r.event.rejected_event_type
-        == "TaskExecutionStateChanged"
-    }  # fmt: skip
+    rejected = refused_reports(ordered)
     for report in (r for r in ordered if isinstance(r.event, TaskExecutionStateChanged)
                    and r.event.execution_attempt_id == attempt):  # fmt: skip
         event = report.event
@@ -199,6 +239,17 @@ def _attempt(ordered: list[LogRecord], deployment: LogRecord, start: int) -> lis
     return lines
 
 
+def _restart_account(strategy: RestartStrategy, n: int) -> str:
+    kind = strategy.kind.value
+    if strategy.kind is RestartStrategyKind.FIXED_DELAY:
+        return (f"{kind}, {n} of {strategy.restart_attempts} attempts used, delay "
+                f"{strategy.delay_ms} ms")  # fmt: skip
+    if strategy.kind is RestartStrategyKind.FAILURE_RATE:
+        limit, interval = strategy.max_failures_per_interval, strategy.failure_rate_interval_ms
+        return f"{kind}, at most {limit} failures per {interval} ms, delay {strategy.delay_ms} ms"
+    return kind
+
+
 def _now(
     ordered: list[LogRecord], driver: ReducerDriver, job_id: str, vertex_id: str,
     subtask: int, submitted: JobSubmitted,
@@ -210,14 +261,13 @@ def _now(
         r for r in ordered if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id
         and r.event.to_status is JobStatus.RESTARTING
     ]  # fmt: skip
-    strategy = submitted.restart_strategy
     for n, restart in enumerate(restarts, start=1):
+        cause = f"; cause: {restart.event.cause}" if restart.event.cause else ""
         lines.append(
-            f"restart {n} ({where(restart)}): {strategy.kind.value}, {n} of "
-            f"{strategy.restart_attempts} attempts used, delay {strategy.delay_ms} ms; cause: "
-            f"{restart.event.cause}"
+            f"restart {n} ({where(restart)}): "
+            f"{_restart_account(submitted.restart_strategy, n)}{cause}"
         )
-    if jm is None or jm.graph is None:
+    if jm is None or jm.graph is None or vertex_id not in jm.graph.vertices:
         return [*lines, "now: the JobMaster holds no ExecutionGraph for the job"]
     ev = jm.graph.vertices[vertex_id].subtasks[subtask]
     for prior in ev.prior:
@@ -235,6 +285,11 @@ def _waiting(ordered: list[LogRecord], driver: ReducerDriver, job_id: str, curre
             if pending.job_id == job_id and pending.slot_request_id == current.slot_request_id:
                 return f", waiting for a slot: {pending.reason}"
         return ", waiting for a slot request to be made"
+    if state == "SCHEDULED":
+        graph = driver.job_masters[job_id].graph
+        waiting = sum(1 for e in graph.executions() if not e.has_slot)
+        return (f", holding its slot; waiting for the job's {waiting} other slot request(s) "
+                "(EAGER scheduling deploys every task at once)")  # fmt: skip
     if state == "DEPLOYING":
         return f", waiting for {current.resource_id} to report it INITIALIZING"
     return ""

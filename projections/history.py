@@ -75,18 +75,18 @@ class Entry:
 def history(ordered: list[LogRecord], job_id: str, timers: bool = True) -> list[Entry]:
     """Every event of `job_id` in `ordered` (log order), with its cause; the clock's
     TimerFired ticks only with `timers`."""
-    by_id: dict[str, LogRecord] = {}
-    for record in ordered:
-        by_id.setdefault(record.event.event_id, record)
-    entries = [
-        Entry(r, by_id.get(r.event.cause_event_id) if r.event.cause_event_id else None)
-        for r in ordered
-        if belongs_to(r.event, job_id) and (timers or not isinstance(r.event, TimerFired))
-    ]
+    seen: dict[str, LogRecord] = {}
+    entries = []
+    for r in ordered:
+        if belongs_to(r.event, job_id) and (timers or not isinstance(r.event, TimerFired)):
+            cause = seen.get(r.event.cause_event_id) if r.event.cause_event_id else None
+            entries.append(Entry(r, cause))
+        seen[r.event.event_id] = r  # a cause is the latest record with its id before
     if not entries and not any(belongs_to(r.event, job_id) for r in ordered):
         known = jobs_in(ordered)
         raise UnknownJob(
-            f"no event of job {job_id!r} in this log; jobs: {', '.join(known) or 'none'}"
+            f"no event of job {job_id!r} in this part of the log ({len(ordered)} records); "
+            f"jobs in it: {', '.join(known) or 'none'}"
         )
     return entries
 
@@ -110,3 +110,12 @@ def fields(event: Event) -> str:
 def iso(ms: int) -> str:
     moment = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
     return moment.replace("+00:00", "Z")
+
+
+def refused_reports(ordered: list[LogRecord]) -> dict[str, str]:
+    """Event id -> reason of every task state report the JobMaster refused."""
+    return {
+        r.event.rejected_event_id: r.event.reason for r in ordered
+        if isinstance(r.event, EventRejected)
+        and r.event.rejected_event_type == "TaskExecutionStateChanged"
+    }  # fmt: skip

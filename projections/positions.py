@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from jobledger.schemas.topics import TopicRole
 
 from .log_file import LOG_ROLES, LogRecord
+from .replay import dead_lettered
 
 _RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$")
 FORMS = (
@@ -59,7 +60,7 @@ class Position:
             return cls(text, "end")
         if match := _RECORD.match(text):
             role = match["role"]
-            if role not in {r.value for r in TopicRole}:
+            if role not in {r.value for r in LOG_ROLES}:
                 raise PositionError(
                     f"{text!r}: no topic role {role!r} (roles: "
                     f"{', '.join(r.value for r in LOG_ROLES)})"
@@ -110,6 +111,9 @@ class Cut:
 
     position: str
     records: list[LogRecord]
+    refused: set[tuple[str, int, int]] = field(default_factory=set)
+    """The inputs the whole log dead-lettered (a dead letter comes after its input, maybe
+    after the cut): replaying the cut must skip them too."""
     offsets: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,26 +138,51 @@ def cut(ordered: list[LogRecord], position: Position | str) -> Cut:
     exists if it names nothing in this log."""
     if isinstance(position, str):
         position = Position.parse(position)
+    refused = dead_lettered(ordered)
     if position.kind == "end":
-        return Cut(position.text, list(ordered))
+        return Cut(position.text, list(ordered), refused)
     if position.kind == "count":
-        return Cut(position.text, ordered[: position.value])
+        if position.value > len(ordered):
+            raise PositionError(f"{position.text!r}: this log has {len(ordered)} records")
+        return Cut(position.text, ordered[: position.value], refused)
     if position.kind == "time":
-        return Cut(position.text, [r for r in ordered if r.timestamp <= position.value])
+        return Cut(position.text, _until(ordered, position.value), refused)
     index = _index_of(ordered, position)
-    return Cut(position.text, ordered[: index + 1])
+    return Cut(position.text, ordered[: index + 1], refused)
+
+
+def _until(ordered: list[LogRecord], time: int) -> list[LogRecord]:
+    """Each partition up to (not including) its first record appended after `time`: a
+    partition is a sequence, and a later offset with an earlier timestamp (clocks of two
+    producers) still came after."""
+    stopped: set[tuple[TopicRole, int]] = set()
+    kept = []
+    for record in ordered:
+        partition = (record.role, record.partition)
+        if partition in stopped:
+            continue
+        if record.timestamp > time:
+            stopped.add(partition)
+            continue
+        kept.append(record)
+    return kept
 
 
 def _index_of(ordered: list[LogRecord], position: Position) -> int:
     if position.kind == "event":
-        found = next(
-            (i for i, r in enumerate(ordered) if r.event.event_id == position.event_id), None
-        )
-        if found is None:
+        found = [i for i, r in enumerate(ordered) if r.event.event_id == position.event_id]
+        if not found:
             raise PositionError(
-                f"no event {position.event_id!r} in this log ({len(ordered)} records)"
+                f"no event {position.event_id!r} in this log ({len(ordered)} records; "
+                "`jobledger history JOB` lists a job's events with their ids)"
             )
-        return found
+        if len(found) > 1:
+            places = ", ".join(where(ordered[i]) for i in found)
+            raise PositionError(
+                f"{len(found)} records carry event id {position.event_id!r} ({places}): name "
+                "one by its position"
+            )
+        return found[0]
     key = (position.role, position.partition)
     found = next(
         (i for i, r in enumerate(ordered)

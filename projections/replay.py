@@ -54,9 +54,12 @@ def _role_of(topic: str) -> str:
     return next((role.value for role in TopicRole if topic.endswith(role.value)), topic)
 
 
-def _inputs(records: list[LogRecord]) -> Iterable[LogRecord]:
-    """The records the services' reducers saw: input topics, less what was dead-lettered."""
-    refused = dead_lettered(records)
+def _inputs(
+    records: list[LogRecord], refused: set[tuple[str, int, int]] | None = None
+) -> Iterable[LogRecord]:
+    """The records the services' reducers saw: input topics, less what was dead-lettered
+    (`refused`: the dead letters of the whole log, when `records` is only a cut of it)."""
+    refused = dead_lettered(records) if refused is None else refused
     for record in records:
         if record.role is not TopicRole.DEAD_LETTER and (
             (record.role.value, record.partition, record.offset) not in refused
@@ -68,11 +71,13 @@ def replay(
     records: Iterable[LogRecord],
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
     watch: Callable[[Iterable[LogRecord]], Iterable[LogRecord]] = lambda inputs: inputs,
+    refused: set[tuple[str, int, int]] | None = None,
 ) -> ReplayResult:
-    """The state the records lead to (a whole log, or a cut of it: `positions.cut`);
-    `watch` sees the inputs go by (a progress display)."""
+    """The state the records lead to (a whole log, or a cut of it: `positions.cut`, whose
+    `refused` names the inputs the whole log dead-lettered, a dead letter being appended
+    after its input); `watch` sees the inputs go by (a progress display)."""
     result = ReplayResult(PartitionedDriver(driver_factory))
-    for record in watch(_inputs(list(records))):
+    for record in watch(_inputs(list(records), refused)):
         result.partitioned.process(record.role, record.partition, record.event)
         result.records += 1
     return result

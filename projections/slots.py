@@ -82,18 +82,20 @@ def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
                 None if since is None or now is None else now - since,
                 _why_pending(pool, request, at_rm, rm),
             ))  # fmt: skip
-    for rid, te in sorted(rm.task_executors.items()):
+    for rid in sorted(set(rm.task_executors) | set(driver.task_executors)):
+        te = rm.task_executors.get(rid)
         own = driver.task_executors.get(rid)
         table = own.table if own is not None else None
+        count = len(te.slots) if te is not None else table.number_of_slots if table else 0
         report.task_executors[rid] = [
             {
                 "index": index,
-                "at_resource_manager": slot.state.value,
-                "allocation": slot.allocation_id,
-                "job": slot.job_id,
+                "at_resource_manager": te.slots[index].state.value if te else "NOT REGISTERED",
+                "allocation": te.slots[index].allocation_id if te else None,
+                "job": te.slots[index].job_id if te else None,
                 "at_task_executor": _table_state(table, index),
             }
-            for index, slot in enumerate(te.slots)
+            for index in range(count)
         ]
     return report
 
@@ -117,7 +119,7 @@ def _request_times(upto: Cut) -> dict[tuple[str, str], int]:
 
 def _why_pending(pool: SlotPool, request: PendingRequest, at_rm: bool, rm: ResourceManager) -> str:
     """The first reason, in the order a person checks them, that nothing satisfies it."""
-    if not at_rm or pool.resource_manager_id is None:
+    if not at_rm:
         return "the JobMaster is not connected to a ResourceManager: the request waits for one"
     if not rm.task_executors:
         return "no TaskExecutor is registered at the ResourceManager"
@@ -129,16 +131,27 @@ def _why_pending(pool: SlotPool, request: PendingRequest, at_rm: bool, rm: Resou
         if is_matching(te.resource_profile, wanted)
     ]
     if not matching:
-        largest = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
+        offered = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
+        if offered == ["UNKNOWN"]:
+            return "every TaskExecutor's slots have an UNKNOWN profile, which serves no request"
         return (
             f"its profile ({profile_text(wanted)}) is larger than every TaskExecutor's slots "
-            f"({'; '.join(largest)})"
+            f"({'; '.join(offered)})"
         )
     at_rm_request = rm.requests.get(request.allocation_id or "")
     if at_rm_request is None:
         return "sent to the ResourceManager, which has not received it yet"
     if at_rm_request.assigned is not None:
         rid, index = at_rm_request.assigned
+        te = rm.task_executors.get(rid)
+        if te is not None and te.slots[index].state is not SlotState.PENDING:
+            lost = (
+                "" if pool.resource_manager_id else " (the JobMaster has lost the ResourceManager)"
+            )
+            return (
+                f"{rid} allocated slot {index} for it; waiting for its offer to reach the job "
+                f"and be accepted{lost}"
+            )
         return (
             f"the ResourceManager gave it slot {index} of {rid}; waiting for that TaskExecutor "
             "to allocate the slot and offer it to the job"

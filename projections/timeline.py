@@ -11,6 +11,7 @@ from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import JobStatus
 
+from .history import refused_reports
 from .log_file import LogRecord
 from .replay import replay
 
@@ -74,43 +75,45 @@ class Bar:
 
 
 def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]:
-    """Every attempt's states per slot, and the times the job restarted, as data to draw."""
-    times = [r.event.event_time for r in records if getattr(r.event, "job_id", None) == job_id]
+    """Every attempt's states per slot, and the times the job restarted, as data to draw.
+    Times are when records were appended (a decision carries its input's event time), in
+    seconds after the job's first record; reports the JobMaster refused are left out."""
+    times = [r.timestamp for r in records if getattr(r.event, "job_id", None) == job_id]
     if not times:
         return [], []
     start, end = min(times), max(times)
     seconds = lambda ms: (ms - start) / 1000  # noqa: E731 (a local unit conversion)
+    refused = refused_reports(records)
     reports: dict[str, list[tuple[int, str]]] = {}
     restarts = []
-    for r in records:
+    for r in records:  # log order: a partition's reports in the order they were appended
         e = r.event
         if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
-            reports.setdefault(e.execution_attempt_id, []).append(
-                (e.event_time, e.execution_state.value)
-            )
+            if e.event_id not in refused:
+                reports.setdefault(e.execution_attempt_id, []).append(
+                    (r.timestamp, e.execution_state.value)
+                )
         elif (
             isinstance(e, JobStatusChanged)
             and e.job_id == job_id
             and e.to_status is JobStatus.RESTARTING
         ):
-            restarts.append(seconds(e.event_time))
+            restarts.append(seconds(r.timestamp))
     drawn = []
     for r in records:
         d = r.event
         if not (isinstance(d, TaskDeploymentRequested) and d.job_id == job_id):
             continue
-        steps = [(d.event_time, "DEPLOYING"), *sorted(reports.get(d.execution_attempt_id, []))]
+        steps = [(r.timestamp, "DEPLOYING"), *reports.get(d.execution_attempt_id, [])]
         label = f"{d.vertex_id}[{d.subtask_index}]#{d.attempt_number}"
         slot = f"{d.resource_id}/{d.slot_index}"
         for (at, state), (until, _) in zip(steps, [*steps[1:], (end, "")], strict=True):
-            if state in TERMINAL_STATES:
-                drawn.append(
-                    Bar(slot, d.execution_attempt_id, label, state, seconds(at), seconds(at))
-                )
-                break
+            stop = at if state in TERMINAL_STATES else until
             drawn.append(
-                Bar(slot, d.execution_attempt_id, label, state, seconds(at), seconds(until))
+                Bar(slot, d.execution_attempt_id, label, state, seconds(at), seconds(stop))
             )
+            if state in TERMINAL_STATES:
+                break
     return drawn, restarts
 
 

@@ -61,7 +61,7 @@ def test_every_form_cuts_a_prefix_and_says_which_offsets_it_reflects(log, text, 
             "job/5@0",
             "no records in job/5 (partitions with records: job/0, job/1, resourcemanager/0)",
         ),
-        ("id:nope", "no event 'nope' in this log (5 records)"),
+        ("id:nope", "no event 'nope' in this log (5 records;"),
     ],
 )
 def test_a_position_naming_nothing_here_says_what_exists(log, text, message):
