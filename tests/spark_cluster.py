@@ -115,8 +115,10 @@ def _await_workers(
             raise RuntimeError(f"Spark daemon(s) exited at start: {dead}; logs in {cluster.logs}")
         try:
             alive = cluster.state().get("aliveworkers", 0)
-        except OSError:
-            alive = 0  # the master's web UI is not up yet
+        except (OSError, ValueError):
+            # the master's web UI is not up yet, or bound but not serving: right after Jetty
+            # binds, /json/ has answered 200 with an empty body
+            alive = 0
         if alive >= workers:
             return
         if time.monotonic() > deadline:

@@ -10,12 +10,14 @@ this test session may already hold a local one.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame
 
 from .conftest import Cluster
-from .spark_cluster import StandaloneCluster, children, standalone_cluster
+from .spark_cluster import StandaloneCluster, _await_workers, children, standalone_cluster
 from .test_kafka_source import new_topic
 from .test_runner import counted, plain_count, text  # noqa: F401  (text: a fixture)
 
@@ -249,3 +251,36 @@ def events_so_far(bootstrap: str, prefix: str) -> list:
         return read_events(bootstrap, prefix)
     except LookupError:
         return []
+
+
+def test_a_master_ui_bound_but_not_serving_yet_counts_as_not_up(tmp_path):
+    """Right after Jetty binds, the master's /json/ has answered 200 with an empty body: the
+    wait for workers must take that for "not up yet", not fail the whole cluster fixture."""
+    answers = iter([b"", b"<html>starting</html>", json.dumps({"aliveworkers": 2}).encode()])
+
+    class MasterUI(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = next(answers, json.dumps({"aliveworkers": 2}).encode())
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer((LOOPBACK, 0), MasterUI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cluster = StandaloneCluster("spark://unused", f"http://{LOOPBACK}:{server.server_port}",
+                                    tmp_path)  # fmt: skip
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            _await_workers(cluster, [alive], workers=2, timeout_s=20)
+        finally:
+            alive.kill()
+            alive.wait()
+    finally:
+        server.shutdown()
+    assert next(answers, None) is None, "the wait read past the two answers that were not JSON"
