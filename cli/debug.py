@@ -106,8 +106,13 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_diff, parser=p)
 
 
+def _ordered(args: argparse.Namespace) -> list[LogRecord]:
+    """The log, from the broker or `--file`, in the order it was appended."""
+    return log_order(log_records(args, args.file))
+
+
 def _cut(args: argparse.Namespace) -> Cut:
-    return cut(log_order(log_records(args, args.file)), position_of(args))
+    return cut(_ordered(args), position_of(args))
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -191,7 +196,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    ordered = log_order(log_records(args, args.file))
+    ordered = _ordered(args)
     before = cut(ordered, args.before)
     after = cut(ordered, args.after or Position.parse("end"))
     if len(before.records) > len(after.records):

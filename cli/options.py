@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import UTC, datetime
 
-from jobledger.projections.positions import FORMS, Position, PositionError
+from jobledger.projections.positions import FORMS, Position, PositionError, time_ms
 from jobledger.services import broker, kafka
 
 
@@ -46,7 +45,12 @@ def registry_option(parser: argparse.ArgumentParser) -> None:
 def bootstrap_of(args: argparse.Namespace) -> str:
     """The broker to use: `--bootstrap`, then `$JOBLEDGER_BOOTSTRAP`, then the local broker
     (started in the background if none is running). Whichever it is must answer within
-    `kafka.REACHABLE_TIMEOUT_S`, or the command stops with one line saying what to do."""
+    `kafka.REACHABLE_TIMEOUT_S`, or the command stops with one line saying what to do.
+    Resolved once per command (`replay --verify` asks twice: the log, then the services'
+    committed offsets), so the broker is probed once."""
+    resolved = getattr(args, "resolved_bootstrap", None)
+    if resolved is not None:
+        return resolved
     bootstrap = args.bootstrap or os.environ.get(kafka.BOOTSTRAP_ENV)
     if not bootstrap:
         record = broker.read_record()
@@ -59,6 +63,7 @@ def bootstrap_of(args: argparse.Namespace) -> str:
             )
         bootstrap = record.bootstrap
     kafka.check_reachable(bootstrap)
+    args.resolved_bootstrap = bootstrap
     return bootstrap
 
 
@@ -89,19 +94,13 @@ non_negative_float = _number(float, 0.0, "a number of at least 0")
 def epoch_ms(text: str) -> int:
     """A point in time: milliseconds since the epoch, or an ISO 8601 time (a time without a
     zone is UTC)."""
-    if text.lstrip("-").isdigit():
-        value = int(text)
-    else:
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is neither epoch milliseconds nor an ISO time "
-                "(e.g. 1764010000000 or 2026-11-24T18:47:44Z)"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        value = int(moment.timestamp() * 1000)
+    try:
+        value = time_ms(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO time "
+            "(e.g. 1764010000000 or 2026-11-24T18:47:44Z)"
+        ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is before 1970")
     return value

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import (
@@ -28,6 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from jobledger.projections.history import iso
 from jobledger.projections.log_file import LOG_ROLES, read_export
 from jobledger.schemas import EVENTS_BY_NAME, DecodeError, Event, EventSerde, event_to_dict
 from jobledger.schemas.timers import TimerFired
@@ -182,9 +182,9 @@ def _format(record: Shown, fmt: str) -> str:
         }, separators=(",", ":"))  # fmt: skip
     fields = event_to_dict(record.event)
     fields.pop("type", None)
-    when = datetime.fromtimestamp(record.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+    when = iso(record.timestamp)
     return (
-        f"{record.where}/{record.partition}@{record.offset} {when.replace('+00:00', 'Z')} "
+        f"{record.where}/{record.partition}@{record.offset} {when} "
         f"{record.key or '-'} {record.event.type_name()} "
         f"{json.dumps(fields, separators=(',', ':'))}"
     )

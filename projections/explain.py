@@ -150,8 +150,9 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
         f"{parallelism}): {len(attempts)} attempt(s)"
     )
     start = min(r.timestamp for r in ordered if getattr(r.event, "job_id", None) == job_id)
+    refused = refused_reports(ordered)
     for number, attempt_id in sorted(attempts.items()):
-        story.lines += _attempt(ordered, number, attempt_id, start)
+        story.lines += _attempt(ordered, number, attempt_id, start, refused)
     story.lines += _now(ordered, driver, job_id, vertex.vertex_id, subtask, submitted)
     return story
 
@@ -173,7 +174,9 @@ def _attempts_of(
     return found
 
 
-def _attempt(ordered: list[LogRecord], number: int, attempt: str, start: int) -> list[str]:
+def _attempt(
+    ordered: list[LogRecord], number: int, attempt: str, start: int, refused: dict[str, str]
+) -> list[str]:
     def at(record: LogRecord) -> str:
         """When it was appended (a decision carries its input's event time), after the
         job's first record."""
@@ -225,16 +228,15 @@ def _attempt(ordered: list[LogRecord], number: int, attempt: str, start: int) ->
     accepted_task = last(TaskSubmissionAccepted, execution_attempt_id=attempt)
     if accepted_task is not None:
         lines.append(f"  {d.resource_id} accepted the task ({at(accepted_task)})")
-    rejected = refused_reports(ordered)
     for report in (r for r in ordered if isinstance(r.event, TaskExecutionStateChanged)
                    and r.event.execution_attempt_id == attempt):  # fmt: skip
         event = report.event
         said = "the TaskExecutor" if event.producer != "jobmaster" else "the JobMaster"
-        refused = rejected.get(event.event_id)
+        reason = refused.get(event.event_id)
         lines.append(
             f"  {event.execution_state.value} from {said} ({at(report)})"
             + (f": {event.error}" if event.error else "")
-            + (f" — refused by the JobMaster: {refused}" if refused else "")
+            + (f" — refused by the JobMaster: {reason}" if reason else "")
         )
     return lines
 

@@ -28,6 +28,7 @@ from jobledger.schemas.topics import TopicRole
 
 from .log_file import LOG_ROLES, LogRecord
 from .replay import dead_lettered
+from .replay import position as where
 
 _RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$")
 FORMS = (
@@ -80,19 +81,23 @@ class Position:
         raise PositionError(f"{text!r} is not a position; use {FORMS}")
 
 
-def _time_ms(value: str, text: str) -> int:
-    if value.isdigit():
+def time_ms(value: str) -> int:
+    """Milliseconds since the epoch, given as such or as an ISO 8601 time (a time without a
+    zone is UTC); ValueError for anything else."""
+    if value.lstrip("-").isdigit():
         return int(value)
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise PositionError(f"{text!r}: {value!r} is neither epoch ms nor an ISO time") from None
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
-def where(record: LogRecord) -> str:
-    """A record's position, in the syntax `Position.parse` reads back."""
-    return f"{record.role.value}/{record.partition}@{record.offset}"
+def _time_ms(value: str, text: str) -> int:
+    """`time_ms` for a position (no sign: `-N` is no time here)."""
+    try:
+        if value.startswith("-"):
+            raise ValueError(value)
+        return time_ms(value)
+    except ValueError:
+        raise PositionError(f"{text!r}: {value!r} is neither epoch ms nor an ISO time") from None
 
 
 def log_order(records: Iterable[LogRecord]) -> list[LogRecord]:
