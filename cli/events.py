@@ -17,7 +17,7 @@ from jobledger.schemas.catalog import (
     stray_files,
     write_files,
 )
-from jobledger.services import kafka
+from jobledger.services import kafka, snapshot
 from jobledger.services.produce import produce_lines
 
 from .options import bootstrap_of, prefix_of, registry_option
@@ -45,7 +45,9 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     c = schemas.add_parser("show", help="print an event's .avsc")
     c.add_argument("type", help="event type, e.g. SlotOffered")
     c.set_defaults(func=cmd_schemas_show)
-    c = schemas.add_parser("write", help="regenerate the .avsc files from the models")
+    c = schemas.add_parser(
+        "write", help="regenerate the .avsc files from the models and the snapshot's state"
+    )
     c.add_argument("--check", action="store_true", help="fail if the files are out of date")
     c.set_defaults(func=cmd_schemas_write)
 
@@ -111,6 +113,10 @@ def cmd_schemas_write(args: argparse.Namespace) -> int:
             stale.append(LOAD_ORDER.name)
         if docs.readme_with_table(readme) != readme:
             stale.append(docs.README.name)
+        if not snapshot.SCHEMA_FILE.exists() or (
+            snapshot.SCHEMA_FILE.read_text() != snapshot.schema_file_text()
+        ):
+            stale.append(f"services/{snapshot.SCHEMA_FILE.name}")
         for name in stale:
             print(f"out of date: {name}", file=sys.stderr)
         return 1 if stale else 0
@@ -118,4 +124,6 @@ def cmd_schemas_write(args: argparse.Namespace) -> int:
         print(path.name)
     docs.README.write_text(docs.readme_with_table(readme))
     print(docs.README.name)
+    for path in snapshot.write_schema_file():
+        print(f"services/{path.relative_to(snapshot.SCHEMA_FILE.parent)}")
     return 0

@@ -23,6 +23,7 @@ from jobledger.schemas.types import (
 )
 
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
+from .reducer import derived
 
 MAX_SUBTASKS_PER_JOB = 100_000
 """A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
@@ -75,9 +76,16 @@ AttemptIds = Callable[[str, int, int], str]
 class ExecutionGraph:
     job_id: str
     vertices: dict[str, ExecutionJobVertex]
-    attempts: dict[str, ExecutionVertex] = field(default_factory=dict)
-    flat: list[ExecutionVertex] = field(default_factory=list)
+    attempts: dict[str, ExecutionVertex] = derived()
+    """The vertex of every attempt ever made, by its ExecutionAttemptID."""
+    flat: list[ExecutionVertex] = derived()
     """Every ExecutionVertex in topological order; the job's checks scan it per task update."""
+
+    def __post_init__(self) -> None:
+        self.flat = [ev for jv in self.vertices.values() for ev in jv.subtasks]
+        self.attempts = {
+            execution.attempt_id: ev for ev in self.flat for execution in (*ev.prior, ev.current)
+        }
 
     @classmethod
     def build(
@@ -99,10 +107,7 @@ class ExecutionGraph:
                 for i in range(p)
             ]
             vertices[vertex.vertex_id] = ExecutionJobVertex(vertex, p, max_p, subtasks)
-        graph = cls(job.job_id, vertices)
-        graph.flat = [ev for jv in vertices.values() for ev in jv.subtasks]
-        graph.attempts = {ev.current.attempt_id: ev for ev in graph.execution_vertices()}
-        return graph
+        return cls(job.job_id, vertices)
 
     def execution_vertices(self) -> list[ExecutionVertex]:
         return self.flat

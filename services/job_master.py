@@ -68,15 +68,18 @@ class JobMasterConfig:
 class JobMaster(Reducer):
     job_id: str
     config: JobMasterConfig = field(default_factory=JobMasterConfig)
-    pool: SlotPool = field(init=False)
     scheduler: Scheduler = field(init=False)
     job_master_id: str | None = None
 
     producer: ClassVar[str] = PRODUCER
 
     def __post_init__(self) -> None:
-        self.pool = SlotPool(self.job_id, self.config.pool)
-        self.scheduler = Scheduler(self.job_id, self.pool, self.config.slot_request_timeout_ms)
+        pool = SlotPool(self.job_id, self.config.pool)
+        self.scheduler = Scheduler(self.job_id, pool, self.config.slot_request_timeout_ms)
+
+    @property
+    def pool(self) -> SlotPool:
+        return self.scheduler.pool
 
     # -- queries -------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ Handlers are marked with `@handles(EventType)`; an event type a reducer has no h
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -14,6 +15,19 @@ from jobledger.schemas import Event
 from .decisions import Decisions
 
 F = TypeVar("F", bound=Callable[..., None])
+
+_LEFT_OUT = {"snapshot": False}
+
+
+def derived(**kwargs: Any) -> Any:
+    """A field of reducer state that a snapshot leaves out: an index `__post_init__` rebuilds
+    from the fields that are kept, or something alive only while one input is reduced.
+    Takes `dataclasses.field`'s arguments (services/snapshot_format.py)."""
+    return dataclasses.field(init=False, repr=False, compare=False, metadata=_LEFT_OUT, **kwargs)
+
+
+def in_snapshot(f: dataclasses.Field[Any]) -> bool:
+    return bool(f.metadata.get("snapshot", True))
 
 
 def handles(event_type: type[Event]) -> Callable[[F], F]:

@@ -39,7 +39,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
 
 from .decisions import Decisions
-from .reducer import Reducer, handles
+from .reducer import Reducer, derived, handles
 from .slot_placement import FreeSlotIndex, SlotPlacement
 from .task_slot_table import slot_count_refusal
 
@@ -114,12 +114,14 @@ class ResourceManager(Reducer):
     sort thousands of waiting ones per freed slot; entries no longer in `queue` are stale."""
     arrivals: int = 0
     registrations: int = 0
-    free_slot_index: FreeSlotIndex = field(init=False)
+    free_slot_index: FreeSlotIndex = derived()
 
     producer: ClassVar[str] = PRODUCER
 
     def __post_init__(self) -> None:
         self.free_slot_index = FreeSlotIndex(self.config.placement)
+        for te in self.task_executors.values():
+            self.free_slot_index.changed(te)
 
     # -- queries -------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
 from .decisions import Decisions
-from .reducer import Reducer, handles
+from .reducer import Reducer, derived, handles
 from .resource_profile import is_matching
 from .slot_request_listener import Completion, SlotRequestListener, completes_requests
 
@@ -111,10 +111,11 @@ class SlotPool(Reducer):
     allocated_slots: dict[str, AllocatedSlot] = field(default_factory=dict)
     request_of_allocation: dict[str, str] = field(default_factory=dict)
     available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
-    listener: SlotRequestListener | None = field(default=None, repr=False, compare=False)
-    completed: list[Completion] = field(default_factory=list, repr=False, compare=False)
+    listener: SlotRequestListener | None = derived(default=None)
+    """Set by the Scheduler that owns the pool."""
+    completed: list[Completion] = derived(default_factory=list)
     """Requests completed within the input being reduced, until the listener heard of them."""
-    told: int = field(default=0, repr=False, compare=False)
+    told: int = derived(default=0)
     """How many of `completed` the listener has heard of."""
 
     producer: ClassVar[str] = PRODUCER

@@ -1,34 +1,46 @@
 """Snapshots of one partition's reducers plus the input offset they reflect.
 
-The bytes start with a magic and a version; anything else (an older version, a torn or
-foreign record) is refused and the partition is rebuilt from the beginning of its log
-instead, so a bad snapshot costs time, never correctness.
+A snapshot is versioned data (services/snapshot_format.py): the magic `JLSNAP`, the format
+version (one byte), the CRC-64-AVRO fingerprint of the Avro schema it was written with (8
+bytes, little-endian, as Avro's single-object encoding writes it), then the Avro body. The
+schema is `snapshot.avsc` beside this module; earlier ones are kept in `snapshot-history/`,
+and a snapshot written with one of them is upcast by Avro schema resolution.
 
-Snapshots are pickled, and the snapshot topic may be written by anyone who can reach the
-broker, so they are read with an unpickler that resolves only the classes of reducer state:
-classes defined in `STATE_MODULES` (and `collections.OrderedDict`). Anything else a pickle
-names (`os.system`, `builtins.eval`, a function, a module's imported name) refuses the whole
-snapshot, so reading one can construct state objects and nothing more.
+Anything else is refused with the reason: another magic, another format version (version 4
+and older were pickles, never unpickled now), a schema this version does not know, a torn
+body, values that do not build the state. A refused snapshot is answered by rebuilding the
+partition from the beginning of its log, so a bad snapshot costs time, never correctness;
+and nothing read from the snapshot topic can run code: reading builds only the classes the
+state declares.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import io
+import json
 import logging
-import pickle
 import struct
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from jobledger.schemas.catalog import fingerprint_number, schema_fingerprint
 
 from .driver import ReducerDriver
+from .snapshot_format import SnapshotDataError, state_schema
 
 log = logging.getLogger("jobledger.snapshot")
 
 MAGIC = b"JLSNAP"
-VERSION = 4
-"""4: the JobMaster holds a Scheduler (services/scheduler.py), the SlotPool's listener (3: the
-driver remembers the decisions it awaits back and the ids it only rejected)."""
+VERSION = 5
+"""5: Avro data with the schema's fingerprint (1-4 were pickles)."""
+SCHEMA_FILE = Path(__file__).with_name("snapshot.avsc")
+HISTORY = Path(__file__).with_name("snapshot-history")
+_HEADER = len(MAGIC) + 1 + 8
 CHUNK_MAGIC = b"JLCHNK"
 CHUNK_HEADER = struct.Struct(">QII")
 """A chunk's snapshot id (its input offset), index and count."""
@@ -36,20 +48,6 @@ CHUNK_BYTES = 256 * 1024
 """A snapshot is written in records of at most this many bytes, so one of any size fits
 under the broker's message limit (a state larger than the limit once killed the service
 at every snapshot, and again after every restart)."""
-
-_SCHEMA_STATE = "cluster deadletters jobs kvstate model rejections slots tasks timers types"
-_SERVICE_STATE = (
-    "driver execution_graph execution_state job_master job_status key_groups "
-    "kv_state_location_registry resource_manager resource_profile restart_strategy "
-    "scheduler slot_placement slot_pool snapshot task_executor task_slot_table"
-)
-STATE_MODULES = frozenset(
-    [f"jobledger.schemas.{name}" for name in _SCHEMA_STATE.split()]
-    + [f"jobledger.services.{name}" for name in _SERVICE_STATE.split()]
-)
-"""The modules whose classes make up reducer state: the pure core, never the runtime, the CLI,
-the Kafka plumbing or the runner."""
-CONTAINERS = frozenset({("collections", "OrderedDict"), ("collections", "deque")})
 
 
 class SnapshotRefused(ValueError):
@@ -63,19 +61,54 @@ class Snapshot:
     """The first input offset the state does not reflect."""
 
 
-class _StateUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> type:
-        if (module, name) in CONTAINERS:
-            return super().find_class(module, name)
-        if module in STATE_MODULES and name.isidentifier() and not name.startswith("_"):
-            found = getattr(importlib.import_module(module), name, None)
-            if isinstance(found, type) and found.__module__ == module:
-                return found
-        raise SnapshotRefused(f"it names {module}.{name}, which is not a class of reducer state")
+def current_schema() -> dict[str, Any]:
+    """The Avro schema snapshots are written with, derived from the state's type hints."""
+    return state_schema(Snapshot).schema
+
+
+@cache
+def _parsed_current() -> tuple[bytes, Any]:
+    schema = current_schema()
+    return schema_fingerprint(parse_schema(schema)), parse_schema(schema)
+
+
+@cache
+def _known_writers() -> dict[bytes, Any]:
+    """Earlier schemas by fingerprint: the snapshots this version can upcast."""
+    writers = {}
+    for path in sorted(HISTORY.glob("*.avsc")):
+        parsed = parse_schema(json.loads(path.read_text()))
+        writers[schema_fingerprint(parsed)] = parsed
+    return writers
+
+
+def schema_file_text() -> str:
+    return json.dumps(current_schema(), indent=2) + "\n"
+
+
+def write_schema_file() -> list[Path]:
+    """Rewrite `snapshot.avsc` from the state's types, keeping the schema it replaces in the
+    history so that snapshots written with it are still read (upcast), not rebuilt."""
+    written = []
+    text = schema_file_text()
+    if SCHEMA_FILE.exists() and SCHEMA_FILE.read_text() != text:
+        old = parse_schema(json.loads(SCHEMA_FILE.read_text()))
+        HISTORY.mkdir(exist_ok=True)
+        kept = HISTORY / f"{fingerprint_number(schema_fingerprint(old)):016x}.avsc"
+        kept.write_text(SCHEMA_FILE.read_text())
+        written.append(kept)
+    if not SCHEMA_FILE.exists() or SCHEMA_FILE.read_text() != text:
+        SCHEMA_FILE.write_text(text)
+        written.append(SCHEMA_FILE)
+    return written
 
 
 def encode(snapshot: Snapshot) -> bytes:
-    return MAGIC + bytes([VERSION]) + pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+    fingerprint, parsed = _parsed_current()
+    out = io.BytesIO()
+    out.write(MAGIC + bytes([VERSION]) + fingerprint)
+    schemaless_writer(out, parsed, state_schema(Snapshot).encode(snapshot))
+    return out.getvalue()
 
 
 def decode(data: bytes | None) -> Snapshot | None:
@@ -87,19 +120,33 @@ def decode(data: bytes | None) -> Snapshot | None:
         raise SnapshotRefused("it does not start with the snapshot magic")
     if data[len(MAGIC)] != VERSION:
         raise SnapshotRefused(f"it is version {data[len(MAGIC)]}, this reads version {VERSION}")
+    if len(data) < _HEADER:
+        raise SnapshotRefused("it ends inside its header")
+    fingerprint, current = _parsed_current()
+    written_with = data[len(MAGIC) + 1 : _HEADER]
+    writer = current if written_with == fingerprint else _known_writers().get(written_with)
+    if writer is None:
+        raise SnapshotRefused(
+            f"it was written with state schema 0x{fingerprint_number(written_with):016x}, "
+            "which this version does not know"
+        )
+    body = io.BytesIO(data[_HEADER:])
     collecting = gc.isenabled()
-    gc.disable()  # a snapshot is millions of objects: collecting while loading them cost 80%
+    gc.disable()  # a snapshot is millions of objects: collecting while building them is waste
     try:
-        snapshot = _StateUnpickler(io.BytesIO(data[len(MAGIC) + 1 :])).load()
+        datum = schemaless_reader(body, writer, None if writer is current else current)
+        if body.tell() != len(data) - _HEADER:
+            raise SnapshotRefused("it has bytes after its body")
+        snapshot = state_schema(Snapshot).decode(datum)
     except SnapshotRefused:
         raise
-    except Exception as exc:  # a torn or corrupt record
+    except SnapshotDataError as exc:
+        raise SnapshotRefused(str(exc)) from None
+    except Exception as exc:  # fastavro raises many types on a torn or corrupt body
         raise SnapshotRefused(f"it is corrupt: {exc!r}") from None
     finally:
         if collecting:
             gc.enable()
-    if not isinstance(snapshot, Snapshot):
-        raise SnapshotRefused(f"it holds a {type(snapshot).__name__}, not a Snapshot")
     return snapshot
 
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind, SlotStatus
 
+from .reducer import derived
 from .resource_profile import fits_within, scale, subtract
 
 MAX_SLOTS_PER_TASK_EXECUTOR = 4096
@@ -70,16 +71,24 @@ class FreeSlotResult:
     tasks_to_fail: tuple[str, ...] = ()
 
 
+@dataclass
 class TaskSlotTable:
     """The slot table of one TaskExecutor with `number_of_slots` static slots."""
 
-    def __init__(self, number_of_slots: int, default_slot_profile: ResourceProfile) -> None:
-        self.number_of_slots = number_of_slots
-        self.default_slot_profile = default_slot_profile
-        self.total_budget = scale(default_slot_profile, number_of_slots)
-        self.slots: dict[str, TaskSlot] = {}
-        self._static: dict[int, str] = {}
-        self._task_slot: dict[str, str] = {}
+    number_of_slots: int
+    default_slot_profile: ResourceProfile
+    slots: dict[str, TaskSlot] = field(default_factory=dict)
+    """The allocated slots by AllocationID; the indexes below are derived from them."""
+    total_budget: ResourceProfile = derived()
+    _static: dict[int, str] = derived()
+    """The AllocationID holding each static index."""
+    _task_slot: dict[str, str] = derived()
+    """The AllocationID of the slot each task runs in."""
+
+    def __post_init__(self) -> None:
+        self.total_budget = scale(self.default_slot_profile, self.number_of_slots)
+        self._static = {s.index: a for a, s in self.slots.items() if s.index >= 0}
+        self._task_slot = {task: a for a, s in self.slots.items() for task in s.tasks}
 
     def allocate_slot(
         self,

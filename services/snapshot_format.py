@@ -1,0 +1,298 @@
+"""The snapshot's wire form: an Avro schema derived from the type hints of reducer state.
+
+A snapshot is data, not code. Its schema is built by walking the declared types from
+`Snapshot` down: a dataclass is an Avro record of its fields, a pydantic record (a
+ResourceProfile, a JobVertex, an event of a known type) a record of its model fields, an enum
+an Avro enum, `X | None` a union with null, lists and tuples arrays, `dict[str, X]` maps, a
+fixed tuple a record of `item0..itemN`, and an event of any type (`Event`) the bytes of its
+Avro single-object encoding, which the event catalog reads. Reading walks the same types, so
+the only classes a snapshot can build are the ones the current code declares at that place,
+from values Avro has already typed: a forged record can hold wrong values, never new code.
+
+Fields marked `derived()` are left out: indexes a class rebuilds in `__post_init__` from the
+fields that are written (the ResourceManager's free-slot index, the ExecutionGraph's attempt
+index), and what lives only while one input is reduced. Objects are rebuilt through their
+constructor, so `__post_init__` runs as it does for a new object.
+
+The schema is checked in as `snapshot.avsc` beside this module; `jobledger schemas write`
+rewrites it and keeps the one it replaces in `snapshot-history/`, which is how a snapshot
+written by an earlier version is upcast: Avro schema resolution reads it with its own writer
+schema into the current one (added fields take their defaults, removed ones are skipped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections import OrderedDict
+from collections.abc import Callable
+from enum import Enum
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from jobledger.schemas import Event, SchemaCatalog
+from jobledger.schemas.model import AvroInt, CatalogEnum
+from jobledger.schemas.serde import DecodeError, SingleObjectSerde
+
+from .reducer import in_snapshot
+
+
+class SnapshotDataError(ValueError):
+    """A snapshot whose values do not build the declared state (a forged or torn record)."""
+
+
+_PRIMITIVES: dict[Any, str] = {
+    str: "string",
+    int: "long",
+    float: "double",
+    bool: "boolean",
+    bytes: "bytes",
+    type(None): "null",
+}
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclasses.dataclass
+class _Codec:
+    """How one declared type is written (`encode`: state -> Avro datum) and read back.
+    `plain` types are their own Avro datum (str, int, a list of them...): containers of
+    them are taken as fastavro returns them, which is most of a snapshot's bulk."""
+
+    name: str
+    encode: Callable[[Any], Any] = _identity
+    decode: Callable[[Any], Any] = _identity
+
+    @property
+    def plain(self) -> bool:
+        return self.encode is _identity and self.decode is _identity
+
+
+class StateSchema:
+    """The Avro schema of one root state class, and its converters to and from Avro data."""
+
+    def __init__(self, root: type) -> None:
+        self._named: dict[type, _Codec] = {}
+        self._defined: set[type] = set()
+        self._building: set[type] = set()
+        self._tuples: dict[str, _Codec] = {}
+        self._serde = SingleObjectSerde(SchemaCatalog())
+        self.schema, codec = self._of(root)
+        self.encode: Callable[[Any], Any] = codec.encode
+        self._decode = codec.decode
+
+    def decode(self, datum: Any) -> Any:
+        try:
+            return self._decode(datum)
+        except (TypeError, ValueError, KeyError, DecodeError) as exc:
+            raise SnapshotDataError(f"its values do not build the state: {exc!r}") from None
+
+    def _of(self, annotation: Any, int32: bool = False) -> tuple[Any, _Codec]:
+        """(Avro type, codec) for a declared type; a named type's full definition at its
+        first use and its name after that, as Avro requires."""
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if origin is typing.Annotated:
+            return self._of(args[0], any(isinstance(meta, AvroInt) for meta in args[1:]))
+        if origin in (typing.Union, types.UnionType):
+            return self._optional(annotation, args)
+        if origin in (list, tuple):
+            return self._sequence(annotation, origin, args)
+        if origin in (dict, OrderedDict):
+            return self._map(annotation, origin, args)
+        if annotation is None:
+            annotation = type(None)
+        if annotation is Event:
+            return "bytes", _Codec("bytes", self._event_bytes, self._event_of)
+        if annotation in _PRIMITIVES:
+            avro = "int" if annotation is int and int32 else _PRIMITIVES[annotation]
+            return avro, _Codec(avro)
+        if isinstance(annotation, type):
+            return self._named_type(annotation)
+        raise TypeError(f"no snapshot form for {annotation!r}")
+
+    def _optional(self, annotation: Any, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
+        members = [arg for arg in args if arg is not type(None)]
+        if len(members) != 1 or len(args) != 2:
+            raise TypeError(f"only `X | None` unions have a snapshot form, not {annotation!r}")
+        schema, inner = self._of(members[0])
+        if inner.plain:
+            return ["null", schema], _Codec(f"Optional{inner.name}")
+
+        def encode(value: Any) -> Any:
+            return None if value is None else inner.encode(value)
+
+        def decode(value: Any) -> Any:
+            return None if value is None else inner.decode(value)
+
+        return ["null", schema], _Codec(f"Optional{inner.name}", encode, decode)
+
+    def _sequence(self, annotation: Any, origin: type, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return self._fixed_tuple(args)
+        schema, item = self._of(args[0])
+        enc, dec = item.encode, item.decode
+        if origin is list and item.plain:
+            return {"type": "array", "items": schema}, _Codec(f"ArrayOf{item.name}")
+        if origin is tuple:
+            return {"type": "array", "items": schema}, _Codec(
+                f"ArrayOf{item.name}",
+                lambda value: [enc(x) for x in value],
+                lambda value: tuple(dec(x) for x in value),
+            )
+        return {"type": "array", "items": schema}, _Codec(
+            f"ArrayOf{item.name}",
+            lambda value: [enc(x) for x in value],
+            lambda value: [dec(x) for x in value],
+        )
+
+    def _fixed_tuple(self, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
+        parts = [self._of(arg) for arg in args]
+        name = "Tuple" + "".join(codec.name.capitalize() for _, codec in parts)
+        if name in self._tuples:
+            return f"jobledger.snapshot.{name}", self._tuples[name]
+        schema = {
+            "type": "record",
+            "name": name,
+            "namespace": "jobledger.snapshot",
+            "fields": [{"name": f"item{i}", "type": s} for i, (s, _) in enumerate(parts)],
+        }
+        encoders = [(f"item{i}", codec.encode) for i, (_, codec) in enumerate(parts)]
+        decoders = [(f"item{i}", codec.decode) for i, (_, codec) in enumerate(parts)]
+        codec = self._tuples[name] = _Codec(
+            name,
+            lambda value: {key: enc(x) for (key, enc), x in zip(encoders, value, strict=True)},
+            lambda value: tuple(dec(value[key]) for key, dec in decoders),
+        )
+        return schema, codec
+
+    def _map(self, annotation: Any, origin: type, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
+        if args[0] is not str:
+            raise TypeError(f"Avro maps need string keys, not {annotation!r}")
+        schema, value_codec = self._of(args[1])
+        enc, dec = value_codec.encode, value_codec.decode
+        build = OrderedDict if origin is OrderedDict else dict
+        if value_codec.plain:
+            return {"type": "map", "values": schema}, _Codec(
+                f"MapOf{value_codec.name}", _identity, _identity if build is dict else build
+            )
+        return {"type": "map", "values": schema}, _Codec(
+            f"MapOf{value_codec.name}",
+            lambda value: {k: enc(v) for k, v in value.items()},
+            lambda value: build((k, dec(v)) for k, v in value.items()),
+        )
+
+    def _named_type(self, cls: type) -> tuple[Any, _Codec]:
+        full = _full_name(cls)
+        if cls in self._building:
+            raise TypeError(f"{cls.__qualname__} contains itself: a snapshot holds no cycles")
+        if cls in self._defined:
+            return full, self._named[cls]
+        self._defined.add(cls)
+        if issubclass(cls, Enum):
+            return self._enum(cls)
+        if issubclass(cls, BaseModel):
+            fields = [
+                (name, info.annotation, _model_default(info), _is_int32(info.metadata))
+                for name, info in cls.model_fields.items()
+            ]
+            return self._record(cls, fields, init=set(cls.model_fields))
+        if dataclasses.is_dataclass(cls):
+            hints = typing.get_type_hints(cls, include_extras=True)
+            kept = [f for f in dataclasses.fields(cls) if in_snapshot(f)]
+            fields = [(f.name, hints[f.name], _dataclass_default(f), False) for f in kept]
+            return self._record(cls, fields, init={f.name for f in kept if f.init})
+        raise TypeError(f"{cls.__qualname__} is neither a dataclass, a pydantic record nor an enum")
+
+    def _enum(self, cls: type[Enum]) -> tuple[Any, _Codec]:
+        symbols = [member.value for member in cls]
+        schema: dict[str, Any] = {"type": "enum", "name": cls.__name__,
+                                  "namespace": _namespace(cls), "symbols": symbols}  # fmt: skip
+        if issubclass(cls, CatalogEnum):
+            schema["default"] = cls.UNKNOWN.value
+        codec = self._named[cls] = _Codec(cls.__name__, lambda value: value.value, cls)
+        return schema, codec
+
+    def _record(
+        self, cls: type, fields: list[tuple[str, Any, Any, bool]], init: set[str]
+    ) -> tuple[Any, _Codec]:
+        codec = self._named[cls] = _Codec(cls.__name__, _identity, _identity)
+        avro_fields, converters = [], []
+        self._building.add(cls)
+        for name, annotation, default, int32 in fields:
+            schema, field_codec = self._of(annotation, int32)
+            field: dict[str, Any] = {"name": name, "type": schema}
+            if default is not dataclasses.MISSING:
+                datum = field_codec.encode(default)
+                if datum is not None and isinstance(schema, list):
+                    field["type"] = [schema[1], "null"]  # a union's default is its first branch
+                field["default"] = datum
+            avro_fields.append(field)
+            converters.append((name, field_codec.encode, field_codec.decode, name in init))
+        self._building.discard(cls)
+        setter = object.__setattr__
+        plain = [name for name, enc, _, _ in converters if enc is _identity]
+        encoded = [(name, enc) for name, enc, _, _ in converters if enc is not _identity]
+        decoded = [(name, dec) for name, _, dec, i in converters if i and dec is not _identity]
+        late = [(name, dec) for name, _, dec, i in converters if not i]
+
+        def encode(value: Any) -> dict[str, Any]:
+            datum = {name: getattr(value, name) for name in plain}
+            for name, enc in encoded:
+                datum[name] = enc(getattr(value, name))
+            return datum
+
+        def decode(datum: dict[str, Any]) -> Any:
+            for name, dec in decoded:
+                datum[name] = dec(datum[name])
+            after = [(name, dec(datum.pop(name))) for name, dec in late]
+            obj = cls(**datum)
+            for name, value in after:
+                setter(obj, name, value)
+            return obj
+
+        codec.encode, codec.decode = encode, decode
+        schema = {"type": "record", "name": cls.__name__, "namespace": _namespace(cls),
+                  "fields": avro_fields}  # fmt: skip
+        return schema, codec
+
+    def _event_bytes(self, event: Event) -> bytes:
+        return self._serde.encode(event)
+
+    def _event_of(self, data: bytes) -> Event:
+        return self._serde.decode(data)
+
+
+def _namespace(cls: type) -> str:
+    return cls.__module__.removesuffix(f".{cls.__name__}")
+
+
+def _full_name(cls: type) -> str:
+    return f"{_namespace(cls)}.{cls.__name__}"
+
+
+def _is_int32(metadata: list[Any]) -> bool:
+    return any(isinstance(meta, AvroInt) for meta in metadata)
+
+
+def _model_default(info: Any) -> Any:
+    return (
+        dataclasses.MISSING if info.is_required() else info.get_default(call_default_factory=True)
+    )
+
+
+def _dataclass_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+@cache
+def state_schema(root: type) -> StateSchema:
+    return StateSchema(root)
