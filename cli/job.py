@@ -25,7 +25,7 @@ from typing import Any
 
 from jobledger.projections.explain import waiting_for
 from jobledger.projections.history import UnknownJob, belongs_to, iso
-from jobledger.projections.job_results import JobWatcher, job_list
+from jobledger.projections.job_results import JobWatcher, SubmissionRefused, job_list
 from jobledger.projections.log_file import processed_by_services, read_events
 from jobledger.projections.positions import cut, log_order
 from jobledger.projections.replay import position as where
@@ -213,8 +213,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         watcher.catch_up(READ_TIMEOUT_S)
         _submitted(watcher, args.job, bootstrap, prefix)
         status = watcher.status(args.job)
+        refused = watcher.refused.get(args.job)
     finally:
         watcher.close()
+    if refused is not None:
+        raise CommandFailed(f"the JobMaster refused job {args.job}, nothing to cancel: {refused}")
     if status in GLOBALLY_TERMINAL:
         raise CommandFailed(f"job {args.job} has already ended: {status.value}")
     before = status.value if status else "not started yet"
@@ -248,6 +251,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
         watcher.wait(args.job, max(0.0, deadline - time.monotonic()))
     except TimeoutError:
         return _timed_out(args, watcher.status(args.job), bootstrap, prefix)
+    except SubmissionRefused as exc:
+        raise CommandFailed(f"the JobMaster refused job {args.job}: {exc}") from None
     finally:
         watcher.close()
     record = watcher.ended[args.job]

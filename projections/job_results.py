@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
 from jobledger.services.job_master import PRODUCER as JOB_MASTER
@@ -26,6 +27,11 @@ from jobledger.services.partitioning import partition_of
 from .log_file import LogRecord
 
 POLL_S = 0.05
+
+
+class SubmissionRefused(Exception):
+    """The JobMaster refused the job's submission: the job will never run. The message is
+    the JobMaster's reason."""
 
 
 class JobWatcher:
@@ -39,6 +45,8 @@ class JobWatcher:
         self.latest: dict[str, JobStatusChanged] = {}
         self.ended: dict[str, LogRecord] = {}
         """Each job's globally terminal JobStatusChanged, with where it is in the log."""
+        self.refused: dict[str, str] = {}
+        """Why the JobMaster refused a job's (first) submission, for each job it refused."""
         # librdkafka's default 500 ms fetch wait would be most of a short job's latency
         self.consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
         topic = topic_name(TopicRole.JOB, prefix)
@@ -73,6 +81,10 @@ class JobWatcher:
                 continue  # dead-lettered by the services; nothing a job's status is made of
             if isinstance(event, JobSubmitted):
                 self.submitted.setdefault(event.job_id, event)
+            elif isinstance(event, EventRejected) and event.producer == JOB_MASTER:
+                submitted = self.submitted.get(event.owner_id)
+                if submitted is not None and event.rejected_event_id == submitted.event_id:
+                    self.refused[event.owner_id] = event.reason
             elif (
                 isinstance(event, JobStatusChanged)
                 and event.producer == JOB_MASTER
@@ -101,9 +113,12 @@ class JobWatcher:
         self, job_id: str, timeout_s: float, check_alive: Callable[[], None] = lambda: None
     ) -> JobStatusChanged:
         """The job's globally terminal JobStatusChanged, read as soon as it is committed;
-        TimeoutError after `timeout_s`. `check_alive` raises to stop waiting sooner."""
+        SubmissionRefused if the JobMaster refused the job, TimeoutError after `timeout_s`.
+        `check_alive` raises to stop waiting sooner."""
         deadline = time.monotonic() + timeout_s
         while job_id not in self.ended:
+            if job_id in self.refused:
+                raise SubmissionRefused(self.refused[job_id])
             check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")

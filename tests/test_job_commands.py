@@ -20,7 +20,7 @@ from jobledger.projections.history import history
 from jobledger.projections.positions import log_order
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
-from jobledger.schemas.jobs import JobStatusChanged
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
@@ -408,3 +408,22 @@ def test_an_unknown_job_is_one_line_naming_the_jobs_that_exist(cluster, capsys):
         status, out, err = jobledger(cluster, capsys, *command)
         assert (status, out) == (1, "")
         assert err == f"jobledger: no job 'nope' was submitted on {cluster.prefix}*; jobs: known\n"
+
+
+@pytest.mark.broker
+def test_wait_and_cancel_say_at_once_that_the_jobmaster_refused_a_submission(cluster, capsys):
+    """A JobGraph written past `job submit`'s checks (any Kafka client can) is refused by the
+    JobMaster with a reason; waiting for that job would be waiting forever."""
+    cyclic = _with(inputs=[{"source_vertex_id": "count", "distribution_pattern": "POINTWISE"}])
+    job = JobSubmitted.model_validate_json(json.dumps({
+        **cyclic, "job_id": "cyclic", "event_id": "in-1", "event_time": 1, "producer": "test",
+    }))  # fmt: skip
+    append(cluster, [job])
+    with RuntimeThread(cluster):
+        status, out, err = jobledger(cluster, capsys, "job", "wait", "cyclic", "--timeout", "60")
+    assert (status, out) == (1, "")
+    assert err == ("jobledger: the JobMaster refused job cyclic: invalid JobGraph: the JobGraph "
+                   "has a cycle\n")  # fmt: skip
+    status, _, err = jobledger(cluster, capsys, "job", "cancel", "cyclic")
+    assert (status, err) == (1, "jobledger: the JobMaster refused job cyclic, nothing to cancel: "
+                                "invalid JobGraph: the JobGraph has a cycle\n")  # fmt: skip
