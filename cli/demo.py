@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobledger.projections.job_results import JobWatcher
+from jobledger.projections.job_results import JobWatcher, SubmissionRefused
 from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.projections.positions import log_order
 from jobledger.projections.replay import replay
@@ -200,7 +200,7 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         progress(f"submitted job {job_id} (parallelism {parallelism}); waiting for it to end")
         try:
             end = cluster.wait_for_end(job_id, timeout_s)
-        except (TimeoutError, ComponentStopped) as exc:
+        except (TimeoutError, ComponentStopped, SubmissionRefused) as exc:
             print(f"\n{exc}")
             print("\n".join(stalled_job(cluster.log(), job_id)))
             return 1

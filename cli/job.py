@@ -26,7 +26,7 @@ from typing import Any
 from jobledger.projections.explain import waiting_for
 from jobledger.projections.history import UnknownJob, belongs_to, iso
 from jobledger.projections.job_results import JobWatcher, SubmissionRefused, job_list
-from jobledger.projections.log_file import processed_by_services, read_events
+from jobledger.projections.log_file import processed_by_services
 from jobledger.projections.positions import cut, log_order
 from jobledger.projections.replay import position as where
 from jobledger.projections.replay import replay
@@ -37,6 +37,7 @@ from jobledger.services import dispatcher, kafka
 from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.job_status import GLOBALLY_TERMINAL
 
+from .log import log_records
 from .options import (
     CommandFailed,
     bootstrap_of,
@@ -96,6 +97,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> Subparsers:
         "--timeout", type=positive_float, default=WAIT_TIMEOUT_S, metavar="SECONDS",
         help="give up after this long and say what the job waits for",
     )  # fmt: skip
+    registry_option(c)
     output_option(c)
     c.set_defaults(func=cmd_wait, parser=c)
     return jobs
@@ -162,7 +164,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except JobGraphRefused as exc:
         raise JobGraphRefused(f"{args.jobgraph}: {exc}") from None
     bootstrap, prefix = bootstrap_of(args), prefix_of(args)
-    watcher = JobWatcher(bootstrap, prefix, (job.job_id,))
+    serde = EventSerde(registry_url=args.schema_registry)
+    watcher = JobWatcher(bootstrap, prefix, (job.job_id,), serde)
     try:
         watcher.catch_up(READ_TIMEOUT_S)
         if job.job_id in watcher.submitted:
@@ -174,7 +177,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     finally:
         watcher.close()
     client = kafka.transactional_producer(bootstrap, PRODUCER)
-    events = dispatcher.submit(client, prefix, job, EventSerde(registry_url=args.schema_registry))
+    events = dispatcher.submit(client, prefix, job, serde)
     subtasks = sum(v.parallelism for v in job.vertices)
     if args.output == "json":
         print(json.dumps({
@@ -193,25 +196,33 @@ def cmd_submit(args: argparse.Namespace) -> int:
 # -- cancel --------------------------------------------------------------------------------
 
 
-def _submitted(watcher: JobWatcher, job_id: str, bootstrap: str, prefix: str) -> None:
-    """UnknownJob naming the jobs that were submitted, unless `job_id` is one of them."""
-    if job_id in watcher.submitted:
+def _watcher(args: argparse.Namespace, every: bool = False) -> JobWatcher:
+    """A watcher of the job topic: of the partition of `args.job`, or of `every` one."""
+    serde = EventSerde(registry_url=args.schema_registry)
+    jobs = () if every else (args.job,)
+    return JobWatcher(bootstrap_of(args), prefix_of(args), jobs, serde)
+
+
+def _submitted(args: argparse.Namespace, watcher: JobWatcher) -> None:
+    """UnknownJob naming the jobs that were submitted, unless `args.job` is one of them."""
+    if args.job in watcher.submitted:
         return
-    every = JobWatcher(bootstrap, prefix)
+    every = _watcher(args, every=True)
     try:
         every.catch_up(READ_TIMEOUT_S)
         known = list(every.submitted)
     finally:
         every.close()
-    raise UnknownJob(f"no job {job_id!r} was submitted on {prefix}*; jobs: {job_list(known)}")
+    raise UnknownJob(
+        f"no job {args.job!r} was submitted on {prefix_of(args)}*; jobs: {job_list(known)}"
+    )
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    bootstrap, prefix = bootstrap_of(args), prefix_of(args)
-    watcher = JobWatcher(bootstrap, prefix, (args.job,))
+    watcher = _watcher(args)
     try:
         watcher.catch_up(READ_TIMEOUT_S)
-        _submitted(watcher, args.job, bootstrap, prefix)
+        _submitted(args, watcher)
         status = watcher.status(args.job)
         refused = watcher.refused.get(args.job)
     finally:
@@ -224,9 +235,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if status is JobStatus.CANCELLING:
         request = None
     else:
-        client = kafka.transactional_producer(bootstrap, PRODUCER)
+        client = kafka.transactional_producer(bootstrap_of(args), PRODUCER)
         serde = EventSerde(registry_url=args.schema_registry)
-        request = dispatcher.cancel(client, prefix, args.job, PRODUCER, serde)
+        request = dispatcher.cancel(client, prefix_of(args), args.job, PRODUCER, serde)
     if args.output == "json":
         requested = request.event_id if request else None
         print(json.dumps({"job_id": args.job, "status": before, "requested": requested}, indent=2))
@@ -242,15 +253,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    bootstrap, prefix = bootstrap_of(args), prefix_of(args)
+    watcher = _watcher(args)
     deadline = time.monotonic() + args.timeout
-    watcher = JobWatcher(bootstrap, prefix, (args.job,))
     try:
         watcher.catch_up(max(0.0, deadline - time.monotonic()))
-        _submitted(watcher, args.job, bootstrap, prefix)
+        _submitted(args, watcher)
         watcher.wait(args.job, max(0.0, deadline - time.monotonic()))
     except TimeoutError:
-        return _timed_out(args, watcher.status(args.job), bootstrap, prefix)
+        return _timed_out(args, watcher.status(args.job))
     except SubmissionRefused as exc:
         raise CommandFailed(f"the JobMaster refused job {args.job}: {exc}") from None
     finally:
@@ -269,14 +279,13 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return 0 if end.to_status is JobStatus.FINISHED else 1
 
 
-def _timed_out(
-    args: argparse.Namespace, status: JobStatus | None, bootstrap: str, prefix: str
-) -> int:
+def _timed_out(args: argparse.Namespace, status: JobStatus | None) -> int:
     """What the job waits for, from a replay of the whole log and the services' progress
     through it; exit status TIMED_OUT."""
-    ordered = log_order(read_events(bootstrap, prefix))
+    prefix = prefix_of(args)
+    ordered = log_order(log_records(args, None))
     upto = cut(ordered, "end")
-    processed = processed_by_services(bootstrap, prefix)
+    processed = processed_by_services(bootstrap_of(args), prefix)
     unread = [r for r in ordered if belongs_to(r.event, args.job) and not processed(r)]
     waits = []
     if unread:

@@ -37,10 +37,17 @@ class SubmissionRefused(Exception):
 class JobWatcher:
     """Follows the job topic from its beginning with one consumer (assigned, so no group
     join delays it): every partition, or only those of `jobs` (their events are keyed by
-    job id, so each job's story is in one partition)."""
+    job id, so each job's story is in one partition). `serde` reads the Confluent wire format
+    too when it has a schema registry."""
 
-    def __init__(self, bootstrap: str, prefix: str, jobs: tuple[str, ...] = ()) -> None:
-        self.serde = EventSerde()
+    def __init__(
+        self,
+        bootstrap: str,
+        prefix: str,
+        jobs: tuple[str, ...] = (),
+        serde: EventSerde | None = None,
+    ) -> None:
+        self.serde = serde or EventSerde()
         self.submitted: dict[str, JobSubmitted] = {}
         self.latest: dict[str, JobStatusChanged] = {}
         self.ended: dict[str, LogRecord] = {}
