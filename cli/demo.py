@@ -18,20 +18,16 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
+from jobledger.projections.job_results import JobWatcher, SubmissionRefused
 from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.projections.positions import log_order
 from jobledger.projections.replay import replay
 from jobledger.projections.timeline import draw, stalled_job, timeline
-from jobledger.schemas import Event, EventSerde, topic_name
-from jobledger.schemas.cluster import ResourceManagerConnected
-from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
-from jobledger.schemas.topics import TopicRole
+from jobledger.schemas import EventSerde
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.types import (
     DistributionPattern,
     JobEdge,
@@ -43,13 +39,8 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-from jobledger.services.kafka import (
-    append_events,
-    create_topics,
-    partitions_of,
-    read_committed_consumer,
-    transactional_producer,
-)
+from jobledger.services.dispatcher import now_ms, submit
+from jobledger.services.kafka import create_topics, transactional_producer
 from jobledger.services.key_groups import assign_to_key_group
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
@@ -57,7 +48,6 @@ from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 REGISTRATION = "word-counts"
 MAX_PARALLELISM = 128
-TERMINAL = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED}
 
 
 def wordcount_job(
@@ -95,27 +85,6 @@ def wordcount_job(
         restart_strategy=RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY,
                                          restart_attempts=3, delay_ms=1_000),
     )  # fmt: skip
-
-
-def now_ms() -> int:
-    """Event time for what the demo writes: the wall clock, in ms."""
-    return int(time.time() * 1000)
-
-
-def job_submission(job: JobSubmitted) -> list[Event]:
-    """What a client writes to run a job: the JobGraph, the JobMaster's leadership and its
-    connection to the ResourceManager."""
-    return [
-        job,
-        JobMasterLeadershipGranted(
-            event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job.job_id,
-            job_master_id=f"jm-{job.job_id}",
-        ),
-        ResourceManagerConnected(
-            event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job.job_id,
-            resource_manager_id="resourcemanager",
-        ),
-    ]  # fmt: skip
 
 
 def progress(message: str) -> None:
@@ -171,7 +140,7 @@ class Cluster:
         self.services_thread.join(30)
 
     def submit(self, job: JobSubmitted) -> None:
-        append_events(self.client, self.prefix, job_submission(job), EventSerde())
+        submit(self.client, self.prefix, job, EventSerde())
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
         return self.watcher.wait(job_id, timeout_s, self.check_alive)
@@ -183,44 +152,6 @@ class Cluster:
 
     def log(self) -> list[LogRecord]:
         return read_events(self.bootstrap, self.prefix)
-
-
-class JobWatcher:
-    """Follows the job topic from its beginning with one consumer (assigned, so no group
-    join delays it) and remembers every job's terminal status."""
-
-    def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.serde = EventSerde()
-        self.ended: dict[str, JobStatusChanged] = {}
-        # librdkafka's default 500 ms fetch wait would be most of a short job's latency
-        self.consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
-        topic = topic_name(TopicRole.JOB, prefix)
-        self.consumer.assign(
-            [
-                TopicPartition(topic, p, OFFSET_BEGINNING)
-                for p in partitions_of(self.consumer, topic)
-            ]
-        )
-
-    def wait(
-        self, job_id: str, timeout_s: float, check_alive: Callable[[], None] = lambda: None
-    ) -> JobStatusChanged:
-        """The job's terminal JobStatusChanged, read as soon as it is committed."""
-        deadline = time.monotonic() + timeout_s
-        while job_id not in self.ended:
-            check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
-            for msg in self.consumer.consume(1_000, 0.05):
-                if msg.error():
-                    continue
-                event = self.serde.decode(msg.value(), msg.topic())
-                if isinstance(event, JobStatusChanged) and event.to_status in TERMINAL:
-                    self.ended[event.job_id] = event
-        return self.ended[job_id]
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 def python_count(text: Path) -> Counter[str]:
@@ -269,7 +200,7 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         progress(f"submitted job {job_id} (parallelism {parallelism}); waiting for it to end")
         try:
             end = cluster.wait_for_end(job_id, timeout_s)
-        except (TimeoutError, ComponentStopped) as exc:
+        except (TimeoutError, ComponentStopped, SubmissionRefused) as exc:
             print(f"\n{exc}")
             print("\n".join(stalled_job(cluster.log(), job_id)))
             return 1

@@ -15,11 +15,13 @@ from jobledger.projections.explain import UnknownTarget
 from jobledger.projections.history import UnknownJob
 from jobledger.projections.log_file import ExportUnreadable
 from jobledger.projections.positions import PositionError
+from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
+from jobledger.services.runner.kv_state import KvStateLookupError
 
-from . import broker, debug, events, log, runner, services, tail
-from .options import connection_options
+from . import broker, debug, events, job, kvstate, log, runner, services, tail
+from .options import CommandFailed, connection_options
 
 
 def _version() -> str:
@@ -43,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     services.add_parsers(sub, common)
     log.add_parsers(sub, common)
     debug.add_parsers(sub, common)
+    job.add_parsers(sub, common)
+    kvstate.add_parsers(sub, common)
     runner.add_parsers(sub, common)
     _show_defaults(parser)
     return parser
@@ -83,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
     except (
         ExportUnreadable, PositionError, TopicNotFound, UnknownJob, UnknownTarget, TimeoutError,
+        CommandFailed, JobGraphRefused, KvStateLookupError,
     ) as exc:  # fmt: skip
         return _fail(str(exc))
     except OSError as exc:

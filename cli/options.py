@@ -15,6 +15,18 @@ from jobledger.projections.positions import FORMS, Position, PositionError, time
 from jobledger.services import broker, kafka
 
 
+class CommandFailed(Exception):
+    """An expected failure of a command (a job already ended, a key with no value): the
+    message is the one line `main` prints before exiting 1."""
+
+
+def output_option(parser: argparse.ArgumentParser) -> None:
+    """`-o text|json`: lines for people, or one JSON document for programs."""
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="how to answer"
+    )
+
+
 def connection_options(
     prefix_default: str = "else 'jobledger.'",
 ) -> argparse.ArgumentParser:

@@ -307,3 +307,36 @@ def _some_tasks(ordered: list[LogRecord]) -> list[str]:
 
 def _resources(ordered: list[LogRecord]) -> list[str]:
     return sorted({r.event.resource_id for r in ordered if getattr(r.event, "resource_id", None)})
+
+
+def waiting_for(ordered: list[LogRecord], driver: ReducerDriver, job_id: str) -> list[str]:
+    """What a job that has not ended waits for, in the order a person checks: a submission
+    the JobMaster accepted, a leader, a restart, then every subtask whose current attempt has
+    not ended (a slot, a deployment, its TaskExecutor's reports)."""
+    jm = driver.job_masters.get(job_id)
+    if jm is None or jm.job is None:
+        return [f"the JobMaster has accepted no submission of job {job_id}"]
+    if jm.job_master_id is None:
+        return ["a JobMaster leader: no JobMasterLeadershipGranted for the job in this log"]
+    lines = []
+    if jm.status is JobStatus.RESTARTING and jm.scheduler.restart_at is not None:
+        lines.append(f"its restart, due at {iso(jm.scheduler.restart_at)} (a TimerFired then)")
+    for ev in jm.graph.execution_vertices() if jm.graph is not None else []:
+        current = ev.current
+        if current.state.value in ("FINISHED", "CANCELED", "FAILED"):
+            continue
+        waits = _waiting(ordered, driver, job_id, current) or _reported(current)
+        lines.append(f"{job_id}/{ev.job_vertex_id}[{ev.subtask_index}] attempt "
+                     f"{current.attempt_number} is {current.state.value}{waits}")  # fmt: skip
+    return lines
+
+
+def _reported(current) -> str:
+    """What an attempt past its deployment waits for: its TaskExecutor's next report."""
+    next_report = {"INITIALIZING": "RUNNING", "RUNNING": "FINISHED", "CANCELING": "CANCELED"}
+    state = current.state.value
+    if state in next_report:
+        return f", waiting for {current.resource_id} to report it {next_report[state]}"
+    if state == "CREATED":
+        return ", not scheduled yet: waiting for its inputs to be ready"
+    return ""

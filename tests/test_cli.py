@@ -39,6 +39,12 @@ SUBCOMMANDS = [
     ["slots"],
     ["diff"],
     ["timeline"],
+    ["job"],
+    ["job", "submit"],
+    ["job", "cancel"],
+    ["job", "wait"],
+    ["kvstate"],
+    ["kvstate", "lookup"],
 ]
 
 
@@ -84,6 +90,9 @@ def test_version(capsys):
         (["runner", "--slots", "0"], "--slots: 0 is less than 1"),
         (["tail", "job", "-o", "sometime"], "expected beginning, end, an offset"),
         (["tail", "job", "-p", "-1"], "-1 is less than 0"),
+        (["job", "wait", "j", "--timeout", "0"], "--timeout: 0 is less than"),
+        (["job", "cancel", "j", "-o", "yaml"], "invalid choice: 'yaml'"),
+        (["kvstate", "lookup", "j", "counts", "{", "--json-key"], "--json-key: '{' is not JSON"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):

@@ -18,6 +18,8 @@ from jobledger.projections.replay import verify
 from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import JobStatus
+from jobledger.services.dispatcher import submission
+from jobledger.services.job_status import GLOBALLY_TERMINAL
 
 pytest.importorskip(
     "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
@@ -62,7 +64,7 @@ def test_kill_9_of_one_services_instance_mid_job_loses_and_duplicates_nothing(
         runner.start()
         job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
         job = demo.wordcount_job(job_id, text, tmp_path / "job" / "counts", 4, fail_once=False)
-        append(cluster, demo.job_submission(job))
+        append(cluster, submission(job, "test"))
         wait_for(cluster, lambda rs: any(isinstance(r.event, TaskDeploymentRequested)
                                          for r in rs), "a deployment")  # fmt: skip
         victim = instances.pop(0)
@@ -70,7 +72,7 @@ def test_kill_9_of_one_services_instance_mid_job_loses_and_duplicates_nothing(
         victim.wait(10)
         end = wait_for(cluster, lambda rs: next(
             (r.event for r in rs if isinstance(r.event, JobStatusChanged)
-             and r.event.job_id == job_id and r.event.to_status in demo.TERMINAL), None),
+             and r.event.job_id == job_id and r.event.to_status in GLOBALLY_TERMINAL), None),
             "the job's end")  # fmt: skip
     finally:
         if runner is not None:

@@ -1,0 +1,429 @@
+"""`jobledger job submit | cancel | wait` and `jobledger kvstate lookup`: bad JobGraphs and
+builders refused before the broker is touched, then whole jobs over a real broker with the
+services running in this process and the test acting as the task runner."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from jobledger.cli import main
+from jobledger.cli.job import TIMED_OUT, load_job_graph
+from jobledger.projections.history import history
+from jobledger.projections.positions import log_order
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas.cluster import TaskManagerRegistered
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.kvstate import KvStateRegistered
+from jobledger.schemas.tasks import (
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskFinalStateReported,
+    TaskSubmissionAccepted,
+)
+from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import ExecutionState
+from jobledger.services.dispatcher import JobGraphRefused, job_submitted
+from jobledger.services.kafka import (
+    append_events,
+    partitions_of,
+    read_committed_consumer,
+    transactional_producer,
+)
+from jobledger.services.key_groups import (
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+)
+from jobledger.services.loopback import free_port
+from jobledger.services.runner import kv_state
+
+from .events import ANY
+from .runtime_harness import RuntimeThread, append, read
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "jobgraph.json"
+GRAPH = json.loads(EXAMPLE.read_text())
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    """The example JobGraph with `changes` applied to its first vertex (None removes)."""
+    graph = json.loads(json.dumps(GRAPH))
+    for name, value in changes.items():
+        if value is None:
+            del graph["vertices"][0][name]
+        else:
+            graph["vertices"][0][name] = value
+    return graph
+
+
+# -- refused at the edge: no broker is asked (an unreachable one would exit 69) -------------
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("{not json", "not JSON: Expecting property name"),
+        ("[1, 2]", "a JobGraph is a JSON object, not list"),
+        (json.dumps(_with(parallelism=None)), "vertices.0.parallelism: Field required"),
+        (json.dumps(_with(parallelism="2")), "vertices.0.parallelism: Input should be a valid"),
+        (json.dumps(_with(colour="red")), "vertices.0.colour: Extra inputs are not permitted"),
+        (json.dumps(_with(parallelism=0)), "vertex numbers: parallelism 0 is not in 1..32768"),
+        (
+            json.dumps(
+                _with(inputs=[{"source_vertex_id": "count", "distribution_pattern": "POINTWISE"}])
+            ),
+            "invalid JobGraph: the JobGraph has a cycle",
+        ),
+        (json.dumps({**GRAPH, "vertices": []}), "a JobGraph needs at least one vertex"),
+        (json.dumps({**GRAPH, "type": "SlotOffered"}), "type is 'SlotOffered'"),
+        (
+            '{"job_name": "x", "vertices": [], "restart_strategy": {"delay_ms": NaN}}',
+            "NaN is not a JSON number",
+        ),
+    ],
+    ids=[
+        "not-json",
+        "not-object",
+        "missing",
+        "mistyped",
+        "unknown-field",
+        "parallelism",
+        "cycle",
+        "no-vertex",
+        "other-event",
+        "nan",
+    ],
+)
+def test_a_bad_jobgraph_file_is_one_line_naming_the_field_and_nothing_is_written(
+    document, message, tmp_path, capsys
+):
+    path = tmp_path / "graph.json"
+    path.write_text(document)
+    unreachable = f"127.0.0.1:{free_port()}"
+    assert main(["job", "submit", str(path), "--bootstrap", unreachable]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"jobledger: {path}: ") and message in line, line
+
+
+def _builder_module(tmp_path: Path, monkeypatch, body: str) -> str:
+    name = f"graphs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.chdir(tmp_path)
+    return name
+
+
+@pytest.mark.parametrize(
+    ("body", "function", "message"),
+    [
+        ("def build():\n    return 7\n", "build", "build() returned int, not a JobGraph"),
+        ("def build():\n    raise KeyError('x')\n", "build", "build() raised KeyError: 'x'"),
+        ("def build():\n    return {}\n", "other", "has no function other"),
+        ("import no_such_module_here\n", "build", "ModuleNotFoundError"),
+        ("def build():\n    return {'job_name': object()}\n", "build", "not JSON data"),
+    ],
+    ids=["returns-int", "raises", "no-function", "import-fails", "not-json-data"],
+)
+def test_a_bad_builder_is_one_line(body, function, message, tmp_path, monkeypatch, capsys):
+    module = _builder_module(tmp_path, monkeypatch, body)
+    unreachable = f"127.0.0.1:{free_port()}"
+    assert main(["job", "submit", f"{module}:{function}", "--bootstrap", unreachable]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert message in line, line
+
+
+def test_neither_a_file_nor_a_builder_is_one_line(capsys):
+    assert main(["job", "submit", "no/such/graph.json", "--bootstrap", "127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == (
+        "jobledger: no/such/graph.json: no such file, and not a Python builder module:function\n"
+    )
+
+
+def test_a_builder_returns_the_json_form_or_a_jobsubmitted(tmp_path, monkeypatch):
+    module = _builder_module(
+        tmp_path, monkeypatch,
+        "import json\nfrom jobledger.services.dispatcher import job_submitted\n"
+        f"GRAPH = json.loads({json.dumps(json.dumps(GRAPH))})\n"
+        "def as_dict():\n    return GRAPH\n"
+        "def as_event():\n    return job_submitted(GRAPH, 'builder', 'fixed-id')\n",
+    )  # fmt: skip
+    from_dict, name = load_job_graph(f"{module}:as_dict")
+    from_event, _ = load_job_graph(f"{module}:as_event")
+    assert name == "as_dict"
+    one = job_submitted(from_dict, "cli", "job-1")
+    other = job_submitted(from_event, "cli", "job-1")
+    assert one.model_dump(exclude={"event_id", "event_time"}) == other.model_dump(
+        exclude={"event_id", "event_time"}
+    )
+    assert (one.job_name, one.producer, len(one.vertices)) == ("count numbers", "cli", 2)
+
+
+def test_the_submission_header_is_jobledgers_and_the_job_id_is_chosen_in_order():
+    old = {**GRAPH, "type": "JobSubmitted", "event_id": "old", "producer": "jobmaster",
+           "job_id": "from-file"}  # fmt: skip
+    assert job_submitted(old, "cli").job_id == "from-file"
+    assert job_submitted(old, "cli", "given").job_id == "given"
+    fresh = job_submitted(GRAPH, "cli")
+    assert (len(fresh.job_id), fresh.producer) == (32, "cli")
+    assert job_submitted(old, "cli").event_id != "old"
+    with pytest.raises(JobGraphRefused, match="job_name: Field required"):
+        job_submitted({"vertices": GRAPH["vertices"]}, "cli")
+
+
+# -- over a real broker ---------------------------------------------------------------------
+
+
+def _event(cls: type[Event], **fields: Any) -> Event:
+    return cls(event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000),
+               producer="test-runner", **fields)  # fmt: skip
+
+
+class TaskRunnerStandIn:
+    """The test as the task runner of TaskExecutor `tm-1`: every deployment its
+    TaskExecutor accepted goes INITIALIZING and RUNNING, then FINISHED if `finish` (a `count`
+    subtask first registers and publishes its queryable state: every number of its key
+    groups counted once); every cancellation is CANCELED."""
+
+    def __init__(self, cluster, finish: bool) -> None:
+        self.cluster, self.finish = cluster, finish
+        self.serde = EventSerde()
+        self.producer = transactional_producer(cluster.bootstrap, "test-runner")
+        self.consumer = read_committed_consumer(cluster.bootstrap)
+        topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
+                              for p in partitions_of(self.consumer, topic)])  # fmt: skip
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TaskRunnerStandIn:
+        registered = _event(TaskManagerRegistered, resource_id="tm-1", address="test",
+                            number_of_slots=4, resource_profile=ANY)  # fmt: skip
+        append(self.cluster, [registered])
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        self.consumer.close()
+        assert self.failure is None, self.failure
+
+    def _run(self) -> None:
+        deployments: dict[str, TaskDeploymentRequested] = {}
+        try:
+            while not self.stopping.is_set():
+                for msg in self.consumer.consume(100, 0.1):
+                    if msg.error() is None:
+                        self._on(self.serde.decode(msg.value(), msg.topic()), deployments)
+        except BaseException as exc:  # reported by __exit__, in the test's thread
+            self.failure = exc
+
+    def _on(self, event: Event, deployments: dict[str, TaskDeploymentRequested]) -> None:
+        if isinstance(event, TaskDeploymentRequested):
+            deployments[event.execution_attempt_id] = event
+        elif isinstance(event, TaskSubmissionAccepted):
+            d = deployments[event.execution_attempt_id]
+            states = [ExecutionState.INITIALIZING, ExecutionState.RUNNING]
+            if self.finish and d.vertex_id == "count":
+                self._publish_counts(d)
+            self._report(d, [*states, ExecutionState.FINISHED] if self.finish else states)
+        elif isinstance(event, TaskCancellationRequested):
+            self._report(deployments[event.execution_attempt_id], [ExecutionState.CANCELED])
+
+    def _report(self, d: TaskDeploymentRequested, states: list[ExecutionState]) -> None:
+        events: list[Event] = [
+            _event(TaskExecutionStateChanged, job_id=d.job_id, job_master_id=d.job_master_id,
+                   execution_attempt_id=d.execution_attempt_id, execution_state=state,
+                   resource_id=d.resource_id)
+            for state in states
+        ]  # fmt: skip
+        if states[-1] in (ExecutionState.FINISHED, ExecutionState.CANCELED):
+            events.append(_event(TaskFinalStateReported, job_id=d.job_id,
+                                 resource_id=d.resource_id, execution_state=states[-1],
+                                 execution_attempt_id=d.execution_attempt_id))  # fmt: skip
+        append_events(self.producer, self.cluster.prefix, events, self.serde)
+
+    def _publish_counts(self, d: TaskDeploymentRequested) -> None:
+        groups = compute_key_group_range_for_operator_index(
+            d.max_parallelism, d.number_of_subtasks, d.subtask_index
+        )
+        kv_state_id = f"kv-{d.execution_attempt_id}"
+        mine = {n: 1 for n in range(1000)
+                if assign_to_key_group(n, d.max_parallelism) in groups}  # fmt: skip
+        self.producer.begin_transaction()
+        kv_state.publish(self.producer, self.cluster.prefix, kv_state_id, mine)
+        self.producer.commit_transaction(30)
+        registered = _event(
+            KvStateRegistered, job_id=d.job_id, job_master_id=d.job_master_id,
+            job_vertex_id="count", key_group_range=groups.to_record(),
+            registration_name="counts", kv_state_id=kv_state_id, server_host="127.0.0.1",
+            server_port=9069,
+        )  # fmt: skip
+        append_events(self.producer, self.cluster.prefix, [registered], self.serde)
+
+
+def jobledger(cluster, capsys, *argv: str) -> tuple[int, str, str]:
+    """`jobledger ARGV` in this process against the test's topics: status, stdout, stderr."""
+    capsys.readouterr()
+    status = main([*argv, "--bootstrap", cluster.bootstrap, "--topic-prefix", cluster.prefix])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def wait_for_log(cluster, found, what: str, limit_s: float = 60.0):
+    """The first truthy `found(records)` as the log grows; AssertionError after `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        hit = found(log_order(read(cluster)))
+        if hit:
+            return hit
+        time.sleep(0.3)
+    raise AssertionError(f"{what} did not happen within {limit_s:.0f} s")
+
+
+def statuses(records, job_id: str) -> list[str]:
+    return [r.event.to_status.value for r in records
+            if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id]  # fmt: skip
+
+
+@pytest.mark.broker
+def test_submit_the_jobmaster_decides_cancel_and_wait_says_canceled(cluster, capsys):
+    with RuntimeThread(cluster), TaskRunnerStandIn(cluster, finish=False):
+        status, out, err = jobledger(cluster, capsys, "job", "submit", str(EXAMPLE))
+        assert status == 0, err
+        job_id = out.strip()
+        assert len(job_id) == 32 and f"submitted job {job_id} ('count numbers'" in err
+
+        # the JobMaster's decisions: the job runs and both source subtasks are deployed
+        records = wait_for_log(cluster, lambda rs: rs if sum(
+            isinstance(r.event, TaskExecutionStateChanged) and r.event.job_id == job_id
+            and r.event.execution_state is ExecutionState.RUNNING for r in rs) == 2 else None,
+            "both sources RUNNING")  # fmt: skip
+        story = [e.record.event for e in history(records, job_id, timers=False)]
+        submitted = [e for e in story if e.producer == "cli"]
+        assert [e.type_name() for e in submitted] == [
+            "JobSubmitted", "JobMasterLeadershipGranted", "ResourceManagerConnected"
+        ]  # fmt: skip
+        assert statuses(records, job_id) == ["CREATED", "RUNNING"]
+        deployed = sorted((e.vertex_id, e.subtask_index) for e in story
+                          if isinstance(e, TaskDeploymentRequested))  # fmt: skip
+        assert deployed == [("numbers", 0), ("numbers", 1)]
+
+        status, out, _ = jobledger(cluster, capsys, "job", "cancel", job_id)
+        assert status == 0
+        assert out.startswith(f"cancellation of job {job_id} requested (it was RUNNING)")
+
+        status, out, _ = jobledger(cluster, capsys, "job", "wait", job_id, "--timeout", "60")
+        assert status == 1
+        assert out.startswith(f"job {job_id} CANCELED at ")
+    assert statuses(read(cluster), job_id) == ["CREATED", "RUNNING", "CANCELLING", "CANCELED"]
+
+    status, _, err = jobledger(cluster, capsys, "job", "cancel", job_id)
+    assert (status, err) == (1, f"jobledger: job {job_id} has already ended: CANCELED\n")
+
+
+@pytest.mark.broker
+def test_submit_tasks_finish_wait_says_finished_and_the_counts_are_queryable(cluster, capsys):
+    with RuntimeThread(cluster), TaskRunnerStandIn(cluster, finish=True):
+        status, out, err = jobledger(
+            cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "numbers-1", "-o", "json"
+        )
+        assert status == 0, err
+        answer = json.loads(out)
+        assert answer["job_id"] == "numbers-1" and answer["subtasks"] == 4
+        status, out, _ = jobledger(
+            cluster, capsys, "job", "wait", "numbers-1", "--timeout", "60", "-o", "json"
+        )
+        assert status == 0
+        result = json.loads(out)
+        assert (result["status"], result["ended"], result["cause"]) == ("FINISHED", True, None)
+
+        status, out, err = jobledger(
+            cluster, capsys, "kvstate", "lookup", "numbers-1", "counts", "7", "--json-key"
+        )
+        assert status == 0, err
+        assert out.splitlines()[0] == "counts[7] = 1"
+        assert "-> KvState kv-" in out.splitlines()[1]
+        status, out, _ = jobledger(cluster, capsys, "kvstate", "lookup", "numbers-1", "counts",
+                                   "999", "--json-key", "-o", "json")  # fmt: skip
+        assert (status, json.loads(out)["value"]) == (0, 1)
+
+    status, _, err = jobledger(cluster, capsys, "kvstate", "lookup", "numbers-1", "counts", "7")
+    assert status == 1 and err.startswith("jobledger: no value for key '7' in 'counts'")
+    status, _, err = jobledger(cluster, capsys, "kvstate", "lookup", "numbers-1", "sums", "7")
+    assert (status, err) == (
+        1, "jobledger: job numbers-1 has no queryable state 'sums'; registered: counts\n"
+    )  # fmt: skip
+    status, _, err = jobledger(cluster, capsys, "kvstate", "lookup", "numbers-2", "counts", "7")
+    assert (status, err) == (1, "jobledger: no job 'numbers-2' in the log; jobs: numbers-1\n")
+
+    status, _, err = jobledger(
+        cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "numbers-1"
+    )
+    assert (status, err) == (1, "jobledger: job numbers-1 was already submitted (it is "
+                             "FINISHED); give another --job-id\n")  # fmt: skip
+
+
+@pytest.mark.broker
+def test_wait_past_its_timeout_says_what_the_job_waits_for(cluster, capsys):
+    status, out, err = jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j1")
+    assert status == 0, err
+
+    # no services read the topics: the submission itself waits
+    status, out, err = jobledger(cluster, capsys, "job", "wait", "j1", "--timeout", "1")
+    assert status == TIMED_OUT
+    assert err == "jobledger: job j1 did not end within 1 s (it is not started yet)\n"
+    assert out.startswith("job j1 is not started yet after 1 s, waiting for:\n")
+    assert "the services to read 3 of the job's records (the first: JobSubmitted at job/" in out
+
+    # services, but no TaskExecutor: each source subtask waits for a slot
+    with RuntimeThread(cluster):
+        wait_for_log(cluster, lambda rs: "RUNNING" in statuses(rs, "j1"), "the job RUNNING")
+        status, out, err = jobledger(
+            cluster, capsys, "job", "wait", "j1", "--timeout", "1", "-o", "json"
+        )
+    assert status == TIMED_OUT
+    report = json.loads(out)
+    assert (report["status"], report["ended"]) == ("RUNNING", False)
+    waits = report["waiting_for"]
+    assert [w.split(" is ")[0] for w in waits] == [
+        "j1/numbers[0] attempt 0", "j1/numbers[1] attempt 0",
+        "j1/count[0] attempt 0", "j1/count[1] attempt 0",
+    ]  # fmt: skip
+    assert "SCHEDULED, waiting for a slot: no TaskExecutor" in waits[0], waits[0]
+    assert waits[2].endswith("CREATED, not scheduled yet: waiting for its inputs to be ready")
+
+
+@pytest.mark.broker
+def test_an_unknown_job_is_one_line_naming_the_jobs_that_exist(cluster, capsys):
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "known")[0] == 0
+    for command in (["job", "wait", "nope", "--timeout", "30"], ["job", "cancel", "nope"]):
+        status, out, err = jobledger(cluster, capsys, *command)
+        assert (status, out) == (1, "")
+        assert err == f"jobledger: no job 'nope' was submitted on {cluster.prefix}*; jobs: known\n"
+
+
+@pytest.mark.broker
+def test_wait_and_cancel_say_at_once_that_the_jobmaster_refused_a_submission(cluster, capsys):
+    """A JobGraph written past `job submit`'s checks (any Kafka client can) is refused by the
+    JobMaster with a reason; waiting for that job would be waiting forever."""
+    cyclic = _with(inputs=[{"source_vertex_id": "count", "distribution_pattern": "POINTWISE"}])
+    job = JobSubmitted.model_validate_json(json.dumps({
+        **cyclic, "job_id": "cyclic", "event_id": "in-1", "event_time": 1, "producer": "test",
+    }))  # fmt: skip
+    append(cluster, [job])
+    with RuntimeThread(cluster):
+        status, out, err = jobledger(cluster, capsys, "job", "wait", "cyclic", "--timeout", "60")
+    assert (status, out) == (1, "")
+    assert err == ("jobledger: the JobMaster refused job cyclic: invalid JobGraph: the JobGraph "
+                   "has a cycle\n")  # fmt: skip
+    status, _, err = jobledger(cluster, capsys, "job", "cancel", "cyclic")
+    assert (status, err) == (1, "jobledger: the JobMaster refused job cyclic, nothing to cancel: "
+                                "invalid JobGraph: the JobGraph has a cycle\n")  # fmt: skip
