@@ -267,7 +267,7 @@ class StateSchema:
         plain_dataclass = (
             dataclasses.is_dataclass(cls)
             and not hasattr(cls, "__post_init__")
-            and not late
+            and all(f.init for f in dataclasses.fields(cls))
             and "__slots__" not in vars(cls)
         )
         codec.encode, codec.decode = encode, decode_plain if plain_dataclass else decode
