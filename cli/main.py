@@ -18,7 +18,7 @@ from jobledger.projections.positions import PositionError
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 
-from . import broker, debug, events, log, runner, services, tail
+from . import broker, debug, events, log, runner, services, tail, ui
 from .options import connection_options
 
 
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_parsers(sub, common)
     debug.add_parsers(sub, common)
     runner.add_parsers(sub, common)
+    ui.add_parsers(sub, common)
     _show_defaults(parser)
     return parser
 
