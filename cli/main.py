@@ -18,7 +18,7 @@ from jobledger.projections.positions import PositionError
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 
-from . import broker, debug, events, log, runner, services, tail, ui
+from . import broker, debug, events, job_views, log, runner, services, tail, ui
 from .options import connection_options
 
 
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_parsers(sub, common)
     runner.add_parsers(sub, common)
     ui.add_parsers(sub, common)
+    job = sub.add_parser("job", help="Flink's job commands: list, show")
+    job_views.add_parsers(
+        job.add_subparsers(dest="job_command", required=True, metavar="COMMAND"), common
+    )
     _show_defaults(parser)
     return parser
 

@@ -39,6 +39,9 @@ SUBCOMMANDS = [
     ["slots"],
     ["diff"],
     ["timeline"],
+    ["ui"],
+    ["job", "list"],
+    ["job", "show"],
 ]
 
 
