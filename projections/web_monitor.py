@@ -44,6 +44,11 @@ CACHED_ARCHIVES = 16
 """Archives kept per (log length, position): the page asks several endpoints per move of its
 slider, each at the same point."""
 
+POSITION_PATTERN = (
+    r"^(end|count:[0-9]+|id:.+|[a-z]+/[0-9]+@[0-9]+|s@.+|[0-9]{4}-[0-9]{2}-[0-9]{2}.*)$"
+)
+"""The shapes of a position (`positions.Position.parse` says which name a point of this log)."""
+
 Log = Callable[[], list[LogRecord]]
 """The log as it is now, in log order (`positions.log_order`)."""
 
@@ -62,7 +67,11 @@ NOT_FOUND = (UnknownJob, UnknownVertex, UnknownTaskManager, UnknownTarget)
 
 At = Annotated[
     str | None,
-    Query(description=f"answer as of this point of the log: {FORMS} (default: end)"),
+    Query(
+        description=f"answer as of this point of the log: {FORMS} (default: end)",
+        examples=["end", "count:10", "s@2026-11-24T19:00:20Z"],
+        pattern=POSITION_PATTERN,
+    ),
 ]
 JobId = Annotated[str, "the job id"]
 
@@ -102,6 +111,16 @@ def _position(text: str | None) -> Position:
         raise PositionError(f"{text!r} is not a position: {exc}") from None
 
 
+def _malformed(error: dict[str, Any]) -> str:
+    """What is wrong with one part of a request; a position is told as the CLI tells it."""
+    if tuple(error["loc"]) == ("query", "at") and isinstance(error.get("input"), str):
+        try:
+            _position(error["input"])
+        except PositionError as exc:
+            return f"at: {exc}"
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
 def _errors(status: int, *messages: str) -> JSONResponse:
     return JSONResponse({"errors": list(messages)}, status_code=status)
 
@@ -118,6 +137,7 @@ def create_app(log: Log, title: str = "jobledger") -> FastAPI:
     _flink_routes(app, archives)
     _jobledger_routes(app, archives, log)
     app.mount("/web", StaticFiles(directory=WEB), name="web")
+    _flink_status_codes(app)
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
@@ -126,16 +146,33 @@ def create_app(log: Log, title: str = "jobledger") -> FastAPI:
     return app
 
 
+def _flink_status_codes(app: FastAPI) -> None:
+    """The OpenAPI document says what the server does: a malformed request is a 400 with
+    Flink's error JSON, not FastAPI's 422 with its own."""
+    make = app.openapi
+
+    def document() -> dict[str, Any]:
+        schema = make()
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation["responses"].pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return schema
+
+    app.openapi = document
+
+
 def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _errors(400, *(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        ))  # fmt: skip
+        return _errors(400, *(_malformed(e) for e in exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def http(_: Request, exc: HTTPException) -> JSONResponse:
-        return _errors(exc.status_code, str(exc.detail))
+        response = _errors(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
 
     @app.exception_handler(PositionError)
     async def bad_position(_: Request, exc: PositionError) -> JSONResponse:

@@ -200,7 +200,9 @@ def test_bad_requests_get_flinks_error_json(fail_once, path, params, status, say
 
 def test_a_method_not_served_is_refused_with_error_json(fail_once):
     response = fail_once.post("/overview")
-    assert (response.status_code, response.json()) == (405, {"errors": ["Method Not Allowed"]})
+    assert (response.status_code, response.json(), response.headers["allow"]) == (
+        405, {"errors": ["Method Not Allowed"]}, "GET",
+    )  # fmt: skip
 
 
 def test_the_openapi_document_lists_flinks_paths(fail_once):
