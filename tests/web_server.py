@@ -17,11 +17,13 @@ STARTUP_S = 60.0
 
 
 @contextmanager
-def ui_server(log: Path) -> Iterator[str]:
-    """The base URL (`http://127.0.0.1:PORT/`) of `jobledger ui --file LOG --port 0`."""
+def ui_server(log: Path | None, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The base URL (`http://127.0.0.1:PORT/`) of `jobledger ui --port 0` over the export
+    `log`, or (None) over the broker `env` names."""
+    source = ["--file", str(log)] if log is not None else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobledger.cli", "ui", "--file", str(log), "--port", "0"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [sys.executable, "-m", "jobledger.cli", "ui", *source, "--port", "0"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
     )  # fmt: skip
     try:
         yield _announced_url(process)
