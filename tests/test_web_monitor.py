@@ -4,9 +4,12 @@ log, the offsets every answer reflects, and Flink-style errors (400/404, never a
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from fastapi.testclient import TestClient
 
+from jobledger.cli.main import main
 from jobledger.cli.ui import FileLog
 from jobledger.projections.web_monitor import create_app
 
@@ -214,3 +217,17 @@ def test_the_openapi_document_lists_flinks_paths(fail_once):
         "/jobs/{jobid}/history",
         "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/explain",
     } <= paths  # fmt: skip
+
+
+def test_a_port_in_use_is_one_line(capsys):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        assert main(["ui", "--file", str(LOGS / "slot-shortage.avro"), "--port", str(port)]) == 1
+    finally:
+        taken.close()
+    assert capsys.readouterr().err == (
+        f"jobledger: --bind 127.0.0.1 --port {port}: Address already in use\n"
+    )
