@@ -83,6 +83,7 @@ class Archives:
     def __init__(self, log: Log) -> None:
         self.log = log
         self.lock = threading.Lock()
+        self.making = threading.Lock()
         self.kept: OrderedDict[tuple[int, str], ClusterArchive] = OrderedDict()
 
     def at(self, text: str | None) -> ClusterArchive:
@@ -94,11 +95,16 @@ class Archives:
             if found is not None:
                 self.kept.move_to_end(key)
                 return found
-        made = archive(cut(records, position))
-        with self.lock:
-            self.kept[key] = made
-            while len(self.kept) > CACHED_ARCHIVES:
-                self.kept.popitem(last=False)
+        with self.making:  # the page asks several endpoints at once: replay the point once
+            with self.lock:
+                found = self.kept.get(key)
+            if found is not None:
+                return found
+            made = archive(cut(records, position))
+            with self.lock:
+                self.kept[key] = made
+                while len(self.kept) > CACHED_ARCHIVES:
+                    self.kept.popitem(last=False)
         return made
 
 
@@ -131,6 +137,7 @@ def create_app(log: Log, title: str = "jobledger") -> FastAPI:
         title=f"{title} REST API",
         description="Flink's REST API (v1) over a jobledger log, at any point of it.",
         version="v1",
+        generate_unique_id_function=lambda route: route.name,
     )
     archives = Archives(log)
     _handle_errors(app)
@@ -185,18 +192,41 @@ def _handle_errors(app: FastAPI) -> None:
             return _errors(404, str(exc.args[0]) if exc.args else str(exc))
 
 
+def _route(app: FastAPI) -> Callable[..., Callable[[Callable], Callable]]:
+    """`app.get` with Flink's errors declared, and OpenAPI links (operation id -> parameter ->
+    where its value is) from an answer to the operations that take the ids it holds."""
+
+    def get(path: str, summary: str, links: dict[str, dict[str, str]] | None = None):
+        ok = {"description": "the answer, with the offsets it reflects (`as-of`)"}
+        if links:
+            ok["links"] = {
+                operation: {"operationId": operation, "parameters": parameters}
+                for operation, parameters in links.items()
+            }
+        return app.get(path, summary=summary, responses={200: ok, **ERRORS})
+
+    return get
+
+
+def _job_links(jobid: str) -> dict[str, dict[str, str]]:
+    return {op: {"jobid": jobid} for op in ("job", "plan", "exceptions", "job_history")}
+
+
 def _flink_routes(app: FastAPI, archives: Archives) -> None:
-    get = lambda path, summary: app.get(path, summary=summary, responses=ERRORS)  # noqa: E731
+    get = _route(app)
 
     @get("/overview", "TaskManagers, slots and jobs by status (Flink's ClusterOverview)")
     def overview(at: At = None) -> dict[str, Any]:
         return cluster_overview(archives.at(at))
 
-    @get("/jobs/overview", "every job with its status, times and task counts")
+    @get(
+        "/jobs/overview", "every job with its status, times and task counts",
+        _job_links("$response.body#/jobs/0/jid"),
+    )  # fmt: skip
     def overview_of_jobs(at: At = None) -> dict[str, Any]:
         return jobs_overview(archives.at(at))
 
-    @get("/jobs", "every job's id and status")
+    @get("/jobs", "every job's id and status", _job_links("$response.body#/jobs/0/id"))
     def job_ids(at: At = None) -> dict[str, Any]:
         cluster = archives.at(at)
         return {
@@ -204,7 +234,13 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
             "as-of": cluster.as_of(),
         }
 
-    @get("/jobs/{jobid}", "a job: status, times per status, vertices with task counts")
+    vertex_of_job = {"jobid": "$request.path.jobid", "vertexid": "$response.body#/vertices/0/id"}
+
+    @get(
+        "/jobs/{jobid}", "a job: status, times per status, vertices with task counts",
+        {"vertex": vertex_of_job, "times": vertex_of_job,
+         "task_explain": {**vertex_of_job, "subtaskindex": "0"}},
+    )  # fmt: skip
     def job(jobid: JobId, at: At = None) -> dict[str, Any]:
         return job_details(archives.at(at), jobid)
 
@@ -224,7 +260,10 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
     def times(jobid: JobId, vertexid: str, at: At = None) -> dict[str, Any]:
         return subtask_times(archives.at(at), jobid, vertexid)
 
-    @get("/taskmanagers", "every TaskManager with its slots")
+    @get(
+        "/taskmanagers", "every TaskManager with its slots",
+        {"taskmanager": {"taskmanagerid": "$response.body#/taskmanagers/0/id"}},
+    )  # fmt: skip
     def taskmanagers(at: At = None) -> dict[str, Any]:
         return task_managers(archives.at(at))
 
@@ -234,7 +273,7 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
 
 
 def _jobledger_routes(app: FastAPI, archives: Archives, log: Log) -> None:
-    get = lambda path, summary: app.get(path, summary=summary, responses=ERRORS)  # noqa: E731
+    get = _route(app)
 
     @get("/slots", "(jobledger) every pending slot request and why nothing satisfies it")
     def slots(at: At = None) -> dict[str, Any]:
