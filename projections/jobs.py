@@ -20,12 +20,10 @@ JOB_STATUSES = [s.value for s in JobStatus if s is not JobStatus.UNKNOWN]
 GLOBALLY_TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 ENDED = (*GLOBALLY_TERMINAL, "SUSPENDED")
 
-AGGREGATE_ORDER = (
-    "FAILED", "CANCELING", "CANCELED", "RECONCILING", "RUNNING", "INITIALIZING", "DEPLOYING",
-    "SCHEDULED", "FINISHED",
-)  # fmt: skip
-"""A vertex's status from its subtasks': FINISHED once all are; otherwise a failure shows
-first, then cancellation, then the most advanced state any subtask has reached."""
+AGGREGATE_ORDER = ("FAILED", "CANCELING", "CANCELED", "INITIALIZING", "RUNNING")
+"""Flink's aggregate state of a vertex (ExecutionJobVertex.getAggregateJobVertexState): the
+first of these any subtask is in; else FINISHED when all are, RUNNING when some are; anything
+else (scheduled, deploying) shows as CREATED."""
 
 
 def _duration(start: int, end: int, now: int) -> int:
@@ -71,9 +69,12 @@ def jobs_overview(archive: ClusterArchive) -> dict[str, Any]:
 
 
 def vertex_status(states: list[str]) -> str:
-    if states and all(s == "FINISHED" for s in states):
-        return "FINISHED"
-    return next((s for s in AGGREGATE_ORDER[:-1] if s in states), "CREATED")
+    found = next((s for s in AGGREGATE_ORDER if s in states), None)
+    if found is not None:
+        return found
+    if "FINISHED" in states:
+        return "FINISHED" if all(s == "FINISHED" for s in states) else "RUNNING"
+    return "CREATED"
 
 
 def _vertex_summary(job: ArchivedJob, jv: ExecutionJobVertex, now: int) -> dict[str, Any]:

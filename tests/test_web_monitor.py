@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from jobledger.cli.main import main
 from jobledger.cli.ui import FileLog
+from jobledger.projections.jobs import vertex_status
 from jobledger.projections.web_monitor import create_app
 
 from .golden_logs import LOGS
@@ -231,3 +232,24 @@ def test_a_port_in_use_is_one_line(capsys):
     assert capsys.readouterr().err == (
         f"jobledger: --bind 127.0.0.1 --port {port}: Address already in use\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("states", "shown"),
+    [
+        (["FINISHED", "FINISHED"], "FINISHED"),
+        (["FINISHED", "SCHEDULED"], "RUNNING"),
+        (["SCHEDULED", "DEPLOYING"], "CREATED"),
+        (["RUNNING", "FAILED", "CANCELING"], "FAILED"),
+        (["CANCELED", "CANCELING"], "CANCELING"),
+        (["INITIALIZING", "RUNNING"], "INITIALIZING"),
+        ([], "CREATED"),
+    ],
+)
+def test_a_vertexs_status_is_flinks_aggregate_of_its_subtasks(states, shown):
+    assert vertex_status(states) == shown
+
+
+def test_a_vertex_whose_subtasks_wait_for_slots_shows_created(shortage):
+    [vertex] = ok(shortage, "/jobs/job-1")["vertices"]
+    assert (vertex["status"], vertex["tasks"]["SCHEDULED"]) == ("CREATED", 3)
