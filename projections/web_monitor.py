@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 
 from jobledger.schemas.jobs import JobStatusChanged
 
+from . import rest_messages as messages
 from .archived_execution_graph import ClusterArchive, UnknownVertex, archive
 from .cluster_overview import cluster_overview
 from .exceptions import job_exceptions
@@ -196,14 +197,17 @@ def _route(app: FastAPI) -> Callable[..., Callable[[Callable], Callable]]:
     """`app.get` with Flink's errors declared, and OpenAPI links (operation id -> parameter ->
     where its value is) from an answer to the operations that take the ids it holds."""
 
-    def get(path: str, summary: str, links: dict[str, dict[str, str]] | None = None):
+    def get(
+        path: str, summary: str, links: dict[str, dict[str, str]] | None = None,
+        model: type[BaseModel] | None = None,
+    ):  # fmt: skip
         ok = {"description": "the answer, with the offsets it reflects (`as-of`)"}
         if links:
             ok["links"] = {
                 operation: {"operationId": operation, "parameters": parameters}
                 for operation, parameters in links.items()
             }
-        return app.get(path, summary=summary, responses={200: ok, **ERRORS})
+        return app.get(path, summary=summary, responses={200: ok, **ERRORS}, response_model=model)
 
     return get
 
@@ -215,18 +219,24 @@ def _job_links(jobid: str) -> dict[str, dict[str, str]]:
 def _flink_routes(app: FastAPI, archives: Archives) -> None:
     get = _route(app)
 
-    @get("/overview", "TaskManagers, slots and jobs by status (Flink's ClusterOverview)")
+    @get(
+        "/overview", "TaskManagers, slots and jobs by status (Flink's ClusterOverview)",
+        model=messages.ClusterOverviewWithVersion,
+    )  # fmt: skip
     def overview(at: At = None) -> dict[str, Any]:
         return cluster_overview(archives.at(at))
 
     @get(
         "/jobs/overview", "every job with its status, times and task counts",
-        _job_links("$response.body#/jobs/0/jid"),
+        _job_links("$response.body#/jobs/0/jid"), messages.MultipleJobsDetails,
     )  # fmt: skip
     def overview_of_jobs(at: At = None) -> dict[str, Any]:
         return jobs_overview(archives.at(at))
 
-    @get("/jobs", "every job's id and status", _job_links("$response.body#/jobs/0/id"))
+    @get(
+        "/jobs", "every job's id and status", _job_links("$response.body#/jobs/0/id"),
+        messages.JobIdsWithStatusOverview,
+    )  # fmt: skip
     def job_ids(at: At = None) -> dict[str, Any]:
         cluster = archives.at(at)
         return {
@@ -240,34 +250,48 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
         "/jobs/{jobid}", "a job: status, times per status, vertices with task counts",
         {"vertex": vertex_of_job, "times": vertex_of_job,
          "task_explain": {**vertex_of_job, "subtaskindex": "0"}},
+        messages.JobDetailsInfo,
     )  # fmt: skip
     def job(jobid: JobId, at: At = None) -> dict[str, Any]:
         return job_details(archives.at(at), jobid)
 
-    @get("/jobs/{jobid}/plan", "a job's dataflow plan (its JobGraph)")
+    @get("/jobs/{jobid}/plan", "a job's dataflow plan (its JobGraph)", model=messages.JobPlanInfo)
     def plan(jobid: JobId, at: At = None) -> dict[str, Any]:
         return job_plan(archives.at(at), jobid)
 
-    @get("/jobs/{jobid}/exceptions", "a job's root exception and exception history")
+    @get(
+        "/jobs/{jobid}/exceptions", "a job's root exception and exception history",
+        model=messages.JobExceptionsInfoWithHistory,
+    )  # fmt: skip
     def exceptions(jobid: JobId, at: At = None) -> dict[str, Any]:
         return job_exceptions(archives.at(at), jobid)
 
-    @get("/jobs/{jobid}/vertices/{vertexid}", "a vertex's subtasks and their attempts")
+    @get(
+        "/jobs/{jobid}/vertices/{vertexid}", "a vertex's subtasks and their attempts",
+        model=messages.JobVertexDetailsWithSubtasks,
+    )  # fmt: skip
     def vertex(jobid: JobId, vertexid: str, at: At = None) -> dict[str, Any]:
         return vertex_details(archives.at(at), jobid, vertexid)
 
-    @get("/jobs/{jobid}/vertices/{vertexid}/subtasktimes", "when each subtask entered each state")
+    @get(
+        "/jobs/{jobid}/vertices/{vertexid}/subtasktimes", "when each subtask entered each state",
+        model=messages.SubtasksTimesInfo,
+    )  # fmt: skip
     def times(jobid: JobId, vertexid: str, at: At = None) -> dict[str, Any]:
         return subtask_times(archives.at(at), jobid, vertexid)
 
     @get(
         "/taskmanagers", "every TaskManager with its slots",
         {"taskmanager": {"taskmanagerid": "$response.body#/taskmanagers/0/id"}},
+        messages.TaskManagersInfo,
     )  # fmt: skip
     def taskmanagers(at: At = None) -> dict[str, Any]:
         return task_managers(archives.at(at))
 
-    @get("/taskmanagers/{taskmanagerid}", "a TaskManager and each of its slots")
+    @get(
+        "/taskmanagers/{taskmanagerid}", "a TaskManager and each of its slots",
+        model=messages.TaskManagerDetailsInfo,
+    )  # fmt: skip
     def taskmanager(taskmanagerid: str, at: At = None) -> dict[str, Any]:
         return task_manager(archives.at(at), taskmanagerid)
 
