@@ -253,3 +253,17 @@ def test_a_vertexs_status_is_flinks_aggregate_of_its_subtasks(states, shown):
 def test_a_vertex_whose_subtasks_wait_for_slots_shows_created(shortage):
     [vertex] = ok(shortage, "/jobs/job-1")["vertices"]
     assert (vertex["status"], vertex["tasks"]["SCHEDULED"]) == ("CREATED", 3)
+
+
+def test_reports_the_jobmaster_refused_are_no_exceptions_of_the_job():
+    stale = client("stale-leader")
+    exceptions = ok(stale, "/jobs/job-1/exceptions")
+    assert (exceptions["root-exception"], exceptions["exceptionHistory"]["entries"]) == (
+        "leadership passed to jm-2", [],
+    )  # fmt: skip
+    job = ok(stale, "/jobs/job-1")
+    assert (job["state"], job["timestamps"]["SUSPENDED"]) == ("RUNNING", 1764000000019)
+    [subtask] = ok(stale, "/jobs/job-1/vertices/source")["subtasks"]
+    assert (subtask["status"], subtask["timestamps"], len(subtask["attempt-history"])) == (
+        "SCHEDULED", {}, 1,
+    )  # fmt: skip
