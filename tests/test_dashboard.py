@@ -94,6 +94,11 @@ def test_clicking_through_a_job_that_failed_once_and_back_in_time(page):
     expect(page.locator("#exceptions tbody tr")).to_have_count(2)
     expect(page.get_by_test_id("root-exception")).to_contain_text("InjectedFailure")
     expect(page.get_by_test_id("slot-runner-0-0")).to_have_text(f"0: ALLOCATED to {JOB}")
+    page.get_by_test_id("attempt-0-0").click()
+    expect(page.get_by_test_id("explain")).to_contain_text("deployed to runner-0 slot 0")
+    expect(page.get_by_test_id("explain")).to_contain_text(
+        "now: job RESTARTING; attempt 0 is FAILED"
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-restarting.png"), full_page=True)
 

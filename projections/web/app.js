@@ -2,7 +2,9 @@
 // slider's. Text goes into the page through textContent only: the log may be forged.
 "use strict";
 
-const state = { at: "end", job: null, vertex: null, records: 0, following: true, generation: 0 };
+const state = {
+  at: "end", job: null, vertex: null, explained: null, records: 0, following: true, generation: 0,
+};
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -76,7 +78,16 @@ async function loadJob() {
   const exceptions = await get(`${path}/exceptions`);
   const known = state.vertex && details.vertices.some((v) => v.id === state.vertex);
   const vertex = known ? await get(`${path}/vertices/${encodeURIComponent(state.vertex)}`) : null;
-  return { details, exceptions, vertex };
+  let story = null;
+  if (vertex && state.explained) {
+    const [subtask, attempt] = state.explained;
+    try {
+      story = await get(`${path}/vertices/${encodeURIComponent(state.vertex)}/subtasks/${subtask}/explain?attempt=${attempt}`);
+    } catch (error) {
+      story = { target: error.message, lines: [] };
+    }
+  }
+  return { details, exceptions, vertex, story };
 }
 
 function renderAsOf(asOf) {
@@ -96,7 +107,7 @@ function renderJobs(jobs) {
   fill(document.querySelector("#jobs tbody"), jobs.map((job) => el("tr", {
     class: `clickable${job.jid === state.job ? " selected" : ""}`,
     "data-testid": `job-row-${job.jid}`,
-    onclick: () => { state.job = job.jid; state.vertex = null; render(); },
+    onclick: () => { state.job = job.jid; state.vertex = null; state.explained = null; render(); },
   },
   el("td", {}, job.jid), el("td", {}, job.name), el("td", { class: `state ${job.state}` }, job.state),
   el("td", {}, `${job.tasks.finished}/${job.tasks.total} finished`),
@@ -123,7 +134,7 @@ function renderJob(loaded) {
   fill(document.querySelector("#vertices tbody"), job.vertices.map((v) => el("tr", {
     class: `clickable${v.id === state.vertex ? " selected" : ""}`,
     "data-testid": `vertex-row-${v.id}`,
-    onclick: () => { state.vertex = v.id; render(); },
+    onclick: () => { state.vertex = v.id; state.explained = null; render(); },
   },
   el("td", {}, v.id), el("td", {}, v.name), el("td", {}, v.parallelism),
   el("td", { class: `state ${v.status}` }, v.status),
@@ -135,6 +146,9 @@ function renderJob(loaded) {
     el("td", {}, iso(e.timestamp)), el("td", {}, e.taskName), el("td", {}, e.taskManagerId),
     el("td", {}, e.stacktrace))));
   renderVertex(job, loaded.vertex);
+  const explain = document.getElementById("explain");
+  explain.hidden = !loaded.story;
+  explain.textContent = loaded.story ? [loaded.story.target, ...loaded.story.lines].join("\n") : "";
 }
 
 function renderVertex(job, vertex) {
@@ -159,7 +173,11 @@ function renderVertex(job, vertex) {
         });
       });
       const where = `${attempt["taskmanager-id"]}${attempt["slot-index"] != null ? `/${attempt["slot-index"]}` : ""}`;
-      rows.push(el("div", { class: "label", "data-testid": `attempt-${subtask.subtask}-${attempt.attempt}` },
+      rows.push(el("div", {
+        class: "label", "data-testid": `attempt-${subtask.subtask}-${attempt.attempt}`,
+        title: "explain this attempt",
+        onclick: () => { state.explained = [subtask.subtask, attempt.attempt]; render(); },
+      },
         `[${subtask.subtask}] #${attempt.attempt} ${attempt.status} ${where}`));
       rows.push(el("div", { class: "track" }, ...bars));
     }
@@ -189,6 +207,8 @@ async function refreshLog() {
   slider.max = log.records;
   if (state.following) slider.value = log.records;
   slider.title = log.marks.map((m) => `${m.count}: ${m.job} ${m.status}`).join("\n");
+  document.getElementById("marks").replaceChildren(
+    ...log.marks.map((m) => el("option", { value: m.count, label: `${m.job} ${m.status}` })));
 }
 
 function moved() {
