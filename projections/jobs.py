@@ -174,6 +174,41 @@ def _attempt(a: ArchivedExecution, now: int) -> dict[str, Any]:
     }
 
 
+class UnknownSubtask(LookupError):
+    """A vertex has no such subtask, or a subtask no such attempt; the message says which
+    there are."""
+
+
+def subtask_attempt(
+    archive: ClusterArchive, job_id: str, vertex_id: str, subtask: int, attempt: int | None
+) -> dict[str, Any]:
+    """`/jobs/:jobid/vertices/:vertexid/subtasks/:subtaskindex[/attempts/:attempt]`: one
+    attempt of one subtask (default: its current one)."""
+    job = archive.job(job_id)
+    jv = job.vertex(vertex_id)
+    if not 0 <= subtask < jv.parallelism:
+        raise UnknownSubtask(
+            f"vertex {vertex_id!r} of job {job_id!r} has subtasks 0-{jv.parallelism - 1}, "
+            f"not {subtask}"
+        )
+    attempts = job.attempts(jv)[subtask]
+    chosen = attempts[-1] if attempt is None else next(
+        (a for a in attempts if a.attempt_number == attempt), None
+    )  # fmt: skip
+    if chosen is None:
+        numbers = ", ".join(str(a.attempt_number) for a in attempts)
+        raise UnknownSubtask(
+            f"subtask {subtask} of {vertex_id!r} has no attempt {attempt} (attempts: {numbers})"
+        )
+    return {
+        "subtask": subtask,
+        **_attempt(chosen, archive.now),
+        "endpoint": chosen.resource_id or "(unassigned)",
+        "metrics": {},
+        "as-of": archive.as_of(),
+    }
+
+
 def vertex_details(archive: ClusterArchive, job_id: str, vertex_id: str) -> dict[str, Any]:
     """`/jobs/:jobid/vertices/:vertexid`: each subtask's current attempt, and (jobledger)
     every earlier attempt with the times it entered each state."""

@@ -156,6 +156,29 @@ class SubtaskExecutionAttemptDetailsInfo(Attempt):
     attempt_history: list[Attempt] = field("attempt-history", "(jobledger) every attempt")
 
 
+class SubtaskExecutionAttemptInfo(Attempt):
+    """One attempt of one subtask, as of a point."""
+
+    subtask: int
+    endpoint: str
+    metrics: dict[str, Any]
+    as_of: AsOf = field("as-of")
+
+
+class JobStatusInfo(Message):
+    status: str
+    as_of: AsOf = field("as-of")
+
+
+class DashboardConfiguration(Message):
+    refresh_interval: int = field("refresh-interval")
+    timezone_name: str = field("timezone-name")
+    timezone_offset: int = field("timezone-offset")
+    flink_version: str = field("flink-version")
+    flink_revision: str = field("flink-revision")
+    features: dict[str, bool]
+
+
 class JobVertexDetailsWithSubtasks(Message):
     id: str
     name: str

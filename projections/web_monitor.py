@@ -34,7 +34,15 @@ from .cluster_overview import cluster_overview
 from .exceptions import job_exceptions
 from .explain import UnknownTarget, explain
 from .history import UnknownJob, history
-from .jobs import job_details, job_plan, jobs_overview, subtask_times, vertex_details
+from .jobs import (
+    UnknownSubtask,
+    job_details,
+    job_plan,
+    jobs_overview,
+    subtask_attempt,
+    subtask_times,
+    vertex_details,
+)
 from .log_file import LogRecord
 from .positions import FORMS, Position, PositionError, cut
 from .slots import slot_report
@@ -64,7 +72,7 @@ ERRORS = {
     400: {"model": Errors, "description": "a bad position or a malformed query"},
     404: {"model": Errors, "description": "no such job, vertex or TaskManager at that point"},
 }
-NOT_FOUND = (UnknownJob, UnknownVertex, UnknownTaskManager, UnknownTarget)
+NOT_FOUND = (UnknownJob, UnknownVertex, UnknownSubtask, UnknownTaskManager, UnknownTarget)
 
 At = Annotated[
     str | None,
@@ -279,6 +287,35 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
     )  # fmt: skip
     def times(jobid: JobId, vertexid: str, at: At = None) -> dict[str, Any]:
         return subtask_times(archives.at(at), jobid, vertexid)
+
+    @get(
+        "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}",
+        "a subtask's current attempt", model=messages.SubtaskExecutionAttemptInfo,
+    )  # fmt: skip
+    def subtask(jobid: JobId, vertexid: str, subtaskindex: int, at: At = None) -> dict[str, Any]:
+        return subtask_attempt(archives.at(at), jobid, vertexid, subtaskindex, None)
+
+    @get(
+        "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
+        "one attempt of a subtask", model=messages.SubtaskExecutionAttemptInfo,
+    )  # fmt: skip
+    def subtask_attempt_of(
+        jobid: JobId, vertexid: str, subtaskindex: int, attempt: int, at: At = None
+    ) -> dict[str, Any]:
+        return subtask_attempt(archives.at(at), jobid, vertexid, subtaskindex, attempt)
+
+    @get("/jobs/{jobid}/status", "a job's status", model=messages.JobStatusInfo)
+    def status(jobid: JobId, at: At = None) -> dict[str, Any]:
+        cluster = archives.at(at)
+        return {"status": cluster.job(jobid).status, "as-of": cluster.as_of()}
+
+    @get("/config", "the dashboard's configuration", model=messages.DashboardConfiguration)
+    def config() -> dict[str, Any]:
+        return {
+            "refresh-interval": 2000, "timezone-name": "UTC", "timezone-offset": 0,
+            "flink-version": "jobledger", "flink-revision": "",
+            "features": {"web-submit": False, "web-cancel": False, "web-history": False},
+        }  # fmt: skip
 
     @get(
         "/taskmanagers", "every TaskManager with its slots",

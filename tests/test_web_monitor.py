@@ -215,7 +215,9 @@ def test_the_openapi_document_lists_flinks_paths(fail_once):
         "/overview", "/jobs/overview", "/jobs/{jobid}", "/jobs/{jobid}/vertices/{vertexid}",
         "/jobs/{jobid}/vertices/{vertexid}/subtasktimes", "/jobs/{jobid}/exceptions",
         "/jobs/{jobid}/plan", "/taskmanagers", "/taskmanagers/{taskmanagerid}", "/slots",
-        "/jobs/{jobid}/history",
+        "/jobs/{jobid}/history", "/jobs/{jobid}/status", "/config",
+        "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}",
+        "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/attempts/{attempt}",
         "/jobs/{jobid}/vertices/{vertexid}/subtasks/{subtaskindex}/explain",
     } <= paths  # fmt: skip
 
@@ -267,3 +269,29 @@ def test_reports_the_jobmaster_refused_are_no_exceptions_of_the_job():
     assert (subtask["status"], subtask["timestamps"], len(subtask["attempt-history"])) == (
         "SCHEDULED", {}, 1,
     )  # fmt: skip
+
+
+def test_a_subtask_and_each_of_its_attempts_as_flink_serves_them(fail_once):
+    base = f"/jobs/{JOB}/vertices/count/subtasks/0"
+    current = ok(fail_once, base)
+    assert (current["attempt"], current["status"], current["slot-index"]) == (1, "FINISHED", 1)
+    first = ok(fail_once, f"{base}/attempts/0")
+    assert (first["attempt"], first["status"], first["error"]) == (
+        0, "FAILED", "InjectedFailure: operator 'count' fails on attempt 0 as configured",
+    )  # fmt: skip
+    assert ok(fail_once, f"{base}/attempts/0", at=RESTARTING)["as-of"]["records"] == 154
+    assert ok(fail_once, f"/jobs/{JOB}/status", at=RESTARTING)["status"] == "RESTARTING"
+    assert ok(fail_once, "/config")["flink-version"] == "jobledger"
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("subtasks/4", "has subtasks 0-3, not 4"),
+        ("subtasks/0/attempts/7", "subtask 0 of 'count' has no attempt 7 (attempts: 0, 1)"),
+    ],
+)
+def test_a_subtask_or_attempt_that_does_not_exist_is_a_404(fail_once, path, says):
+    response = fail_once.get(f"/jobs/{JOB}/vertices/count/{path}")
+    assert response.status_code == 404
+    assert says in response.json()["errors"][0]
