@@ -117,9 +117,14 @@ class LiveLog:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    import uvicorn
+    try:
+        import uvicorn
 
-    from jobledger.projections.web_monitor import create_app
+        from jobledger.projections.web_monitor import create_app
+    except ImportError as exc:  # the `ui` extra is not installed
+        raise SystemExit(
+            f"jobledger: {exc.name} is not installed: pip install 'jobledger[ui]'"
+        ) from None
 
     if args.file is not None:
         log: FileLog | LiveLog = FileLog(args.file)
