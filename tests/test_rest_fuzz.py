@@ -25,6 +25,6 @@ def test_no_request_makes_the_server_fail(tmp_path):
             [str(schemathesis), "run", f"{url}openapi.json", "--checks", "all",
              "--exclude-checks", "positive_data_acceptance", "--max-examples", "30",
              "--seed", "1", "--no-color", "--report-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=FUZZ_TIMEOUT_S,
+            capture_output=True, text=True, timeout=FUZZ_TIMEOUT_S, cwd=tmp_path,
         )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
