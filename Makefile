@@ -11,7 +11,7 @@ FLINK_VENV ?= .venv-flink
 APICURIO_VERSION := 3.0.9
 APICURIO_HOME ?= $(HOME)/.cache/jobledger/apicurio-registry-$(APICURIO_VERSION)
 
-.PHONY: install kafka flink registry demo roundtrip test lint
+.PHONY: install kafka flink registry browser demo roundtrip test lint
 install: $(VENV)/.installed
 
 # Apache Kafka's jars from Maven Central (kafka_2.13 plus a log4j2 binding), into a cache
@@ -24,6 +24,12 @@ kafka: install
 flink: $(FLINK_VENV)/.installed
 
 registry: $(APICURIO_HOME)/.installed
+
+# Debian's Chromium, which the dashboard's browser test drives through Playwright (CI runs
+# as root; elsewhere this says what to run).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; } || \
+		{ echo "run: sudo apt-get install chromium" >&2; exit 1; }
 
 $(APICURIO_HOME)/.installed:
 	mkdir -p $(APICURIO_HOME)
@@ -42,7 +48,7 @@ $(FLINK_VENV)/.installed:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot,ui]'
 	touch $@
 
 demo: kafka
@@ -55,6 +61,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint kafka flink registry
+test: lint kafka flink registry browser
 	$(BIN)/jobledger schemas write --check
 	$(BIN)/pytest

@@ -61,7 +61,9 @@ BUILDER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> Subparsers:
-    p = sub.add_parser("job", help="submit, cancel and wait for jobs, as Flink's CLI does")
+    p = sub.add_parser(
+        "job", help="submit, list, show, cancel and wait for jobs, as Flink's CLI does"
+    )
     jobs = p.add_subparsers(dest="job_command", required=True, metavar="ACTION")
 
     c = jobs.add_parser(

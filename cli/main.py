@@ -20,7 +20,7 @@ from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
 from jobledger.services.runner.kv_state import KvStateLookupError
 
-from . import broker, debug, events, job, kvstate, log, runner, services, tail
+from . import broker, debug, events, job, job_views, kvstate, log, runner, services, tail, ui
 from .options import CommandFailed, connection_options
 
 
@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     services.add_parsers(sub, common)
     log.add_parsers(sub, common)
     debug.add_parsers(sub, common)
-    job.add_parsers(sub, common)
+    job_views.add_parsers(job.add_parsers(sub, common), common)
     kvstate.add_parsers(sub, common)
     runner.add_parsers(sub, common)
+    ui.add_parsers(sub, common)
     _show_defaults(parser)
     return parser
 

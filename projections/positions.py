@@ -30,7 +30,7 @@ from .log_file import LOG_ROLES, LogRecord
 from .replay import dead_lettered
 from .replay import position as where
 
-_RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$")
+_RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$", re.ASCII)
 FORMS = (
     "ROLE/PARTITION@OFFSET (e.g. job/3@120), id:EVENT_ID, count:N, s@TIME or an ISO time "
     "(TIME: epoch ms or ISO 8601), or end"
@@ -71,7 +71,7 @@ class Position:
             return cls(text, "event", event_id=text[3:])
         if text.startswith("count:"):
             count = text[6:]
-            if not count.isdigit():
+            if not (count.isascii() and count.isdigit()) or len(count) > 18:
                 raise PositionError(f"{text!r}: count:N takes a whole number of records")
             return cls(text, "count", value=int(count))
         if text.startswith("s@"):

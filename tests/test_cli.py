@@ -45,6 +45,9 @@ SUBCOMMANDS = [
     ["job", "wait"],
     ["kvstate"],
     ["kvstate", "lookup"],
+    ["ui"],
+    ["job", "list"],
+    ["job", "show"],
 ]
 
 

@@ -95,3 +95,9 @@ def test_a_time_cut_separates_a_decision_from_its_input_by_append_time():
     )  # fmt: skip
     log = [LogRecord(JOB, 0, 0, 100, granted), LogRecord(JOB, 0, 1, 105, decision)]
     assert cut(log, "s@100").records == log[:1]
+
+
+@pytest.mark.parametrize("text", ["count:²", "count:" + "9" * 5000, "job/\u0661@0"])
+def test_digits_that_are_not_ascii_or_too_long_are_no_position(text):
+    with pytest.raises(PositionError, match=r"is not a position|whole number"):
+        Position.parse(text)

@@ -1,0 +1,135 @@
+"""`jobledger job list` and `job show`: Flink's `flink list` and `flink info`, read from the
+log (the broker's topics, or an export with `--file`) as of any point of it (`--at`). They
+print what the REST API's `/jobs/overview`, `/jobs/:jobid` and its vertices answer
+(`projections/jobs.py`): text for people, or that JSON (`-o json`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from jobledger.projections.archived_execution_graph import ClusterArchive, archive
+from jobledger.projections.history import iso
+from jobledger.projections.jobs import job_details, jobs_overview, vertex_details
+from jobledger.projections.positions import cut, log_order
+from jobledger.projections.tables import as_of_line
+
+from .log import log_records
+from .options import at_option, connection_options, position_of, registry_option
+
+Subparsers = argparse._SubParsersAction
+
+SECTIONS = (
+    ("Running/Restarting Jobs", ("RUNNING", "RESTARTING", "FAILING", "CANCELLING")),
+    ("Scheduled Jobs", ("INITIALIZING", "CREATED", "RECONCILING")),
+    ("Finished Jobs", ("FINISHED", "FAILED", "CANCELED", "SUSPENDED")),
+)
+"""`flink list`'s sections, and the statuses each holds."""
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) -> None:
+    """`list` and `show` under the `job` command (`sub`: its subparsers)."""
+    common = common or connection_options()
+    p = sub.add_parser(
+        "list", parents=[common],
+        help="every job: running, scheduled and finished, with their times (flink list)",
+    )  # fmt: skip
+    _log_options(p)
+    p.set_defaults(func=cmd_list, parser=p)
+
+    p = sub.add_parser(
+        "show", parents=[common],
+        help="a job's plan and status, and every subtask's slot, attempts, timestamps and "
+        "restarts (flink info, and more)",
+    )  # fmt: skip
+    p.add_argument("job", help="the job id")
+    _log_options(p)
+    p.set_defaults(func=cmd_show, parser=p)
+
+
+def _log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    registry_option(p)
+    at_option(p)
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="how to answer")
+
+
+def _archive(args: argparse.Namespace) -> ClusterArchive:
+    return archive(cut(log_order(log_records(args, args.file)), position_of(args)))
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 0 else "-"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    overview = jobs_overview(_archive(args))
+    if args.output == "json":
+        print(json.dumps(overview, indent=2))
+        return 0
+    print(as_of_line_of(overview["as-of"]))
+    jobs = overview["jobs"]
+    if not jobs:
+        print("No jobs in this part of the log.")
+    for title, statuses in SECTIONS:
+        shown = [j for j in jobs if j["state"] in statuses]
+        if not shown:
+            continue
+        print(f"------------------ {title} ------------------")
+        for job in shown:
+            ended = f", ended {iso(job['end-time'])}" if job["end-time"] >= 0 else ""
+            print(f"{iso(job['start-time'])} : {job['jid']} : {job['name']} ({job['state']}; "
+                  f"{job['tasks']['finished']}/{job['tasks']['total']} tasks finished, "
+                  f"{job['restarts']} restart(s), {_seconds(job['duration'])}{ended})")  # fmt: skip
+    return 0
+
+
+def as_of_line_of(as_of: dict[str, Any]) -> str:
+    """`tables.as_of_line` of an answer's `as-of`."""
+    offsets = " ".join(f"{p}@{o}" for p, o in as_of["offsets"].items()) or "none"
+    return f"as of {as_of['position']}: {as_of['records']} records, last offsets {offsets}"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cluster = _archive(args)
+    details = job_details(cluster, args.job)
+    vertices = [vertex_details(cluster, args.job, v["id"]) for v in details["vertices"]]
+    if args.output == "json":
+        print(json.dumps({**details, "vertex-details": vertices}, indent=2))
+        return 0
+    print(as_of_line(cluster.cut))
+    _show_text(details, vertices)
+    return 0
+
+
+def _show_text(details: dict[str, Any], vertices: list[dict[str, Any]]) -> None:
+    start = details["start-time"]
+    ended = f", ended {iso(details['end-time'])}" if details["end-time"] >= 0 else ""
+    print(f"job {details['jid']} {details['name']!r}: {details['state']}, "
+          f"{details['restarts']} restart(s)")  # fmt: skip
+    print(f"  submitted {iso(start)}{ended}, {_seconds(details['duration'])}")
+    if details["failure-cause"]:
+        print(f"  last failure: {details['failure-cause']}")
+    reached = [f"{s}@+{_seconds(t - start)}" for s, t in details["timestamps"].items() if t]
+    print(f"  statuses: {' '.join(reached)}")
+    nodes = {n["id"]: n for n in details["plan"]["nodes"]}
+    for summary, vertex in zip(details["vertices"], vertices, strict=True):
+        edges = nodes.get(vertex["id"], {}).get("inputs", [])
+        inputs = ", ".join(f"{i['id']} ({i['ship_strategy']})" for i in edges)
+        print(f"\nvertex {vertex['id']} {vertex['name']!r}: {summary['status']}, parallelism "
+              f"{vertex['parallelism']} (max {vertex['maxParallelism']})"
+              + (f", inputs {inputs}" if inputs else ""))  # fmt: skip
+        for subtask in vertex["subtasks"]:
+            for attempt in subtask["attempt-history"]:
+                slot = attempt["taskmanager-id"] + (
+                    f"/{attempt['slot-index']}" if attempt["slot-index"] is not None else ""
+                )
+                states = " ".join(
+                    f"{s}@+{_seconds(t - start)}" for s, t in attempt["timestamps"].items()
+                )
+                print(f"  [{subtask['subtask']}] #{attempt['attempt']} {attempt['status']:<12} "
+                      f"{slot:<18} {states}")  # fmt: skip
+                if attempt["error"]:
+                    print(f"      error: {attempt['error']}")
