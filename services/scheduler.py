@@ -37,6 +37,7 @@ from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
 from .restart_strategy import RestartBackoff
 from .slot_pool import SlotPool
+from .throwable_classifier import is_unrecoverable_error
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
@@ -326,12 +327,13 @@ class Scheduler:
         self, attempt_id: str, cause: str, out: Decisions, suppress_restarts: bool
     ) -> None:
         """RS-2..RS-5, RS-9: count the failure; restart everything after the backoff, or fail
-        the job once its remaining tasks are cancelled."""
+        the job once its remaining tasks are cancelled. A failure that suppresses restarts
+        (KV-3, or a SuppressRestartsException in its cause chain, RS-4) is not counted."""
         if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
             self._check_job_done(out)
             return
         now = out.cause.event_time
-        restartable = not suppress_restarts
+        restartable = not (suppress_restarts or is_unrecoverable_error(cause))
         if restartable:
             self.backoff.notify_failure(now)
             restartable = self.backoff.can_restart(now)

@@ -467,3 +467,39 @@ def test_an_inverted_or_negative_key_group_range_is_rejected():
             kv_rejected("count", "counts", f"invalid key group range [{start}, {end}]"),
         ])  # fmt: skip
     assert c.jm.registry.locations == {}
+
+
+SUPPRESSED = (
+    "java.lang.RuntimeException: wrapped\n\tat org.example.Op.run(Op.java:1)\nCaused by: "
+    "org.apache.flink.runtime.execution.SuppressRestartsException: Unrecoverable failure."
+)
+
+
+def test_rs_4_a_suppress_restarts_exception_in_the_cause_chain_fails_the_job_without_restart():
+    c = JobCluster()
+    c.submit(PIPELINE, restart=fixed_delay(attempts=10, delay_ms=0))
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    for d in deployed.values():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, SUPPRESSED)
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.FAILING, f"{failing}: {SUPPRESSED}"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+    for key in [("src", 1), ("sink", 0), ("sink", 1)]:
+        c.report(deployed[key].execution_attempt_id, ExecutionState.CANCELED)
+    assert c.statuses()[-2:] == ["FAILING", "FAILED"]
+    assert c.jm.to_dict()["restarts"] == 0
+
+
+def test_rs_4_only_an_error_of_that_type_suppresses_restarts_not_its_name_in_a_message():
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=10, delay_ms=0))
+    attempt = c.deployments()[0].execution_attempt_id
+    c.report(attempt, ExecutionState.RUNNING)
+    error = "java.lang.RuntimeException: not a SuppressRestartsException: at all"
+    report = c.state_report(attempt, ExecutionState.FAILED, error)
+    c.run([report])
+    assert c.statuses()[-2:] == ["RESTARTING", "RUNNING"]
+    assert c.jm.to_dict()["restarts"] == 1
