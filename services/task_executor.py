@@ -307,23 +307,27 @@ class TaskExecutor(Reducer):
 
     @handles(JobMasterHeartbeat)
     def on_job_master_heartbeat(self, event: JobMasterHeartbeat, out: Decisions) -> None:
-        """TE-15: a slot the JobMaster reports but this table lacks is failed at the JobMaster;
-        an ACTIVE slot of the job the JobMaster does not report is freed."""
+        """TE-15 (syncSlotsWithSnapshotFromJobMaster): each slot of the JobMaster's report, in
+        report order, that this table does not hold as *that allocation at that index for
+        that job* is failed at the JobMaster; then every ACTIVE slot of the job the report
+        does not name is freed."""
         table = self._registered_table(out)
         if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
             return
-        reported = {info.allocation_id for info in event.allocated_slots}
-        for allocation_id in sorted(reported):
-            slot = table.slots.get(allocation_id)
-            if slot is None or slot.job_id != event.job_id:
+        for info in event.allocated_slots:
+            if not table.is_allocated(info.slot_index, event.job_id, info.allocation_id):
                 out.emit(
                     AllocationFailed,
                     job_id=event.job_id,
                     job_master_id=event.job_master_id,
                     resource_id=self.resource_id,
-                    allocation_id=allocation_id,
-                    cause=f"TaskExecutor {self.resource_id} holds no slot for {allocation_id}",
+                    allocation_id=info.allocation_id,
+                    cause=(
+                        f"TaskExecutor {self.resource_id} holds no slot {info.slot_index} "
+                        f"for {info.allocation_id}"
+                    ),
                 )
+        reported = {info.allocation_id for info in event.allocated_slots}
         unknown_to_job_master = [
             s.allocation_id
             for s in table.slots.values()

@@ -334,11 +334,30 @@ def test_te_15_heartbeat_sync_fails_what_the_te_lacks_and_frees_what_the_jm_forg
     assert_derived(
         te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report),
         [
-            allocation_lost("B", "TaskExecutor tm-1 holds no slot for B"),
+            allocation_lost("B", "TaskExecutor tm-1 holds no slot 1 for B"),
             freed("C", "the JobMaster no longer holds the slot", index=1),
         ],
     )
     assert set(te.te.table.slots) == {"A"}
+
+
+def test_te_15_the_right_allocation_at_another_index_is_failed_too_in_report_order():
+    """isAllocated(index, job, allocation): A is held at index 0, so a report of A at index 2
+    fails A at the JobMaster; the report's order is kept (Z before A)."""
+    te = TE(slots=3)
+    te.request(0, "A")
+    te.connect()
+    te.accept("A")
+    report = [AllocatedSlotInfo(slot_index=1, allocation_id="Z"),
+              AllocatedSlotInfo(slot_index=2, allocation_id="A")]  # fmt: skip
+    assert_derived(
+        te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report),
+        [
+            allocation_lost("Z", "TaskExecutor tm-1 holds no slot 1 for Z"),
+            allocation_lost("A", "TaskExecutor tm-1 holds no slot 2 for A"),
+        ],
+    )
+    assert set(te.te.table.slots) == {"A"}, "A is reported, so it is not freed here"
 
 
 def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
