@@ -45,14 +45,15 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.tasks import TaskExecutionStateChanged, TaskSubmissionRejected
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import JobStatus, OwnerKind
+from jobledger.schemas.types import JobStatus, OwnerKind, RestartStrategy
 
 from .decisions import Decisions
 from .execution_graph import ExecutionGraph, InvalidJobGraph
+from .failover_strategy import FailoverStrategyName
 from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
 from .reducer import Reducer, handles
-from .scheduler import Scheduler
+from .scheduler import NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
@@ -60,8 +61,19 @@ PRODUCER = "jobmaster"
 
 @dataclass(frozen=True)
 class JobMasterConfig:
+    """The cluster's configuration of every JobMaster: `slot.request.timeout`,
+    `jobmanager.execution.failover-strategy` (region, Flink's default, or full) and the cluster
+    default `restart-strategy` a job that configures none runs under (RS-10)."""
+
     slot_request_timeout_ms: int = 300_000
     pool: SlotPoolConfig = field(default_factory=SlotPoolConfig)
+    failover_strategy: str = FailoverStrategyName.REGION.value
+    """A plain string (kept in snapshots as such), checked here: 'full' or 'region'."""
+    restart_strategy: RestartStrategy = NO_RESTART
+
+    def __post_init__(self) -> None:
+        checked = FailoverStrategyName.from_option(self.failover_strategy).value
+        object.__setattr__(self, "failover_strategy", checked)
 
 
 @dataclass
@@ -76,7 +88,10 @@ class JobMaster(Reducer):
 
     def __post_init__(self) -> None:
         self.pool = SlotPool(self.job_id, self.config.pool)
-        self.scheduler = Scheduler(self.job_id, self.pool, self.config.slot_request_timeout_ms)
+        self.scheduler = Scheduler(
+            self.job_id, self.pool, self.config.slot_request_timeout_ms,
+            self.config.failover_strategy, self.config.restart_strategy,
+        )  # fmt: skip
 
     # -- queries -------------------------------------------------------------------------
 

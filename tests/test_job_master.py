@@ -6,6 +6,8 @@ Where a test gives one input, it asserts the JobMaster's decisions from it whole
 
 from __future__ import annotations
 
+import pytest
+
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     JobMasterRegistrationAccepted,
@@ -30,16 +32,20 @@ from jobledger.schemas.slots import (
     SlotRequestCancelled,
     SlotRequested,
     SlotRequestFailed,
+    SlotRequestFulfilled,
 )
-from jobledger.schemas.tasks import TaskCancellationRequested
+from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
 from jobledger.schemas.types import (
     ExecutionState,
     JobStatus,
     KeyGroupRange,
     OwnerKind,
+    RestartStrategy,
+    RestartStrategyKind,
     ScheduleMode,
 )
 from jobledger.services.driver import ReducerDriver
+from jobledger.services.job_master import JobMasterConfig
 from jobledger.services.key_groups import assign_to_key_group
 
 from .events import (
@@ -54,7 +60,7 @@ from .events import (
     rejection,
     types,
 )
-from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
+from .jobs import FULL, JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
 
 PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
 PRODUCER = "jobmaster"
@@ -423,7 +429,7 @@ def test_queryable_state_lookup_by_key_through_the_job_master():
 
 
 def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_running():
-    c = JobCluster(task_executors=1, slots=1)
+    c = JobCluster(task_executors=1, slots=1, config=FULL)
     c.submit([vertex("only", 2)], restart=fixed_delay(attempts=3, delay_ms=0))
     holder = next(e for e in c.log if e.type_name() == "SlotRequestFulfilled")
     waiting = next(r for r in c.jm.pool.pending_requests.values())
@@ -503,3 +509,175 @@ def test_rs_4_only_an_error_of_that_type_suppresses_restarts_not_its_name_in_a_m
     c.run([report])
     assert c.statuses()[-2:] == ["RESTARTING", "RUNNING"]
     assert c.jm.to_dict()["restarts"] == 1
+
+
+def test_es_3_cancelling_an_eager_job_deploys_nothing_and_ends_canceled_at_once():
+    """One slot for two subtasks: src holds it, sink waits. Cancelling bumps every vertex's
+    version first, so the slot src gives back is refused for the outdated sink (not deployed),
+    and with nothing deployed the job is CANCELED at once."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "PIPELINED"))])
+    assert c.deployments() == []
+    src, sink = (c.jm.scheduler.graph.vertices[v].subtasks[0].current for v in ("src", "sink"))
+    held, own = src.allocation_id, c.jm.pool.pending_requests[sink.attempt_id].allocation_id
+    cancel = c.clock(JobCancellationRequested, job_id=JOB)
+    c.run([cancel])
+    assert_derived(derived_from(c.log, cancel, PRODUCER), [
+        status(JobStatus.RUNNING, JobStatus.CANCELLING, "cancelled by request"),
+        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=held, resource_id="tm-0", slot_index=0),
+        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=own,
+               cause=f"slot request {sink.attempt_id} fulfilled by allocation {held}"),
+        status(JobStatus.CANCELLING, JobStatus.CANCELED),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=held,
+               cause="SlotPool stopped: job CANCELED"),
+    ])  # fmt: skip
+    assert c.deployments() == []
+
+
+PIPELINES = [vertex("src", 2), vertex("sink", 2, ("src", "POINTWISE", "PIPELINED"))]
+"""Two pipelined regions: {src[0], sink[0]} and {src[1], sink[1]}."""
+
+
+def running(c: JobCluster) -> dict[tuple[str, int], TaskDeploymentRequested]:
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    for d in deployed.values():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    return deployed
+
+
+def test_region_failover_restarts_only_the_failed_tasks_pipelined_region():
+    """RestartPipelinedRegionFailoverStrategy, the default: src[0] failing cancels sink[0]
+    only; once it is cancelled and the delay passed, src[0] and sink[0] run again while the
+    other region ran on (RS-9: RESTARTING until then)."""
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, "java.lang.RuntimeException: boom")
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{failing}: java.lang.RuntimeException: boom"),
+        cancel_task(deployed["sink", 0]),
+    ])  # fmt: skip
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 100)
+    assert c.statuses()[-1] == "RUNNING"
+    again = [(d.vertex_id, d.subtask_index, d.attempt_number) for d in c.deployments()[4:]]
+    assert again == [("src", 0, 1), ("sink", 0, 1)]
+    attempts = {(ev.job_vertex_id, ev.subtask_index): ev.current.attempt_number
+                for ev in c.jm.graph.execution_vertices()}  # fmt: skip
+    assert attempts == {("src", 0): 1, ("src", 1): 0, ("sink", 0): 1, ("sink", 1): 0}
+
+
+def test_full_failover_restarts_every_vertex():
+    c = JobCluster(config=FULL)
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, "java.lang.RuntimeException: boom")
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{failing}: java.lang.RuntimeException: boom"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+
+
+def test_rs_5_a_global_failure_restarts_every_vertex_whatever_the_strategy():
+    """CANCELED reported for a FINISHED task is a race ES-7 fails globally: every vertex of
+    both regions is cancelled for the restart, the finished one staying FINISHED (ES-3)."""
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    racing = deployed["src", 0].execution_attempt_id
+    c.report(racing, ExecutionState.FINISHED)
+    report = c.state_report(racing, ExecutionState.CANCELED)
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{racing}: Asynchronous race: Found FINISHED while expecting CANCELING"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+    for key in [("src", 1), ("sink", 0), ("sink", 1)]:
+        c.report(deployed[key].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 100)
+    assert {d.attempt_number for d in c.deployments()[4:]} == {1}
+    assert len(c.deployments()) == 8, "all four, the finished one too, run again"
+
+
+def test_rs_9_a_second_region_failing_meanwhile_keeps_the_job_restarting_until_both_ran():
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    c.report(deployed["src", 0].execution_attempt_id, ExecutionState.FAILED, "E: one")
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 50)
+    c.report(deployed["src", 1].execution_attempt_id, ExecutionState.FAILED, "E: two")
+    c.report(deployed["sink", 1].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 50)
+    assert c.statuses()[-1] == "RESTARTING", "the second region's delay has not passed"
+    assert [(d.vertex_id, d.subtask_index) for d in c.deployments()[4:]] == [
+        ("src", 0), ("sink", 0),
+    ]  # fmt: skip
+    c.tick(c.clock.now + 100)
+    assert c.statuses()[-1] == "RUNNING" and c.jm.restarts == 2
+    assert [(d.vertex_id, d.subtask_index) for d in c.deployments()[6:]] == [
+        ("src", 1), ("sink", 1),
+    ]  # fmt: skip
+
+
+def test_es_3_a_failover_deploys_nothing_of_the_region_it_cancels():
+    """LAZY, one slot: src runs, sink waits for a slot. src failing marks the region modified
+    before its slot goes back, so the slot is refused for sink (no deployment to cancel) and
+    the region restarts once the delay passed."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "PIPELINED"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=100))  # fmt: skip
+    src = c.deployments()[0]
+    c.report(src.execution_attempt_id, ExecutionState.RUNNING)
+    sink = c.jm.graph.vertices["sink"].subtasks[0].current
+    own = c.jm.pool.pending_requests[sink.attempt_id].allocation_id
+    report = c.state_report(src.execution_attempt_id, ExecutionState.FAILED, "E: boom")
+    c.run([report])
+    assert_derived(derived_from(c.log, report, PRODUCER), [
+        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=src.allocation_id, resource_id="tm-0", slot_index=0),
+        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=own,
+               cause=f"slot request {sink.attempt_id} fulfilled by allocation "
+                     f"{src.allocation_id}"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{src.execution_attempt_id}: E: boom"),
+    ])  # fmt: skip
+    assert c.deployments() == [src]
+    c.tick(c.clock.now + 100)
+    assert [(d.vertex_id, d.attempt_number) for d in c.deployments()] == [("src", 0), ("src", 1)]
+
+
+def test_rs_10_the_cluster_restart_strategy_serves_jobs_that_configure_none():
+    c = JobCluster(config=JobMasterConfig(restart_strategy=fixed_delay(attempts=1, delay_ms=0)))
+    c.submit([vertex("only", 1)])
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == [
+        "CREATED", "RUNNING", "RESTARTING", "RUNNING", "FAILING", "FAILED",
+    ], "the cluster's one restart attempt, then no more"  # fmt: skip
+
+
+def test_rs_10_a_jobs_own_strategy_none_included_beats_the_clusters():
+    c = JobCluster(config=JobMasterConfig(restart_strategy=fixed_delay(attempts=5, delay_ms=0)))
+    c.submit([vertex("only", 1)], restart=RestartStrategy(kind=RestartStrategyKind.NONE))
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == ["CREATED", "RUNNING", "FAILING", "FAILED"]
+
+
+def test_rs_10_without_any_configured_strategy_a_job_does_not_restart():
+    """No checkpointing here, so the cluster default is no restart (RS-10)."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=RestartStrategy())
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == ["CREATED", "RUNNING", "FAILING", "FAILED"]
+
+
+def test_the_failover_strategy_option_is_checked():
+    with pytest.raises(ValueError, match="Unknown failover strategy: 'all'"):
+        JobMasterConfig(failover_strategy="all")

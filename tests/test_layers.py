@@ -17,6 +17,7 @@ PURE = [
     "key_groups", "kv_state_location_registry", "partitioning", "reducer", "resource_manager",
     "resource_profile", "restart_strategy", "scheduler", "slot_placement", "slot_pool",
     "slot_request_listener", "task_executor", "task_slot_table", "throwable_classifier",
+    "failover_strategy",
 ]  # fmt: skip
 """The reducers and what they are built from: `services/<name>.py`."""
 
