@@ -17,10 +17,13 @@ from typing import Any, ClassVar
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterHeartbeat,
+    JobMasterHeartbeatTimedOut,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
+    TaskManagerDisconnected,
     TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
@@ -33,6 +36,7 @@ from jobledger.schemas.slots import (
     SlotFreeRequested,
     SlotOfferAccepted,
     SlotOffered,
+    SlotOfferFailed,
     SlotOfferRejected,
 )
 from jobledger.schemas.tasks import (
@@ -298,12 +302,67 @@ class TaskExecutor(Reducer):
         table = self._registered_table(out)
         if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
             return
-        del self.job_masters[event.job_id]
-        timeout_at = event.event_time + self.config.slot_timeout_ms
-        for slot in [s for s in table.slots.values() if s.job_id == event.job_id]:
+        self._disconnect_job_manager(event.job_id, event.cause, out)
+
+    def _disconnect_job_manager(self, job_id: str, cause: str, out: Decisions) -> None:
+        """disconnectJobManagerConnection: the job's tasks fail, its slots go back to
+        ALLOCATED with the slot timeout armed again."""
+        table = self.table
+        del self.job_masters[job_id]
+        timeout_at = out.cause.event_time + self.config.slot_timeout_ms
+        for slot in [s for s in table.slots.values() if s.job_id == job_id]:
             for attempt_id in list(slot.tasks):
-                self._fail_task(event.job_id, attempt_id, event.cause, out)
+                self._fail_task(job_id, attempt_id, cause, out)
             table.mark_slot_inactive(slot.allocation_id, timeout_at)
+
+    @handles(JobMasterHeartbeatTimedOut)
+    def on_job_master_heartbeat_timed_out(
+        self, event: JobMasterHeartbeatTimedOut, out: Decisions
+    ) -> None:
+        """TE-17: disconnect from the JobMaster as TE-16 does, tell it so
+        (disconnectTaskManager), and register at the job's leader again (reconnect)."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        cause = f"The heartbeat of JobManager with id {event.job_master_id} timed out."
+        self._disconnect_job_manager(event.job_id, cause, out)
+        out.emit(
+            TaskManagerDisconnected, job_id=event.job_id, resource_id=self.resource_id,
+            cause=cause,
+        )  # fmt: skip
+        self.registering[event.job_id] = event.job_master_id
+        out.emit(
+            JobMasterRegistrationRequested, job_id=event.job_id,
+            job_master_id=event.job_master_id, resource_id=self.resource_id,
+        )  # fmt: skip
+
+    @handles(ResourceManagerHeartbeatTimedOut)
+    def on_resource_manager_heartbeat_timed_out(
+        self, event: ResourceManagerHeartbeatTimedOut, out: Decisions
+    ) -> None:
+        """TE-18: the ResourceManager connection goes (no slot requests from it, TE-1/TE-2)
+        until a registration is accepted again; slots and tasks stay."""
+        if (
+            self.resource_manager_id is None
+            or event.resource_manager_id != self.resource_manager_id
+        ):
+            self._reject(out, f"not connected to the resource manager {event.resource_manager_id}")
+            return
+        self.resource_manager_id = None
+
+    @handles(SlotOfferFailed)
+    def on_offer_failed(self, event: SlotOfferFailed, out: Decisions) -> None:
+        """handleAcceptedSlotOffers on a failed offer, for the connected leader only (TE-11):
+        a timeout offers the job's ALLOCATED slots again (TE-9); any other error frees every
+        slot of the offer and gives them back to the ResourceManager (TE-10)."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        if event.timed_out:
+            self._offer_slots(event.job_id, out)
+            return
+        for allocation_id in event.allocation_ids:
+            self._free(allocation_id, f"offering the slot failed: {event.cause}", out)
 
     @handles(JobMasterHeartbeat)
     def on_job_master_heartbeat(self, event: JobMasterHeartbeat, out: Decisions) -> None:

@@ -8,10 +8,13 @@ import pytest
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterHeartbeat,
+    JobMasterHeartbeatTimedOut,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
+    TaskManagerDisconnected,
     TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
@@ -24,6 +27,7 @@ from jobledger.schemas.slots import (
     SlotFreeRequested,
     SlotOfferAccepted,
     SlotOffered,
+    SlotOfferFailed,
     SlotOfferRejected,
 )
 from jobledger.schemas.tasks import (
@@ -506,3 +510,71 @@ def test_a_connection_closed_by_another_resource_manager_is_rejected():
     assert te.te.resource_manager_id is None
     # each beat of a runner the ResourceManager lost closes it again: nothing to answer
     assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost") == []
+
+
+def offer_failed(te: TE, allocations: list[str], timed_out: bool, jm=JM):
+    return te.apply(
+        SlotOfferFailed, job_id=JOB, job_master_id=jm, allocation_ids=allocations,
+        timed_out=timed_out, cause="java.util.concurrent.TimeoutException" if timed_out
+        else "org.apache.flink.util.FlinkException: offer lost",
+    )  # fmt: skip
+
+
+def test_te_9_an_offer_that_times_out_is_offered_again_until_accepted():
+    """testOfferSlotToJobMasterAfterTimeout: two offers of slot 0 time out, the third is
+    accepted; every offer holds that one slot, index 1 stays free."""
+    te = TE()
+    te.request(0, "a1")
+    assert_derived(te.connect(), [offered("a1")])
+    for _ in range(2):
+        assert_derived(offer_failed(te, ["a1"], timed_out=True), [offered("a1")])
+    assert te.accept("a1") == []
+    assert te.state("a1") is TaskSlotState.ACTIVE
+    assert te.te.table.is_slot_free(1)
+
+
+def test_te_10_an_offer_failing_otherwise_frees_every_slot_it_held():
+    te = TE()
+    te.request(0, "a1")
+    te.request(1, "a2")
+    te.connect()
+    cause = "offering the slot failed: org.apache.flink.util.FlinkException: offer lost"
+    assert_derived(offer_failed(te, ["a1", "a2"], timed_out=False), [
+        freed("a1", cause), freed("a2", cause, index=1),
+    ])  # fmt: skip
+    assert te.te.table.slots == {}
+
+
+def test_te_11_a_failed_offer_from_a_former_leader_is_ignored():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    events = offer_failed(te, ["a1"], timed_out=False, jm="jm-old")
+    assert_derived(events, [rejected(events, "no connection to JobMaster jm-old of job job-1")])
+    assert "a1" in te.te.table.slots
+
+
+def test_te_17_a_job_master_heartbeat_timeout_disconnects_and_registers_again():
+    te = TE()
+    te.request(0, "a1", at=1_000)
+    te.connect()
+    te.submit("a1")
+    events = te.apply(JobMasterHeartbeatTimedOut, at=2_000, job_id=JOB, job_master_id=JM)
+    cause = f"The heartbeat of JobManager with id {JM} timed out."
+    assert_derived(events, [
+        task_failed("att-1", cause, jm=None),
+        expect(TaskManagerDisconnected, job_id=JOB, resource_id=TM, cause=cause),
+        registration(),
+    ])  # fmt: skip
+    assert te.state("a1") is TaskSlotState.ALLOCATED
+    assert_derived(te.connect(), [offered("a1")])
+
+
+def test_te_18_a_resource_manager_heartbeat_timeout_drops_the_connection():
+    te = TE()
+    assert te.apply(ResourceManagerHeartbeatTimedOut, resource_manager_id="rm") == []
+    assert_derived(te.request(0, "a1"), [
+        allocation_failed("a1", "TaskManager is not connected to the resource manager rm."),
+    ])  # fmt: skip
+    events = te.apply(ResourceManagerHeartbeatTimedOut, resource_manager_id="rm")
+    assert_derived(events, [rejected(events, "not connected to the resource manager rm")])
