@@ -445,6 +445,12 @@ class TaskExecutor(Reducer):
                 f"No task slot allocated for job ID {event.job_id} and allocation ID "
                 f"{event.allocation_id}."
             )
+        information = event.job_information_job_id
+        if information is not None and information != event.job_id:
+            return (
+                f"Inconsistent job ID information inside TaskDeploymentDescriptor "
+                f"({event.job_id} vs. {information})"
+            )
         if event.max_parallelism <= 0:
             return f"Could not submit task: max parallelism {event.max_parallelism} is not > 0."
         if table.slot_of_task(event.execution_attempt_id) is not None:

@@ -97,12 +97,12 @@ class TE:
             allocation_id=alloc, reason="not needed",
         )  # fmt: skip
 
-    def submit(self, alloc, attempt="att-1", jm=JM, job=JOB, max_parallelism=128):
+    def submit(self, alloc, attempt="att-1", jm=JM, job=JOB, max_parallelism=128, info=None):
         return self.apply(
             TaskDeploymentRequested, job_id=job, job_master_id=jm, execution_attempt_id=attempt,
             vertex_id="v", subtask_index=0, attempt_number=0, number_of_subtasks=1,
             max_parallelism=max_parallelism, allocation_id=alloc, slot_index=0,
-            invokable_class_name="noop",
+            invokable_class_name="noop", job_information_job_id=info,
         )  # fmt: skip
 
     def tick(self, at: int) -> Derived:
@@ -404,12 +404,17 @@ def test_te_21_dynamic_slots_keep_their_profile_and_are_not_reported_freed():
          "leader id jm-2 does not match the expected job manager leader id jm-1."),
         ("connected", {"alloc": "nope"},
          "No task slot allocated for job ID job-1 and allocation ID nope."),
+        ("connected", {"alloc": "nope", "info": "job-2"},
+         "No task slot allocated for job ID job-1 and allocation ID nope."),
+        ("connected", {"info": "job-2", "max_parallelism": 0},
+         "Inconsistent job ID information inside TaskDeploymentDescriptor (job-1 vs. job-2)"),
         ("connected", {"max_parallelism": 0},
          "Could not submit task: max parallelism 0 is not > 0."),
         ("running", {}, "TaskManager already contains a task for id att-1."),
     ],
     ids=["te-22-1-no-job-manager", "te-22-2-job-master-id", "te-22-3-no-slot",
-         "te-23-max-parallelism", "te-22-6-duplicate"],
+         "te-22-3-before-4", "te-22-4-inconsistent-job-id", "te-23-max-parallelism",
+         "te-22-6-duplicate"],
 )  # fmt: skip
 def test_te_22_submission_checks_in_order(setup, kwargs, reason):
     te = TE()
@@ -422,6 +427,13 @@ def test_te_22_submission_checks_in_order(setup, kwargs, reason):
     alloc = kwargs.pop("alloc", "a1")
     assert_derived(te.submit(alloc, **kwargs), [submission_rejected("att-1", alloc, reason)])
     assert te.te.to_dict() == before, "a refused submission changes nothing"
+
+
+def test_te_22_4_a_consistent_job_information_job_id_is_accepted():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    assert types(te.submit("a1", info=JOB)) == ["TaskSubmissionAccepted"]
 
 
 def test_te_24_cancelling_an_unknown_task_is_refused():
