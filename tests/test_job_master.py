@@ -11,6 +11,7 @@ import pytest
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     TaskManagerDisconnected,
@@ -27,6 +28,7 @@ from jobledger.schemas.slots import (
     AllocationFailed,
     LastSlotOfTaskManagerFreed,
     SlotFreeRequested,
+    SlotOfferAccepted,
     SlotOffered,
     SlotOfferRejected,
     SlotRequestCancelled,
@@ -681,3 +683,61 @@ def test_rs_10_without_any_configured_strategy_a_job_does_not_restart():
 def test_the_failover_strategy_option_is_checked():
     with pytest.raises(ValueError, match="Unknown failover strategy: 'all'"):
         JobMasterConfig(failover_strategy="all")
+
+
+def test_jm_3_a_registration_for_a_job_this_job_master_does_not_lead_is_declined():
+    """The registration is routed by its JobID, so it reaches the JobMaster of the job it
+    names; one naming a job with no leader (another job's TaskExecutor) is declined."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    register = c.clock(JobMasterRegistrationRequested, job_id="other-job", job_master_id=JM,
+                       resource_id="tm-0")  # fmt: skip
+    events = c.run([register])
+    assert_derived(derived_from(events, register, PRODUCER), [
+        expect(JobMasterRegistrationDeclined, job_id="other-job", resource_id="tm-0",
+               reason="job other-job has no JobMaster leader"),
+    ])  # fmt: skip
+    assert "tm-0" in c.jm.pool.registered_task_managers, "this job's registration stands"
+
+
+def test_jm_7_a_restarting_job_still_accepts_slots():
+    """testJobMasterAcceptsSlotsWhenJobIsRestarting: a day's restart delay, the TaskManager
+    disconnected: the job is RESTARTING, and every slot another TaskManager offers is
+    accepted."""
+    c = JobCluster(task_executors=1, slots=2)
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=3, delay_ms=86_400_000))
+    c.report(c.deployments()[0].execution_attempt_id, ExecutionState.RUNNING)
+    c.run([c.clock(TaskManagerDisconnected, job_id=JOB, resource_id="tm-0", cause="gone")])
+    assert c.jm.status is JobStatus.RESTARTING
+    c.run([c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
+                   resource_id="tm-9")])  # fmt: skip
+    offers = [c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-9",
+                      slot_index=i, allocation_id=f"x{i}", resource_profile=ANY)
+              for i in range(2)]  # fmt: skip
+    for offer in offers:
+        assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [
+            expect(SlotOfferAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-9",
+                   slot_index=offer.slot_index, allocation_id=offer.allocation_id),
+        ])  # fmt: skip
+    assert sorted(c.jm.pool.available_slots) == ["x0", "x1"]
+
+
+def test_jm_8_the_job_master_id_fences_every_input_that_carries_one():
+    """JobMasterId as fencing token: a report under another id is refused; after leadership
+    passes to a new id, the old id is refused and the new one is followed."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    attempt = c.deployments()[0].execution_attempt_id
+    forged = c.state_report(attempt, ExecutionState.RUNNING, job_master_id="jm-forged")
+    assert_derived(
+        run_one(c, forged), [rejected(forged, "JobMasterId jm-forged is not the leader's")]
+    )
+    c.run([c.clock(JobMasterLeadershipGranted, job_id=JOB, job_master_id="jm-2")])
+    stale = c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+                    slot_index=3, allocation_id="late", resource_profile=ANY)  # fmt: skip
+    assert_derived(derived_from(c.run([stale]), stale, PRODUCER), [
+        expect(SlotOfferRejected, job_id=JOB, job_master_id="jm-2", resource_id="tm-0",
+               slot_index=3, allocation_id="late",
+               reason=f"JobMasterId {JM} is not the leader's"),
+    ])  # fmt: skip
+    assert c.jm.job_master_id == "jm-2"
