@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     ResourceManagerDisconnected,
@@ -217,10 +218,32 @@ class JobMaster(Reducer):
 
     # -- slots: delegated to the SlotPool (it fences what carries a JobMasterId) ---------
 
+    @handles(AllocationFailed)
+    def on_allocation_failed(self, event: AllocationFailed, out: Decisions) -> None:
+        """failSlot: the pool fails the allocation (JM-4); a TaskManager that no longer holds
+        any slot of the pool is then disconnected (releaseEmptyTaskManager), unless it still
+        holds result partitions of the job (JM-5)."""
+        held = self.pool.holds(event.allocation_id) if self.pool.started else None
+        self.pool.handle(event, out)
+        if held is None or self.pool.holds(event.allocation_id) is not None:
+            return
+        resource_id = held.resource_id
+        if (
+            resource_id not in self.pool.registered_task_managers
+            or self.pool.slots_of(resource_id)
+            or self.scheduler.is_tracking_partitions_for(resource_id)
+        ):
+            return
+        cause = f"No more slots registered at JobMaster {resource_id}."
+        self.pool.release_task_manager(resource_id, cause, out)
+        out.emit(
+            JobManagerDisconnected, job_id=self.job_id, job_master_id=self.job_master_id,
+            resource_id=resource_id, cause=cause,
+        )  # fmt: skip
+
     @handles(ResourceManagerConnected)
     @handles(ResourceManagerDisconnected)
     @handles(SlotOffered)
-    @handles(AllocationFailed)
     @handles(JobMasterRegistrationRequested)
     @handles(TaskManagerDisconnected)
     @handles(NewAllocatedSlotRequested)

@@ -42,7 +42,7 @@ from jobledger.schemas.types import ScheduleMode as Mode
 from . import execution_state as es
 from .decisions import Decisions
 from .execution_graph import Execution, ExecutionGraph, ExecutionVertex, InvalidJobGraph
-from .failover_strategy import FailoverStrategyName, tasks_needing_restart
+from .failover_strategy import PRODUCING, FailoverStrategyName, tasks_needing_restart
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
 from .restart_strategy import RestartBackoff
@@ -236,6 +236,19 @@ class Scheduler:
             operators=job_vertex.vertex.operators,
             inputs=self.graph.input_gates(ev),
             outputs=self.graph.output_partitions(ev),
+        )
+
+    def is_tracking_partitions_for(self, resource_id: str) -> bool:
+        """JobMasterPartitionTracker.isTrackingPartitionsFor: a current attempt on the
+        TaskExecutor produces a result (its vertex has consumers) and was deployed without
+        failing or being cancelled since, so its partitions still live there."""
+        if self.graph is None or self.status in TERMINAL:
+            return False
+        return any(
+            ev.current.resource_id == resource_id
+            and ev.current.state in PRODUCING
+            and self.graph.output_partitions(ev)
+            for ev in self.graph.execution_vertices()
         )
 
     # -- what became of the slot requests (the SlotPool's SlotRequestListener) -----------

@@ -507,6 +507,11 @@ class SlotPool(Reducer):
             return
         self._release_task_manager(event.resource_id, event.cause, out)
 
+    @completes_requests
+    def release_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
+        """releaseTaskManager, for the JobMaster letting go of a TaskManager (JM-4)."""
+        self._release_task_manager(resource_id, cause, out)
+
     def _release_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
         self.registered_task_managers.pop(resource_id, None)
         for slot in self.slots_of(resource_id):

@@ -10,6 +10,7 @@ import pytest
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
@@ -456,6 +457,9 @@ def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_runn
         expect(SlotRequestFailed, **slot), expect(SlotRequestCancelled, **slot),
         status(JobStatus.RESTARTING, JobStatus.RUNNING),
         new_request, new_request,
+        # tm-0 holds no slot of the pool any more, and no partitions: let go (JM-4)
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+               cause="No more slots registered at JobMaster tm-0."),
     ])  # fmt: skip
     c.tick(c.clock.now)
     assert c.jm.status.value == "RUNNING"
@@ -741,3 +745,54 @@ def test_jm_8_the_job_master_id_fences_every_input_that_carries_one():
                reason=f"JobMasterId {JM} is not the leader's"),
     ])  # fmt: skip
     assert c.jm.job_master_id == "jm-2"
+
+
+def test_jm_4_a_task_manager_left_without_slots_is_disconnected():
+    """testReleasingTaskExecutorIfNoMoreSlotsRegistered: the only slot of tm-0 fails; the
+    pool frees it and reports tm-0 empty, and with no partitions there the JobMaster lets
+    tm-0 go: it is no longer registered and hears that the JobMaster disconnected."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=3, delay_ms=86_400_000))
+    deployment = c.deployments()[0]
+    attempt, allocation = deployment.execution_attempt_id, deployment.allocation_id
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
+                     cause="slot broke", resource_id="tm-0")  # fmt: skip
+    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
+        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+               allocation_id=allocation, cause="slot broke"),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+               cause="slot broke"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+               cause="No more slots registered at JobMaster tm-0."),
+    ])  # fmt: skip
+    assert "tm-0" not in c.jm.pool.registered_task_managers
+    assert c.driver.task_executors["tm-0"].job_masters == {}
+
+
+def test_jm_5_a_task_manager_still_holding_partitions_is_kept():
+    """testTaskExecutorNotReleasedOnFailedAllocationIfPartitionIsAllocated: src finished on
+    tm-0 and its blocking result is still there, so when the sink's slot on tm-0 fails the
+    slot is freed but tm-0 stays registered."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "BLOCKING"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=86_400_000))  # fmt: skip
+    src = c.deployments()[0]
+    c.report(src.execution_attempt_id, ExecutionState.RUNNING)
+    c.report(src.execution_attempt_id, ExecutionState.FINISHED)
+    sink = c.deployments()[1]
+    assert (sink.vertex_id, sink.resource_id) == ("sink", "tm-0")
+    attempt, allocation = sink.execution_attempt_id, sink.allocation_id
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
+                     cause="slot broke", resource_id="tm-0")  # fmt: skip
+    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
+        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+               allocation_id=allocation, cause="slot broke"),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+               cause="slot broke"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
+    ])  # fmt: skip
+    assert "tm-0" in c.jm.pool.registered_task_managers
