@@ -24,6 +24,8 @@ from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
 )
 from jobledger.schemas.jobs import (
+    GlobalAggregateUpdated,
+    GlobalAggregateUpdateRequested,
     JobCancellationRequested,
     JobMasterLeadershipGranted,
     JobMasterLeadershipRevoked,
@@ -59,6 +61,9 @@ from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
 
+AGGREGATE_FUNCTIONS = frozenset({"sum"})
+"""The aggregate functions a global aggregate may name (Flink's are user code)."""
+
 
 @dataclass(frozen=True)
 class JobMasterConfig:
@@ -84,6 +89,8 @@ class JobMaster(Reducer):
     pool: SlotPool = field(init=False)
     scheduler: Scheduler = field(init=False)
     job_master_id: str | None = None
+    global_aggregates: dict[str, int] = field(default_factory=dict)
+    """The job's global aggregates by name (JM-10)."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -128,6 +135,7 @@ class JobMaster(Reducer):
             "failure_cause": self.failure_cause,
             "restart_at": self.scheduler.restart_at,
             "restarts": self.restarts,
+            "global_aggregates": dict(self.global_aggregates),
             "execution_graph": self.graph.to_dict() if self.graph else None,
             "kv_state_locations": self.registry.to_dict() if self.registry else {},
             "slot_pool": self.pool.to_dict(),
@@ -210,6 +218,28 @@ class JobMaster(Reducer):
     @handles(RescaleRequested)
     def on_rescale(self, event: RescaleRequested, out: Decisions) -> None:
         self.scheduler.rescale(event.new_parallelism, event.vertex_id, out)
+
+    @handles(GlobalAggregateUpdateRequested)
+    def on_global_aggregate_update(
+        self, event: GlobalAggregateUpdateRequested, out: Decisions
+    ) -> None:
+        """updateGlobalAggregate (JM-10): the value folds into the named aggregate, created on
+        its first value, and the new value is the answer."""
+        if self.job_master_id is None:
+            self._reject(out, f"job {self.job_id} has no JobMaster leader")
+            return
+        if self._stale(event.job_master_id, out):
+            return
+        if event.aggregate_function not in AGGREGATE_FUNCTIONS:
+            known = ", ".join(sorted(AGGREGATE_FUNCTIONS))
+            self._reject(out, f"unknown aggregate function {event.aggregate_function!r} ({known})")
+            return
+        value = self.global_aggregates.get(event.aggregate_name, 0) + event.value
+        self.global_aggregates[event.aggregate_name] = value
+        out.emit(
+            GlobalAggregateUpdated, job_id=self.job_id, aggregate_name=event.aggregate_name,
+            value=value,
+        )  # fmt: skip
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:

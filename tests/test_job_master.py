@@ -18,6 +18,8 @@ from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
 )
 from jobledger.schemas.jobs import (
+    GlobalAggregateUpdated,
+    GlobalAggregateUpdateRequested,
     JobCancellationRequested,
     JobMasterLeadershipGranted,
     JobStatusChanged,
@@ -796,3 +798,32 @@ def test_jm_5_a_task_manager_still_holding_partitions_is_kept():
         status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
     ])  # fmt: skip
     assert "tm-0" in c.jm.pool.registered_task_managers
+
+
+def test_jm_10_global_aggregates_fold_each_value_per_name():
+    """testJobMasterAggregatesValuesCorrectly: agg1 gives 1, 3, 6, 10 for 1..4; agg2 gives
+    10, then 33."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+
+    def update(name: str, value: int, function: str = "sum", jm: str | None = JM):
+        return c.clock(GlobalAggregateUpdateRequested, job_id=JOB, job_master_id=jm,
+                       aggregate_name=name, value=value, aggregate_function=function)  # fmt: skip
+
+    answers = []
+    for name, value in [("agg1", 1), ("agg1", 2), ("agg2", 10), ("agg1", 3), ("agg2", 23),
+                        ("agg1", 4)]:  # fmt: skip
+        request = update(name, value)
+        derived = run_one(c, request)
+        answers.append((name, derived[0].value))
+        assert_derived(derived, [expect(GlobalAggregateUpdated, job_id=JOB, aggregate_name=name,
+                                        value=derived[0].value)])  # fmt: skip
+    assert answers == [("agg1", 1), ("agg1", 3), ("agg2", 10), ("agg1", 6), ("agg2", 33),
+                       ("agg1", 10)]  # fmt: skip
+    unknown = update("agg1", 1, function="max")
+    assert_derived(
+        run_one(c, unknown), [rejected(unknown, "unknown aggregate function 'max' (sum)")]
+    )
+    stale = update("agg1", 1, jm="jm-old")
+    assert_derived(run_one(c, stale), [rejected(stale, "JobMasterId jm-old is not the leader's")])
+    assert c.jm.global_aggregates == {"agg1": 10, "agg2": 33}
