@@ -53,6 +53,9 @@ SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request t
 
 NO_RESTART = RestartStrategy(kind=RestartStrategyKind.NONE)
 
+BULK = frozenset({ExecutionState.CREATED, ExecutionState.SCHEDULED})
+"""EAGER deploys the attempts being scheduled together once all of them hold a slot."""
+
 
 @dataclass
 class PendingRestart:
@@ -172,24 +175,24 @@ class Scheduler:
 
     def _schedule_ready(self, out: Decisions) -> None:
         """Ask slots for every CREATED vertex whose inputs allow it (EAGER: all of them)."""
-        for job_vertex in self.graph.vertices.values():
-            if self._lazy() and not self._inputs_ready(job_vertex.vertex):
-                continue
-            for ev in job_vertex.subtasks:
-                if ev.current.state is ExecutionState.CREATED:
-                    self._schedule(ev, out)
+        for ev in self.graph.execution_vertices():
+            if ev.current.state is ExecutionState.CREATED and (
+                not self._lazy() or self._inputs_ready(ev)
+            ):
+                self._schedule(ev, out)
 
-    def _inputs_ready(self, vertex) -> bool:
-        """LAZY_FROM_SOURCES: a BLOCKING input needs every producer FINISHED, a PIPELINED one
-        every producer at least RUNNING."""
-        for edge in vertex.inputs:
-            producers = [
-                ev.current.state for ev in self.graph.vertices[edge.source_vertex_id].subtasks
-            ]
-            if edge.result_partition_type is ResultPartitionType.BLOCKING:
-                if any(s is not ExecutionState.FINISHED for s in producers):
+    def _inputs_ready(self, ev: ExecutionVertex) -> bool:
+        """LAZY_FROM_SOURCES: a BLOCKING result is consumable once every producer FINISHED; a
+        PIPELINED one once each producer subtask `ev` reads is at least RUNNING."""
+        for gate in self.graph.input_gates(ev):
+            producers = self.graph.vertices[gate.source_vertex_id].subtasks
+            if gate.result_partition_type is ResultPartitionType.BLOCKING:
+                if any(p.current.state is not ExecutionState.FINISHED for p in producers):
                     return False
-            elif any(s not in (ExecutionState.RUNNING, ExecutionState.FINISHED) for s in producers):
+            elif any(
+                producers[i].current.state not in (ExecutionState.RUNNING, ExecutionState.FINISHED)
+                for i in gate.consumed_subtask_indexes
+            ):
                 return False
         return True
 
@@ -254,10 +257,11 @@ class Scheduler:
     # -- what became of the slot requests (the SlotPool's SlotRequestListener) -----------
 
     def on_slot_request_fulfilled(self, fulfilled: SlotRequestFulfilled, out: Decisions) -> None:
-        """A slot for one of our attempts: deploy (LAZY) or deploy all once all have one
-        (EAGER). A slot for an outdated attempt, or for one whose vertex was modified since
-        it was scheduled (being cancelled or failed over), goes back (RS-8, ES-3); requests
-        that are not ours (made directly of the pool) are left to whoever made them."""
+        """A slot for one of our attempts: deploy (LAZY), or deploy all once every scheduled
+        one has one (EAGER: the bulk scheduled together, the whole job or a restarted region).
+        A slot for an outdated attempt, or for one whose vertex was modified since it was
+        scheduled (being cancelled or failed over), goes back (RS-8, ES-3); requests that
+        are not ours (made directly of the pool) are left to whoever made them."""
         if self.graph is None or fulfilled.slot_request_id not in self.graph.attempts:
             return
         ev = self.graph.find(fulfilled.slot_request_id)
@@ -270,7 +274,7 @@ class Scheduler:
         execution.slot_index = fulfilled.slot_index
         if self._lazy():
             self._deploy(ev, out)
-        elif all(e.has_slot for e in self.graph.executions()):
+        elif all(e.has_slot for e in self.graph.executions() if e.state in BULK):
             for waiting in self.graph.execution_vertices():
                 self._deploy(waiting, out)
 
@@ -340,7 +344,7 @@ class Scheduler:
         if execution.state in es.TERMINAL:
             self._release_execution_slot(execution, out)
         progressed = execution.state in (ExecutionState.RUNNING, ExecutionState.FINISHED)
-        if progressed and self._lazy() and self.status is JobStatus.RUNNING:
+        if progressed and self._lazy() and self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
             self._schedule_ready(out)
         self._check_job_done(out)
 

@@ -827,3 +827,32 @@ def test_jm_10_global_aggregates_fold_each_value_per_name():
     stale = update("agg1", 1, jm="jm-old")
     assert_derived(run_one(c, stale), [rejected(stale, "JobMasterId jm-old is not the leader's")])
     assert c.jm.global_aggregates == {"agg1": 10, "agg2": 33}
+
+
+def test_rs_9_lazy_scheduling_goes_on_in_a_restarted_region_while_another_waits():
+    """Region A restarted while region B still waits for its delay (the job RESTARTING): A's
+    source running schedules A's sink at once, as Flink's scheduling strategy reacts to every
+    state change."""
+    c = JobCluster()
+    c.submit(PIPELINES, mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=100))  # fmt: skip
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    start = c.clock.now
+    c.report(
+        deployed["src", 0].execution_attempt_id,
+        ExecutionState.FAILED,
+        "E: one",
+    )
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.report(deployed["src", 1].execution_attempt_id, ExecutionState.FAILED, "E: two")
+    c.report(deployed["sink", 1].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(start + 101)
+    assert c.statuses()[-1] == "RESTARTING"
+    src0 = c.deployments()[-1]
+    assert (src0.vertex_id, src0.subtask_index, src0.attempt_number) == ("src", 0, 1)
+    c.report(src0.execution_attempt_id, ExecutionState.RUNNING)
+    sink0 = c.deployments()[-1]
+    assert (sink0.vertex_id, sink0.subtask_index, sink0.attempt_number) == ("sink", 0, 1)
+    assert c.jm.status is JobStatus.RESTARTING
