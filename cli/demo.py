@@ -82,8 +82,9 @@ def wordcount_job(
         event_id=uuid.uuid4().hex, event_time=now_ms(), producer="demo", job_id=job_id,
         job_name=f"wordcount {text.name}", vertices=[source, count],
         schedule_mode=ScheduleMode.EAGER if pipelined else ScheduleMode.LAZY_FROM_SOURCES,
+        # region failover restarts each failed count subtask on its own, one attempt each
         restart_strategy=RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY,
-                                         restart_attempts=3, delay_ms=1_000),
+                                         restart_attempts=parallelism + 2, delay_ms=1_000),
     )  # fmt: skip
 
 

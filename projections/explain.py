@@ -258,6 +258,9 @@ def _now(
 ) -> list[str]:  # fmt: skip
     """The restart strategy's account and what the subtask waits for now."""
     jm = driver.job_masters.get(job_id)
+    strategy = submitted.restart_strategy
+    if jm is not None and jm.scheduler.job is not None:
+        strategy = jm.scheduler.restart_strategy_of(submitted)  # the cluster's, if not its own
     lines = []
     restarts = [
         r for r in ordered if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id
@@ -265,10 +268,7 @@ def _now(
     ]  # fmt: skip
     for n, restart in enumerate(restarts, start=1):
         cause = f"; cause: {restart.event.cause}" if restart.event.cause else ""
-        lines.append(
-            f"restart {n} ({where(restart)}): "
-            f"{_restart_account(submitted.restart_strategy, n)}{cause}"
-        )
+        lines.append(f"restart {n} ({where(restart)}): {_restart_account(strategy, n)}{cause}")
     if jm is None or jm.graph is None or vertex_id not in jm.graph.vertices:
         return [*lines, "now: the JobMaster holds no ExecutionGraph for the job"]
     ev = jm.graph.vertices[vertex_id].subtasks[subtask]

@@ -175,3 +175,29 @@ class JobMasterHeartbeat(Event):
     allocated_slots: list[AllocatedSlotInfo] = Field(
         default_factory=list, description="The job's slots on this TaskExecutor."
     )
+
+
+class JobMasterHeartbeatTimedOut(Event):
+    """The TaskExecutor heard no heartbeat from the job's JobMaster within the heartbeat
+    timeout: it disconnects from that JobMaster (as TE-16) and registers at it again (TE-17)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the TaskExecutor's heartbeat manager (the Spark runner, or an operator)"
+
+    job_id: JobID
+    job_master_id: str = Field(description="JobMasterId of the JobMaster that went quiet.")
+    resource_id: ResourceID
+
+
+class ResourceManagerHeartbeatTimedOut(Event):
+    """The TaskExecutor heard no heartbeat from the ResourceManager within the heartbeat
+    timeout: it drops the connection, taking no slot requests until a registration is accepted
+    again (TE-18); registering again is the TaskExecutor process's part."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the TaskExecutor's heartbeat manager (the Spark runner, or an operator)"
+
+    resource_id: ResourceID
+    resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .ids import JobID
+from .ids import JobID, JobMasterFencingToken
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import JobStatus, JobVertex, RestartStrategy, ScheduleMode
@@ -97,3 +97,31 @@ class JobMasterStopped(Event):
 
     job_id: JobID
     cause: str = Field(description="Why it stopped.")
+
+
+class GlobalAggregateUpdateRequested(Event):
+    """A task adds a value to one of the job's named global aggregates (Flink's
+    updateGlobalAggregate). Flink ships the aggregate function as user code; nothing read from
+    a topic runs code here, so the function is named from a fixed list: `sum`."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "a task (the Spark runner)"
+
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    aggregate_name: str = Field(description="Name of the aggregate.")
+    value: int = Field(description="The value to add.")
+    aggregate_function: str = Field(default="sum", description="The function folding values: sum.")
+
+
+class GlobalAggregateUpdated(Event):
+    """The JobMaster folded the value into the aggregate: its value now (JM-10)."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    aggregate_name: str = Field(description="Name of the aggregate.")
+    value: int = Field(description="The aggregate's value after the update.")

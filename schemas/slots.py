@@ -131,6 +131,23 @@ class SlotOfferRejected(Event):
     reason: str = Field(description="Why the offer was rejected.")
 
 
+class SlotOfferFailed(Event):
+    """The TaskExecutor's offer of the job's slots got no answer from the JobMaster (Flink's
+    failed `offerSlots` future): on a timeout the TaskExecutor offers again (TE-9); on any
+    other error it frees every slot of that offer and gives them back (TE-10)."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the TaskExecutor's RPC layer (the Spark runner, or an operator)"
+
+    job_id: JobID
+    job_master_id: JobMasterFencingToken = None
+    resource_id: ResourceID
+    allocation_ids: list[str] = Field(description="The AllocationIDs the failed offer held.")
+    timed_out: bool = Field(description="Whether the offer timed out (else another error).")
+    cause: str = Field(description="The error the offer failed with.")
+
+
 class AllocationFailed(Event):
     """An allocation failed (Flink's failAllocation): its request or slot is given up."""
 

@@ -50,6 +50,12 @@ class TaskDeploymentRequested(Event):
     outputs: list[ResultPartitionDeploymentDescriptor] = Field(
         default_factory=list, description="The result partitions the task produces (added in v2)."
     )
+    job_information_job_id: str | None = Field(
+        default=None,
+        description="The JobID inside the deployment's JobInformation, which Flink's descriptor "
+        "carries apart from its own; the TaskExecutor refuses a deployment where the two "
+        "differ (TE-22). None: the same as job_id (added in v3).",
+    )
 
 
 class TaskSubmissionAccepted(Event):

@@ -106,18 +106,23 @@ class ScheduleMode(CatalogEnum):
 
 
 class RestartStrategyKind(CatalogEnum):
-    """Flink's restart strategies."""
+    """Flink's restart strategies; CLUSTER_DEFAULT: the job configures none, so the cluster's
+    `restart-strategy` applies (RS-10)."""
 
     NONE = "NONE"
     FIXED_DELAY = "FIXED_DELAY"
     FAILURE_RATE = "FAILURE_RATE"
     UNKNOWN = "UNKNOWN"
+    CLUSTER_DEFAULT = "CLUSTER_DEFAULT"
 
 
 class RestartStrategy(Record):
-    """Restart strategy of a job; the fields that do not apply to `kind` are ignored."""
+    """Restart strategy of a job; the fields that do not apply to `kind` are ignored. A job's
+    own strategy, NONE included, beats the cluster's; left out, the cluster's applies."""
 
-    kind: RestartStrategyKind = Field(default=RestartStrategyKind.NONE, description="Strategy.")
+    kind: RestartStrategyKind = Field(
+        default=RestartStrategyKind.CLUSTER_DEFAULT, description="Strategy."
+    )
     restart_attempts: Int32 = Field(default=0, description="FIXED_DELAY: attempts allowed.")
     delay_ms: int = Field(default=0, description="Delay between a failure and the restart.")
     max_failures_per_interval: Int32 = Field(

@@ -42,6 +42,9 @@ class Execution:
     allocation_id: str | None = None
     resource_id: str | None = None
     slot_index: int | None = None
+    required_version: int = 0
+    """Its vertex's version when it was scheduled: a slot or a deployment for it is refused
+    once the vertex was modified since (Flink's ExecutionVertexVersion, RS-8, ES-3)."""
 
     @property
     def has_slot(self) -> bool:
@@ -54,6 +57,14 @@ class ExecutionVertex:
     subtask_index: int
     current: Execution
     prior: list[Execution] = field(default_factory=list)
+    version: int = 0
+    """Bumped before the vertex is cancelled, failed over or restarted (Flink's
+    ExecutionVertexVersioner.recordModification), so nothing scheduled before is deployed."""
+
+    @property
+    def modified(self) -> bool:
+        """Whether the vertex changed since its current attempt was scheduled."""
+        return self.version != self.current.required_version
 
 
 @dataclass

@@ -17,12 +17,15 @@ from typing import Any, ClassVar
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     ResourceManagerDisconnected,
     TaskManagerDisconnected,
 )
 from jobledger.schemas.jobs import (
+    GlobalAggregateUpdated,
+    GlobalAggregateUpdateRequested,
     JobCancellationRequested,
     JobMasterLeadershipGranted,
     JobMasterLeadershipRevoked,
@@ -45,23 +48,38 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.tasks import TaskExecutionStateChanged, TaskSubmissionRejected
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import JobStatus, OwnerKind
+from jobledger.schemas.types import JobStatus, OwnerKind, RestartStrategy
 
 from .decisions import Decisions
 from .execution_graph import ExecutionGraph, InvalidJobGraph
+from .failover_strategy import FailoverStrategyName
 from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
 from .reducer import Reducer, handles
-from .scheduler import Scheduler
+from .scheduler import NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
 
+AGGREGATE_FUNCTIONS = frozenset({"sum"})
+"""The aggregate functions a global aggregate may name (Flink's are user code)."""
+
 
 @dataclass(frozen=True)
 class JobMasterConfig:
+    """The cluster's configuration of every JobMaster: `slot.request.timeout`,
+    `jobmanager.execution.failover-strategy` (region, Flink's default, or full) and the cluster
+    default `restart-strategy` a job that configures none runs under (RS-10)."""
+
     slot_request_timeout_ms: int = 300_000
     pool: SlotPoolConfig = field(default_factory=SlotPoolConfig)
+    failover_strategy: str = FailoverStrategyName.REGION.value
+    """A plain string (kept in snapshots as such), checked here: 'full' or 'region'."""
+    restart_strategy: RestartStrategy = NO_RESTART
+
+    def __post_init__(self) -> None:
+        checked = FailoverStrategyName.from_option(self.failover_strategy).value
+        object.__setattr__(self, "failover_strategy", checked)
 
 
 @dataclass
@@ -70,12 +88,17 @@ class JobMaster(Reducer):
     config: JobMasterConfig = field(default_factory=JobMasterConfig)
     scheduler: Scheduler = field(init=False)
     job_master_id: str | None = None
+    global_aggregates: dict[str, int] = field(default_factory=dict)
+    """The job's global aggregates by name (JM-10)."""
 
     producer: ClassVar[str] = PRODUCER
 
     def __post_init__(self) -> None:
         pool = SlotPool(self.job_id, self.config.pool)
-        self.scheduler = Scheduler(self.job_id, pool, self.config.slot_request_timeout_ms)
+        self.scheduler = Scheduler(
+            self.job_id, pool, self.config.slot_request_timeout_ms,
+            self.config.failover_strategy, self.config.restart_strategy,
+        )  # fmt: skip
 
     @property
     def pool(self) -> SlotPool:
@@ -115,6 +138,7 @@ class JobMaster(Reducer):
             "failure_cause": self.failure_cause,
             "restart_at": self.scheduler.restart_at,
             "restarts": self.restarts,
+            "global_aggregates": dict(self.global_aggregates),
             "execution_graph": self.graph.to_dict() if self.graph else None,
             "kv_state_locations": self.registry.to_dict() if self.registry else {},
             "slot_pool": self.pool.to_dict(),
@@ -198,6 +222,28 @@ class JobMaster(Reducer):
     def on_rescale(self, event: RescaleRequested, out: Decisions) -> None:
         self.scheduler.rescale(event.new_parallelism, event.vertex_id, out)
 
+    @handles(GlobalAggregateUpdateRequested)
+    def on_global_aggregate_update(
+        self, event: GlobalAggregateUpdateRequested, out: Decisions
+    ) -> None:
+        """updateGlobalAggregate (JM-10): the value folds into the named aggregate, created on
+        its first value, and the new value is the answer."""
+        if self.job_master_id is None:
+            self._reject(out, f"job {self.job_id} has no JobMaster leader")
+            return
+        if self._stale(event.job_master_id, out):
+            return
+        if event.aggregate_function not in AGGREGATE_FUNCTIONS:
+            known = ", ".join(sorted(AGGREGATE_FUNCTIONS))
+            self._reject(out, f"unknown aggregate function {event.aggregate_function!r} ({known})")
+            return
+        value = self.global_aggregates.get(event.aggregate_name, 0) + event.value
+        self.global_aggregates[event.aggregate_name] = value
+        out.emit(
+            GlobalAggregateUpdated, job_id=self.job_id, aggregate_name=event.aggregate_name,
+            value=value,
+        )  # fmt: skip
+
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         self.pool.handle(event, out)
@@ -205,10 +251,32 @@ class JobMaster(Reducer):
 
     # -- slots: delegated to the SlotPool (it fences what carries a JobMasterId) ---------
 
+    @handles(AllocationFailed)
+    def on_allocation_failed(self, event: AllocationFailed, out: Decisions) -> None:
+        """failSlot: the pool fails the allocation (JM-4); a TaskManager that no longer holds
+        any slot of the pool is then disconnected (releaseEmptyTaskManager), unless it still
+        holds result partitions of the job (JM-5)."""
+        held = self.pool.holds(event.allocation_id) if self.pool.started else None
+        self.pool.handle(event, out)
+        if held is None or self.pool.holds(event.allocation_id) is not None:
+            return
+        resource_id = held.resource_id
+        if (
+            resource_id not in self.pool.registered_task_managers
+            or self.pool.slots_of(resource_id)
+            or self.scheduler.is_tracking_partitions_for(resource_id)
+        ):
+            return
+        cause = f"No more slots registered at JobMaster {resource_id}."
+        self.pool.release_task_manager(resource_id, cause, out)
+        out.emit(
+            JobManagerDisconnected, job_id=self.job_id, job_master_id=self.job_master_id,
+            resource_id=resource_id, cause=cause,
+        )  # fmt: skip
+
     @handles(ResourceManagerConnected)
     @handles(ResourceManagerDisconnected)
     @handles(SlotOffered)
-    @handles(AllocationFailed)
     @handles(JobMasterRegistrationRequested)
     @handles(TaskManagerDisconnected)
     @handles(NewAllocatedSlotRequested)

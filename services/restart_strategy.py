@@ -16,18 +16,27 @@ class RestartBackoff:
     failures: list[int] = field(default_factory=list)
 
     def notify_failure(self, now: int) -> None:
+        """Count a failure; failure-rate keeps only the times of the last `max` failures."""
         self.failures.append(now)
+        if self.strategy.kind is RestartStrategyKind.FAILURE_RATE:
+            del self.failures[
+                : max(0, len(self.failures) - self.strategy.max_failures_per_interval)
+            ]
 
     def can_restart(self, now: int) -> bool:
-        """RS-1: fixed-delay allows `restart_attempts` restarts; failure-rate allows at most
-        `max_failures_per_interval` failures inside the interval; none never restarts."""
+        """RS-1: fixed-delay allows `restart_attempts` restarts. Failure-rate as Flink 1.12's
+        FailureRateRestartBackoffTimeStrategy: while fewer than `max_failures_per_interval`
+        failures are counted it may restart; once that many are, only if the oldest of them is
+        more than the interval ago, so the max-th failure inside the interval already refuses
+        (3 failures with max 3: no restart). None never restarts."""
         kind = self.strategy.kind
         if kind is RestartStrategyKind.FIXED_DELAY:
             return len(self.failures) <= self.strategy.restart_attempts
         if kind is RestartStrategyKind.FAILURE_RATE:
-            window = self.strategy.failure_rate_interval_ms
-            recent = [t for t in self.failures if now - t <= window]
-            return len(recent) <= self.strategy.max_failures_per_interval
+            if len(self.failures) < self.strategy.max_failures_per_interval:
+                return True
+            oldest = self.failures[0] if self.failures else now
+            return now - oldest > self.strategy.failure_rate_interval_ms
         return False
 
     @property

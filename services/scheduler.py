@@ -11,9 +11,11 @@ Invariants:
   ends and are all released when the job ends (the pool closes).
 
 It asks the SlotPool for slots through the pool's methods and hears what became of each
-request as the pool's SlotRequestListener. Failover restarts the whole job (Flink's
-RestartAll strategy, RS-5); the restart strategy decides whether and after which delay,
-measured on TimerFired events.
+request as the pool's SlotRequestListener. A task failure restarts what the failover
+strategy says (failover_strategy.py: the failed task's pipelined region by default, or every
+vertex); the restart strategy (the job's own, else the cluster's, RS-10) decides whether and
+after which delay, measured on TimerFired events. Every vertex to be cancelled is first marked
+modified (its version bumped), so a slot arriving for it meanwhile deploys nothing (ES-3).
 """
 
 from __future__ import annotations
@@ -27,18 +29,42 @@ from jobledger.schemas.tasks import (
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
 )
-from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind, ResultPartitionType
+from jobledger.schemas.types import (
+    ExecutionState,
+    JobStatus,
+    OwnerKind,
+    RestartStrategy,
+    RestartStrategyKind,
+    ResultPartitionType,
+)
 from jobledger.schemas.types import ScheduleMode as Mode
 
 from . import execution_state as es
 from .decisions import Decisions
 from .execution_graph import Execution, ExecutionGraph, ExecutionVertex, InvalidJobGraph
+from .failover_strategy import PRODUCING, FailoverStrategyName, tasks_needing_restart
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
 from .restart_strategy import RestartBackoff
 from .slot_pool import SlotPool
+from .throwable_classifier import is_unrecoverable_error
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
+
+NO_RESTART = RestartStrategy(kind=RestartStrategyKind.NONE)
+
+BULK = frozenset({ExecutionState.CREATED, ExecutionState.SCHEDULED})
+"""EAGER deploys the attempts being scheduled together once all of them hold a slot."""
+
+
+@dataclass
+class PendingRestart:
+    """One failover waiting to restart its vertices: at `at`, once they are all terminal, the
+    vertices whose version is still the one recorded here are reset and scheduled again
+    (Flink's restartTasksWithDelay with its ExecutionVertexVersions)."""
+
+    at: int
+    versions: dict[tuple[str, int], int]
 
 
 @dataclass
@@ -49,6 +75,10 @@ class Scheduler:
     job_id: str
     pool: SlotPool
     slot_request_timeout_ms: int
+    failover_strategy: str = FailoverStrategyName.REGION.value
+    """`jobmanager.execution.failover-strategy`: region (Flink's default) or full."""
+    cluster_restart_strategy: RestartStrategy = NO_RESTART
+    """The cluster's `restart-strategy`, for jobs that configure none (RS-10)."""
     job: JobSubmitted | None = None
     job_master_id: str | None = None
     """The leader the deployments name (set when scheduling starts)."""
@@ -57,7 +87,7 @@ class Scheduler:
     registry: KvStateLocationRegistry | None = None
     """The KvState locations of the graph's vertices (Flink keeps it by the ExecutionGraph)."""
     backoff: RestartBackoff | None = None
-    restart_at: int | None = None
+    pending_restarts: list[PendingRestart] = field(default_factory=list)
     failure_cause: str | None = None
     parallelism: dict[str, int] = field(default_factory=dict)
     """Parallelism overrides of rescales, kept for every later incarnation."""
@@ -79,12 +109,24 @@ class Scheduler:
         self.job = job
         self._install(graph)
         self.rescaled = None
-        self.backoff = RestartBackoff(job.restart_strategy)
+        self.backoff = RestartBackoff(self.restart_strategy_of(job))
         self.restarts = 0
-        self.restart_at = None
+        self.pending_restarts = []
         self.failure_cause = None
         self.status = JobStatus.INITIALIZING
         self._set_status(JobStatus.CREATED, None, out)
+
+    def restart_strategy_of(self, job: JobSubmitted) -> RestartStrategy:
+        """RestartBackoffTimeStrategyFactoryLoader: the job's own strategy beats the cluster's;
+        a job that configures none (CLUSTER_DEFAULT) gets the cluster's (RS-10)."""
+        if job.restart_strategy.kind is RestartStrategyKind.CLUSTER_DEFAULT:
+            return self.cluster_restart_strategy
+        return job.restart_strategy
+
+    @property
+    def restart_at(self) -> int | None:
+        """When the earliest waiting restart is due (None: none waits)."""
+        return min((r.at for r in self.pending_restarts), default=None)
 
     def _build_graph(
         self, job: JobSubmitted, out: Decisions, parallelism: dict[str, int]
@@ -133,24 +175,24 @@ class Scheduler:
 
     def _schedule_ready(self, out: Decisions) -> None:
         """Ask slots for every CREATED vertex whose inputs allow it (EAGER: all of them)."""
-        for job_vertex in self.graph.vertices.values():
-            if self._lazy() and not self._inputs_ready(job_vertex.vertex):
-                continue
-            for ev in job_vertex.subtasks:
-                if ev.current.state is ExecutionState.CREATED:
-                    self._schedule(ev, out)
+        for ev in self.graph.execution_vertices():
+            if ev.current.state is ExecutionState.CREATED and (
+                not self._lazy() or self._inputs_ready(ev)
+            ):
+                self._schedule(ev, out)
 
-    def _inputs_ready(self, vertex) -> bool:
-        """LAZY_FROM_SOURCES: a BLOCKING input needs every producer FINISHED, a PIPELINED one
-        every producer at least RUNNING."""
-        for edge in vertex.inputs:
-            producers = [
-                ev.current.state for ev in self.graph.vertices[edge.source_vertex_id].subtasks
-            ]
-            if edge.result_partition_type is ResultPartitionType.BLOCKING:
-                if any(s is not ExecutionState.FINISHED for s in producers):
+    def _inputs_ready(self, ev: ExecutionVertex) -> bool:
+        """LAZY_FROM_SOURCES: a BLOCKING result is consumable once every producer FINISHED; a
+        PIPELINED one once each producer subtask `ev` reads is at least RUNNING."""
+        for gate in self.graph.input_gates(ev):
+            producers = self.graph.vertices[gate.source_vertex_id].subtasks
+            if gate.result_partition_type is ResultPartitionType.BLOCKING:
+                if any(p.current.state is not ExecutionState.FINISHED for p in producers):
                     return False
-            elif any(s not in (ExecutionState.RUNNING, ExecutionState.FINISHED) for s in producers):
+            elif any(
+                producers[i].current.state not in (ExecutionState.RUNNING, ExecutionState.FINISHED)
+                for i in gate.consumed_subtask_indexes
+            ):
                 return False
         return True
 
@@ -160,6 +202,7 @@ class Scheduler:
         execution = ev.current
         execution.state = ExecutionState.SCHEDULED
         execution.slot_request_id = execution.attempt_id
+        execution.required_version = ev.version
         profile = self.graph.vertices[ev.job_vertex_id].vertex.resource_profile
         available = self.pool.available_slot_for(profile)
         if available is not None:
@@ -174,6 +217,8 @@ class Scheduler:
     def _deploy(self, ev: ExecutionVertex, out: Decisions) -> None:
         execution = ev.current
         if execution.state is not ExecutionState.SCHEDULED or not execution.has_slot:
+            return
+        if ev.modified:
             return
         job_vertex = self.graph.vertices[ev.job_vertex_id]
         execution.state = ExecutionState.DEPLOYING
@@ -196,16 +241,31 @@ class Scheduler:
             outputs=self.graph.output_partitions(ev),
         )
 
+    def is_tracking_partitions_for(self, resource_id: str) -> bool:
+        """JobMasterPartitionTracker.isTrackingPartitionsFor: a current attempt on the
+        TaskExecutor produces a result (its vertex has consumers) and was deployed without
+        failing or being cancelled since, so its partitions still live there."""
+        if self.graph is None or self.status in TERMINAL:
+            return False
+        return any(
+            ev.current.resource_id == resource_id
+            and ev.current.state in PRODUCING
+            and self.graph.output_partitions(ev)
+            for ev in self.graph.execution_vertices()
+        )
+
     # -- what became of the slot requests (the SlotPool's SlotRequestListener) -----------
 
     def on_slot_request_fulfilled(self, fulfilled: SlotRequestFulfilled, out: Decisions) -> None:
-        """A slot for one of our attempts: deploy (LAZY) or deploy all once all have one
-        (EAGER). A slot for an outdated attempt goes back (RS-8); requests that are not ours
-        (made directly of the pool) are left to whoever made them."""
+        """A slot for one of our attempts: deploy (LAZY), or deploy all once every scheduled
+        one has one (EAGER: the bulk scheduled together, the whole job or a restarted region).
+        A slot for an outdated attempt, or for one whose vertex was modified since it was
+        scheduled (being cancelled or failed over), goes back (RS-8, ES-3); requests that
+        are not ours (made directly of the pool) are left to whoever made them."""
         if self.graph is None or fulfilled.slot_request_id not in self.graph.attempts:
             return
         ev = self.graph.find(fulfilled.slot_request_id)
-        if ev is None or ev.current.state is not ExecutionState.SCHEDULED:
+        if ev is None or ev.current.state is not ExecutionState.SCHEDULED or ev.modified:
             self._release_slot(fulfilled.slot_request_id, out)
             return
         execution = ev.current
@@ -214,7 +274,7 @@ class Scheduler:
         execution.slot_index = fulfilled.slot_index
         if self._lazy():
             self._deploy(ev, out)
-        elif all(e.has_slot for e in self.graph.executions()):
+        elif all(e.has_slot for e in self.graph.executions() if e.state in BULK):
             for waiting in self.graph.execution_vertices():
                 self._deploy(waiting, out)
 
@@ -252,7 +312,7 @@ class Scheduler:
         if outcome.refused:
             self._reject(out, outcome.refused)
         if outcome.global_failure:
-            self._fail_execution(ev, outcome.global_failure, out, suppress_restarts=False)
+            self.handle_global_failure(ev, outcome.global_failure, out)
             return
         self._move(ev, outcome, out)
 
@@ -278,13 +338,13 @@ class Scheduler:
             self._cancel_task(ev, out)
         if execution.state is before:
             return
+        if execution.state is ExecutionState.FAILED:
+            self._on_failure(ev, "task failed", out, suppress_restarts=False)
+            return
         if execution.state in es.TERMINAL:
             self._release_execution_slot(execution, out)
-        if execution.state is ExecutionState.FAILED:
-            self._on_failure(ev.current.attempt_id, "task failed", out, suppress_restarts=False)
-            return
         progressed = execution.state in (ExecutionState.RUNNING, ExecutionState.FINISHED)
-        if progressed and self._lazy() and self.status is JobStatus.RUNNING:
+        if progressed and self._lazy() and self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
             self._schedule_ready(out)
         self._check_job_done(out)
 
@@ -309,6 +369,11 @@ class Scheduler:
         for ev in self.graph.vertices[job_vertex_id].subtasks:
             self._fail_execution(ev, cause, out, suppress_restarts=True)
 
+    def handle_global_failure(self, ev: ExecutionVertex, cause: str, out: Decisions) -> None:
+        """handleGlobalFailure, as `ev`'s report revealed it: every vertex restarts, whatever
+        the failover strategy (RS-5); `ev` itself is cancelled with the others."""
+        self._on_failure(ev, cause, out, suppress_restarts=False, global_failure=True)
+
     def _fail_execution(
         self, ev: ExecutionVertex, cause: str, out: Decisions, suppress_restarts: bool
     ) -> None:
@@ -316,37 +381,64 @@ class Scheduler:
         if outcome.state is ev.current.state:
             return
         ev.current.state = outcome.state
-        self._release_execution_slot(ev.current, out)
         if outcome.state is ExecutionState.FAILED:
-            self._on_failure(ev.current.attempt_id, cause, out, suppress_restarts)
+            self._on_failure(ev, cause, out, suppress_restarts)
         else:
+            self._release_execution_slot(ev.current, out)
             self._check_job_done(out)
 
     def _on_failure(
-        self, attempt_id: str, cause: str, out: Decisions, suppress_restarts: bool
-    ) -> None:
-        """RS-2..RS-5, RS-9: count the failure; restart everything after the backoff, or fail
-        the job once its remaining tasks are cancelled."""
+        self, ev: ExecutionVertex, cause: str, out: Decisions, suppress_restarts: bool,
+        global_failure: bool = False,
+    ) -> None:  # fmt: skip
+        """RS-2..RS-5, RS-9: count the failure; restart what the failover strategy says (every
+        vertex for a global failure) after the backoff, or fail the job once its remaining
+        tasks are cancelled. A failure that suppresses restarts (KV-3, or a
+        SuppressRestartsException in its cause chain, RS-4) is not counted. The failed
+        attempt's slot goes back only once the vertices to cancel are marked modified."""
+        failed = ev.current if ev.current.state is ExecutionState.FAILED else None
         if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            if failed is not None:
+                self._release_execution_slot(failed, out)
             self._check_job_done(out)
             return
         now = out.cause.event_time
-        restartable = not suppress_restarts
+        restartable = not (suppress_restarts or is_unrecoverable_error(cause))
         if restartable:
             self.backoff.notify_failure(now)
             restartable = self.backoff.can_restart(now)
-        self.failure_cause = f"{attempt_id}: {cause}"
-        if restartable and self.status is JobStatus.RUNNING:
+        self.failure_cause = f"{ev.current.attempt_id}: {cause}"
+        if restartable:
+            if global_failure:
+                to_restart = list(self.graph.execution_vertices())
+            else:
+                to_restart = tasks_needing_restart(self.failover_strategy, self.graph, ev)
+            self._record_modifications(to_restart)
+            if failed is not None:
+                self._release_execution_slot(failed, out)
+            self.pending_restarts.append(PendingRestart(
+                now + self.backoff.backoff_ms,
+                {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
+            ))  # fmt: skip
             self._set_status(JobStatus.RESTARTING, self.failure_cause, out)
-            self.restart_at = now + self.backoff.backoff_ms
-        elif not restartable:
+            self._cancel(to_restart, out)
+        else:
+            self._record_modifications(self.graph.execution_vertices())
+            if failed is not None:
+                self._release_execution_slot(failed, out)
             self._set_status(JobStatus.FAILING, self.failure_cause, out)
-            self.restart_at = None
-        self._cancel_all(out)
+            self.pending_restarts = []
+            self._cancel(self.graph.execution_vertices(), out)
         self._check_job_done(out)
 
-    def _cancel_all(self, out: Decisions) -> None:
-        for ev in self.graph.execution_vertices():
+    def _record_modifications(self, vertices: list[ExecutionVertex]) -> None:
+        """ExecutionVertexVersioner.recordVertexModifications: done before the vertices are
+        cancelled, so no slot arriving meanwhile deploys any of them (ES-3)."""
+        for ev in vertices:
+            ev.version += 1
+
+    def _cancel(self, vertices: list[ExecutionVertex], out: Decisions) -> None:
+        for ev in vertices:
             outcome = es.cancel(ev.current.state)
             if outcome.state is not ev.current.state or outcome.cancel_task:
                 ev.current.state = outcome.state
@@ -355,8 +447,9 @@ class Scheduler:
                 if outcome.state in es.TERMINAL:
                     self._release_execution_slot(ev.current, out)
 
-    def _all_terminal(self) -> bool:
-        return all(e.state in es.TERMINAL for e in self.graph.executions())
+    def _all_terminal(self, vertices: list[ExecutionVertex] | None = None) -> bool:
+        vertices = self.graph.execution_vertices() if vertices is None else vertices
+        return all(ev.current.state in es.TERMINAL for ev in vertices)
 
     def _check_job_done(self, out: Decisions) -> None:
         """Move the job on once its executions allow: FINISHED, CANCELED, FAILED, or restart."""
@@ -367,45 +460,60 @@ class Scheduler:
             e.state is ExecutionState.FINISHED for e in executions
         ):
             self._end(JobStatus.FINISHED, None, out)
+        elif self.status is JobStatus.RESTARTING:
+            self.restart_if_due(out)
         elif self._all_terminal():
             if self.status is JobStatus.CANCELLING:
                 self._end(JobStatus.CANCELED, None, out)
             elif self.status is JobStatus.FAILING:
                 self._end(JobStatus.FAILED, self.failure_cause, out)
-            elif self.status is JobStatus.RESTARTING:
-                self.restart_if_due(out)
 
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
         """A globally terminal status; every slot goes back (the pool closes)."""
         self._set_status(status, cause, out)
         self.pool.close(f"job {status.value}", out)
 
+    def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
+        return [ev for ev in self.graph.execution_vertices()
+                if (ev.job_vertex_id, ev.subtask_index) in restart.versions]  # fmt: skip
+
+    def _due(self, restart: PendingRestart, now: int) -> bool:
+        """Its delay passed and its vertices were all cancelled (a rescale: every vertex)."""
+        vertices = None if self.rescaled is not None else self._vertices(restart)
+        return restart.at <= now and self._all_terminal(vertices)
+
     def restart_if_due(self, out: Decisions) -> None:
-        """Restart (into the rescaled graph, if any) once RESTARTING, the backoff has passed
-        and every execution has ended."""
+        """Run every waiting restart that is due: a rescale installs the new graph; a failover
+        resets its vertices not modified since (restartTasks) and schedules them again. The
+        job is RUNNING again once no restart waits (RS-9)."""
         if self.status is not JobStatus.RESTARTING:
             return
-        if self.restart_at is None or out.cause.event_time < self.restart_at:
+        now = out.cause.event_time
+        due = [r for r in self.pending_restarts if self._due(r, now)]
+        if not due:
             return
-        if not self._all_terminal():
-            return
-        self.restart_at = None
         if self.rescaled is not None:
             self._install(self.rescaled)
             self.rescaled = None
+            self.pending_restarts = []
         else:
-            self.restarts += 1
-            for ev in self.graph.execution_vertices():
-                self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))
-        self._set_status(JobStatus.RUNNING, None, out)
+            for restart in due:
+                self.pending_restarts.remove(restart)
+                self.restarts += 1
+                for ev in self._vertices(restart):
+                    if ev.version == restart.versions[ev.job_vertex_id, ev.subtask_index]:
+                        self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))
+        if not self.pending_restarts:
+            self._set_status(JobStatus.RUNNING, None, out)
         self._schedule_ready(out)
 
     def next_timer(self) -> int | None:
-        """The restart delay's end once every execution has ended (until then the end of the
-        last one restarts the job); None when no restart waits."""
-        if self.status is JobStatus.RESTARTING and self._all_terminal():
-            return self.restart_at
-        return None
+        """The earliest waiting restart whose vertices all ended (until then the end of the
+        last one restarts them); None when none waits."""
+        if self.status is not JobStatus.RESTARTING:
+            return None
+        ready = [r.at for r in self.pending_restarts if self._due(r, r.at)]
+        return min(ready, default=None)
 
     # -- cancel and rescale --------------------------------------------------------------
 
@@ -413,9 +521,10 @@ class Scheduler:
         if self.graph is None or self.status in TERMINAL or self.status is JobStatus.CANCELLING:
             self._reject(out, f"job {self.job_id} cannot be cancelled in {self.status.value}")
             return
-        self.restart_at = None
+        self.pending_restarts = []
         self._set_status(JobStatus.CANCELLING, "cancelled by request", out)
-        self._cancel_all(out)
+        self._record_modifications(self.graph.execution_vertices())
+        self._cancel(self.graph.execution_vertices(), out)
         self._check_job_done(out)
 
     def rescale(self, new_parallelism: int, vertex_id: str | None, out: Decisions) -> None:
@@ -437,7 +546,8 @@ class Scheduler:
             return
         self.parallelism = parallelism
         self.rescaled = graph
-        self.restart_at = out.cause.event_time
+        self._record_modifications(self.graph.execution_vertices())
+        self.pending_restarts = [PendingRestart(out.cause.event_time, {})]
         self._set_status(JobStatus.RESTARTING, f"rescaling to {new_parallelism}", out)
-        self._cancel_all(out)
+        self._cancel(self.graph.execution_vertices(), out)
         self._check_job_done(out)

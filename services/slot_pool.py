@@ -363,7 +363,7 @@ class SlotPool(Reducer):
         if entry is None:
             self._reject(out, f"allocation {allocation_id} is not an available slot")
             return
-        self._allocate(slot_request_id, entry[0], out)
+        self._allocate_to(slot_request_id, entry[0], out)
 
     @handles(AvailableSlotAllocationRequested)
     def on_allocate_available(
@@ -371,7 +371,20 @@ class SlotPool(Reducer):
     ) -> None:
         self.allocate_available_slot(event.slot_request_id, event.allocation_id, out)
 
-    def _allocate(self, slot_request_id: str, slot: AllocatedSlot, out: Decisions) -> None:
+    def _allocate(self, request: PendingRequest, slot: AllocatedSlot, out: Decisions) -> None:
+        """Complete a waiting request with `slot`; a request the ResourceManager was asked to
+        serve under another AllocationID has that allocation cancelled there, so none stays
+        open for a request already served (the completion of requestSlotFromResourceManager,
+        FLINK-8089, `testFulfillingSlotRequestsWithUnusedOfferedSlots`)."""
+        self._allocate_to(request.slot_request_id, slot, out)
+        if request.allocation_id not in (None, slot.allocation_id):
+            cause = (
+                f"slot request {request.slot_request_id} fulfilled by allocation "
+                f"{slot.allocation_id}"
+            )
+            self._cancel_at_resource_manager(request, cause, out)
+
+    def _allocate_to(self, slot_request_id: str, slot: AllocatedSlot, out: Decisions) -> None:
         self.allocated_slots[slot_request_id] = slot
         self.request_of_allocation[slot.allocation_id] = slot_request_id
         self._complete(
@@ -495,6 +508,11 @@ class SlotPool(Reducer):
             return
         self._release_task_manager(event.resource_id, event.cause, out)
 
+    @completes_requests
+    def release_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
+        """releaseTaskManager, for the JobMaster letting go of a TaskManager (JM-4)."""
+        self._release_task_manager(resource_id, cause, out)
+
     def _release_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
         self.registered_task_managers.pop(resource_id, None)
         for slot in self.slots_of(resource_id):
@@ -558,7 +576,7 @@ class SlotPool(Reducer):
         )
         if waiting is not None:
             del self.pending_requests[waiting.slot_request_id]
-            self._allocate(waiting.slot_request_id, slot, out)
+            self._allocate(waiting, slot, out)
         else:
             self._fulfill_or_make_available(slot, out)
 
@@ -601,7 +619,7 @@ class SlotPool(Reducer):
             for request in waiting.values():
                 if is_matching(slot.resource_profile, request.resource_profile):
                     del waiting[request.slot_request_id]
-                    self._allocate(request.slot_request_id, slot, out)
+                    self._allocate(request, slot, out)
                     return
         self.available_slots[slot.allocation_id] = (slot, out.cause.event_time)
 

@@ -3,11 +3,12 @@
 A snapshot is data, not code. Its schema is built by walking the declared types from
 `Snapshot` down: a dataclass is an Avro record of its fields, a pydantic record (a
 ResourceProfile, a JobVertex, an event of a known type) a record of its model fields, an enum
-an Avro enum, `X | None` a union with null, lists and tuples arrays, `dict[str, X]` maps, a
-fixed tuple a record of `item0..itemN`, and an event of any type (`Event`) the bytes of its
-Avro single-object encoding, which the event catalog reads. Reading walks the same types, so
-the only classes a snapshot can build are the ones the current code declares at that place,
-from values Avro has already typed: a forged record can hold wrong values, never new code.
+an Avro enum, `X | None` a union with null, lists and tuples arrays, `dict[str, X]` maps
+(other keys: an array of key-value records), a fixed tuple a record of `item0..itemN`, and
+an event of any type (`Event`) the bytes of its Avro single-object encoding, which the event
+catalog reads. Reading walks the same types, so the only classes a snapshot can build are
+the ones the current code declares at that place, from values Avro has already typed: a
+forged record can hold wrong values, never new code.
 
 Fields marked `derived()` are left out: indexes a class rebuilds in `__post_init__` from the
 fields that are written (the ResourceManager's free-slot index, the ExecutionGraph's attempt
@@ -171,11 +172,17 @@ class StateSchema:
         return schema, codec
 
     def _map(self, annotation: Any, origin: type, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
-        if args[0] is not str:
-            raise TypeError(f"Avro maps need string keys, not {annotation!r}")
+        build = OrderedDict if origin is OrderedDict else dict
+        if args[0] is not str:  # an Avro map's keys are strings: other keys go as entries
+            entry_schema, entry = self._fixed_tuple(args)
+            enc, dec = entry.encode, entry.decode
+            return {"type": "array", "items": entry_schema}, _Codec(
+                f"EntriesOf{entry.name}",
+                lambda value: [enc(item) for item in value.items()],
+                lambda value: build(dec(item) for item in value),
+            )
         schema, value_codec = self._of(args[1])
         enc, dec = value_codec.encode, value_codec.decode
-        build = OrderedDict if origin is OrderedDict else dict
         if value_codec.plain:
             return {"type": "map", "values": schema}, _Codec(
                 f"MapOf{value_codec.name}", _identity, _identity if build is dict else build

@@ -17,10 +17,13 @@ from typing import Any, ClassVar
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterHeartbeat,
+    JobMasterHeartbeatTimedOut,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
+    TaskManagerDisconnected,
     TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
@@ -33,6 +36,7 @@ from jobledger.schemas.slots import (
     SlotFreeRequested,
     SlotOfferAccepted,
     SlotOffered,
+    SlotOfferFailed,
     SlotOfferRejected,
 )
 from jobledger.schemas.tasks import (
@@ -298,32 +302,91 @@ class TaskExecutor(Reducer):
         table = self._registered_table(out)
         if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
             return
-        del self.job_masters[event.job_id]
-        timeout_at = event.event_time + self.config.slot_timeout_ms
-        for slot in [s for s in table.slots.values() if s.job_id == event.job_id]:
+        self._disconnect_job_manager(event.job_id, event.cause, out)
+
+    def _disconnect_job_manager(self, job_id: str, cause: str, out: Decisions) -> None:
+        """disconnectJobManagerConnection: the job's tasks fail, its slots go back to
+        ALLOCATED with the slot timeout armed again."""
+        table = self.table
+        del self.job_masters[job_id]
+        timeout_at = out.cause.event_time + self.config.slot_timeout_ms
+        for slot in [s for s in table.slots.values() if s.job_id == job_id]:
             for attempt_id in list(slot.tasks):
-                self._fail_task(event.job_id, attempt_id, event.cause, out)
+                self._fail_task(job_id, attempt_id, cause, out)
             table.mark_slot_inactive(slot.allocation_id, timeout_at)
 
-    @handles(JobMasterHeartbeat)
-    def on_job_master_heartbeat(self, event: JobMasterHeartbeat, out: Decisions) -> None:
-        """TE-15: a slot the JobMaster reports but this table lacks is failed at the JobMaster;
-        an ACTIVE slot of the job the JobMaster does not report is freed."""
+    @handles(JobMasterHeartbeatTimedOut)
+    def on_job_master_heartbeat_timed_out(
+        self, event: JobMasterHeartbeatTimedOut, out: Decisions
+    ) -> None:
+        """TE-17: disconnect from the JobMaster as TE-16 does, tell it so
+        (disconnectTaskManager), and register at the job's leader again (reconnect)."""
         table = self._registered_table(out)
         if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
             return
-        reported = {info.allocation_id for info in event.allocated_slots}
-        for allocation_id in sorted(reported):
-            slot = table.slots.get(allocation_id)
-            if slot is None or slot.job_id != event.job_id:
+        cause = f"The heartbeat of JobManager with id {event.job_master_id} timed out."
+        self._disconnect_job_manager(event.job_id, cause, out)
+        out.emit(
+            TaskManagerDisconnected, job_id=event.job_id, resource_id=self.resource_id,
+            cause=cause,
+        )  # fmt: skip
+        self.registering[event.job_id] = event.job_master_id
+        out.emit(
+            JobMasterRegistrationRequested, job_id=event.job_id,
+            job_master_id=event.job_master_id, resource_id=self.resource_id,
+        )  # fmt: skip
+
+    @handles(ResourceManagerHeartbeatTimedOut)
+    def on_resource_manager_heartbeat_timed_out(
+        self, event: ResourceManagerHeartbeatTimedOut, out: Decisions
+    ) -> None:
+        """TE-18: the ResourceManager connection goes (no slot requests from it, TE-1/TE-2)
+        until a registration is accepted again; slots and tasks stay."""
+        if (
+            self.resource_manager_id is None
+            or event.resource_manager_id != self.resource_manager_id
+        ):
+            self._reject(out, f"not connected to the resource manager {event.resource_manager_id}")
+            return
+        self.resource_manager_id = None
+
+    @handles(SlotOfferFailed)
+    def on_offer_failed(self, event: SlotOfferFailed, out: Decisions) -> None:
+        """handleAcceptedSlotOffers on a failed offer, for the connected leader only (TE-11):
+        a timeout offers the job's ALLOCATED slots again (TE-9); any other error frees every
+        slot of the offer and gives them back to the ResourceManager (TE-10)."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        if event.timed_out:
+            self._offer_slots(event.job_id, out)
+            return
+        for allocation_id in event.allocation_ids:
+            self._free(allocation_id, f"offering the slot failed: {event.cause}", out)
+
+    @handles(JobMasterHeartbeat)
+    def on_job_master_heartbeat(self, event: JobMasterHeartbeat, out: Decisions) -> None:
+        """TE-15 (syncSlotsWithSnapshotFromJobMaster): each slot of the JobMaster's report, in
+        report order, that this table does not hold as *that allocation at that index for
+        that job* is failed at the JobMaster; then every ACTIVE slot of the job the report
+        does not name is freed."""
+        table = self._registered_table(out)
+        if table is None or self._stale_reply(event.job_id, event.job_master_id, out):
+            return
+        for info in event.allocated_slots:
+            if not table.is_allocated(info.slot_index, event.job_id, info.allocation_id):
                 out.emit(
                     AllocationFailed,
                     job_id=event.job_id,
                     job_master_id=event.job_master_id,
                     resource_id=self.resource_id,
-                    allocation_id=allocation_id,
-                    cause=f"TaskExecutor {self.resource_id} holds no slot for {allocation_id}",
+                    allocation_id=info.allocation_id,
+                    cause=(
+                        f"TaskExecutor {self.resource_id} holds no slot {info.slot_index} "
+                        f"for {info.allocation_id}"
+                    ),
                 )
+        reported = {info.allocation_id for info in event.allocated_slots}
         unknown_to_job_master = [
             s.allocation_id
             for s in table.slots.values()
@@ -381,6 +444,12 @@ class TaskExecutor(Reducer):
             return (
                 f"No task slot allocated for job ID {event.job_id} and allocation ID "
                 f"{event.allocation_id}."
+            )
+        information = event.job_information_job_id
+        if information is not None and information != event.job_id:
+            return (
+                f"Inconsistent job ID information inside TaskDeploymentDescriptor "
+                f"({event.job_id} vs. {information})"
             )
         if event.max_parallelism <= 0:
             return f"Could not submit task: max parallelism {event.max_parallelism} is not > 0."

@@ -22,7 +22,7 @@ from jobledger.schemas.types import (
     ScheduleMode,
 )
 from jobledger.services.driver import ReducerDriver
-from jobledger.services.job_master import JobMaster
+from jobledger.services.job_master import JobMaster, JobMasterConfig
 
 from .events import Clock, profile
 
@@ -66,9 +66,11 @@ class JobCluster:
     """TaskExecutors registered, a job submitted and led; `step` runs inputs to quiescence
     and answers every deployment the way `runner` says."""
 
-    def __init__(self, task_executors: int = 2, slots: int = 4) -> None:
+    def __init__(
+        self, task_executors: int = 2, slots: int = 4, config: JobMasterConfig | None = None
+    ) -> None:
         self.clock = Clock()
-        self.driver = ReducerDriver()
+        self.driver = ReducerDriver(job_master_config=config or JobMasterConfig())
         self.log: list[Event] = []
         self.answered: set[str] = set()
         self.run([
@@ -148,3 +150,7 @@ class JobCluster:
 
     def deployments(self) -> list[TaskDeploymentRequested]:
         return [e for e in self.log if isinstance(e, TaskDeploymentRequested)]
+
+
+FULL = JobMasterConfig(failover_strategy="full")
+"""`jobmanager.execution.failover-strategy: full`: every failure restarts every vertex."""

@@ -6,14 +6,20 @@ Where a test gives one input, it asserts the JobMaster's decisions from it whole
 
 from __future__ import annotations
 
+import pytest
+
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
+    JobManagerDisconnected,
     JobMasterRegistrationAccepted,
+    JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
     ResourceManagerConnected,
     TaskManagerDisconnected,
 )
 from jobledger.schemas.jobs import (
+    GlobalAggregateUpdated,
+    GlobalAggregateUpdateRequested,
     JobCancellationRequested,
     JobMasterLeadershipGranted,
     JobStatusChanged,
@@ -25,21 +31,26 @@ from jobledger.schemas.slots import (
     AllocationFailed,
     LastSlotOfTaskManagerFreed,
     SlotFreeRequested,
+    SlotOfferAccepted,
     SlotOffered,
     SlotOfferRejected,
     SlotRequestCancelled,
     SlotRequested,
     SlotRequestFailed,
+    SlotRequestFulfilled,
 )
-from jobledger.schemas.tasks import TaskCancellationRequested
+from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
 from jobledger.schemas.types import (
     ExecutionState,
     JobStatus,
     KeyGroupRange,
     OwnerKind,
+    RestartStrategy,
+    RestartStrategyKind,
     ScheduleMode,
 )
 from jobledger.services.driver import ReducerDriver
+from jobledger.services.job_master import JobMasterConfig
 from jobledger.services.key_groups import assign_to_key_group
 
 from .events import (
@@ -54,7 +65,7 @@ from .events import (
     rejection,
     types,
 )
-from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
+from .jobs import FULL, JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
 
 PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
 PRODUCER = "jobmaster"
@@ -423,7 +434,7 @@ def test_queryable_state_lookup_by_key_through_the_job_master():
 
 
 def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_running():
-    c = JobCluster(task_executors=1, slots=1)
+    c = JobCluster(task_executors=1, slots=1, config=FULL)
     c.submit([vertex("only", 2)], restart=fixed_delay(attempts=3, delay_ms=0))
     holder = next(e for e in c.log if e.type_name() == "SlotRequestFulfilled")
     waiting = next(r for r in c.jm.pool.pending_requests.values())
@@ -448,6 +459,9 @@ def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_runn
         expect(SlotRequestFailed, **slot), expect(SlotRequestCancelled, **slot),
         status(JobStatus.RESTARTING, JobStatus.RUNNING),
         new_request, new_request,
+        # tm-0 holds no slot of the pool any more, and no partitions: let go (JM-4)
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+               cause="No more slots registered at JobMaster tm-0."),
     ])  # fmt: skip
     c.tick(c.clock.now)
     assert c.jm.status.value == "RUNNING"
@@ -467,3 +481,378 @@ def test_an_inverted_or_negative_key_group_range_is_rejected():
             kv_rejected("count", "counts", f"invalid key group range [{start}, {end}]"),
         ])  # fmt: skip
     assert c.jm.registry.locations == {}
+
+
+SUPPRESSED = (
+    "java.lang.RuntimeException: wrapped\n\tat org.example.Op.run(Op.java:1)\nCaused by: "
+    "org.apache.flink.runtime.execution.SuppressRestartsException: Unrecoverable failure."
+)
+
+
+def test_rs_4_a_suppress_restarts_exception_in_the_cause_chain_fails_the_job_without_restart():
+    c = JobCluster()
+    c.submit(PIPELINE, restart=fixed_delay(attempts=10, delay_ms=0))
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    for d in deployed.values():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, SUPPRESSED)
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.FAILING, f"{failing}: {SUPPRESSED}"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+    for key in [("src", 1), ("sink", 0), ("sink", 1)]:
+        c.report(deployed[key].execution_attempt_id, ExecutionState.CANCELED)
+    assert c.statuses()[-2:] == ["FAILING", "FAILED"]
+    assert c.jm.to_dict()["restarts"] == 0
+
+
+def test_rs_4_only_an_error_of_that_type_suppresses_restarts_not_its_name_in_a_message():
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=10, delay_ms=0))
+    attempt = c.deployments()[0].execution_attempt_id
+    c.report(attempt, ExecutionState.RUNNING)
+    error = "java.lang.RuntimeException: not a SuppressRestartsException: at all"
+    report = c.state_report(attempt, ExecutionState.FAILED, error)
+    c.run([report])
+    assert c.statuses()[-2:] == ["RESTARTING", "RUNNING"]
+    assert c.jm.to_dict()["restarts"] == 1
+
+
+def test_es_3_cancelling_an_eager_job_deploys_nothing_and_ends_canceled_at_once():
+    """One slot for two subtasks: src holds it, sink waits. Cancelling bumps every vertex's
+    version first, so the slot src gives back is refused for the outdated sink (not deployed),
+    and with nothing deployed the job is CANCELED at once."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "PIPELINED"))])
+    assert c.deployments() == []
+    src, sink = (c.jm.scheduler.graph.vertices[v].subtasks[0].current for v in ("src", "sink"))
+    held, own = src.allocation_id, c.jm.pool.pending_requests[sink.attempt_id].allocation_id
+    cancel = c.clock(JobCancellationRequested, job_id=JOB)
+    c.run([cancel])
+    assert_derived(derived_from(c.log, cancel, PRODUCER), [
+        status(JobStatus.RUNNING, JobStatus.CANCELLING, "cancelled by request"),
+        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=held, resource_id="tm-0", slot_index=0),
+        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=own,
+               cause=f"slot request {sink.attempt_id} fulfilled by allocation {held}"),
+        status(JobStatus.CANCELLING, JobStatus.CANCELED),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=held,
+               cause="SlotPool stopped: job CANCELED"),
+    ])  # fmt: skip
+    assert c.deployments() == []
+
+
+PIPELINES = [vertex("src", 2), vertex("sink", 2, ("src", "POINTWISE", "PIPELINED"))]
+"""Two pipelined regions: {src[0], sink[0]} and {src[1], sink[1]}."""
+
+
+def running(c: JobCluster) -> dict[tuple[str, int], TaskDeploymentRequested]:
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    for d in deployed.values():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    return deployed
+
+
+def test_region_failover_restarts_only_the_failed_tasks_pipelined_region():
+    """RestartPipelinedRegionFailoverStrategy, the default: src[0] failing cancels sink[0]
+    only; once it is cancelled and the delay passed, src[0] and sink[0] run again while the
+    other region ran on (RS-9: RESTARTING until then)."""
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, "java.lang.RuntimeException: boom")
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{failing}: java.lang.RuntimeException: boom"),
+        cancel_task(deployed["sink", 0]),
+    ])  # fmt: skip
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 100)
+    assert c.statuses()[-1] == "RUNNING"
+    again = [(d.vertex_id, d.subtask_index, d.attempt_number) for d in c.deployments()[4:]]
+    assert again == [("src", 0, 1), ("sink", 0, 1)]
+    attempts = {(ev.job_vertex_id, ev.subtask_index): ev.current.attempt_number
+                for ev in c.jm.graph.execution_vertices()}  # fmt: skip
+    assert attempts == {("src", 0): 1, ("src", 1): 0, ("sink", 0): 1, ("sink", 1): 0}
+
+
+def test_full_failover_restarts_every_vertex():
+    c = JobCluster(config=FULL)
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    failing = deployed["src", 0].execution_attempt_id
+    report = c.state_report(failing, ExecutionState.FAILED, "java.lang.RuntimeException: boom")
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{failing}: java.lang.RuntimeException: boom"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+
+
+def test_rs_5_a_global_failure_restarts_every_vertex_whatever_the_strategy():
+    """CANCELED reported for a FINISHED task is a race ES-7 fails globally: every vertex of
+    both regions is cancelled for the restart, the finished one staying FINISHED (ES-3)."""
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    racing = deployed["src", 0].execution_attempt_id
+    c.report(racing, ExecutionState.FINISHED)
+    report = c.state_report(racing, ExecutionState.CANCELED)
+    assert_derived(run_one(c, report), [
+        status(JobStatus.RUNNING, JobStatus.RESTARTING,
+               f"{racing}: Asynchronous race: Found FINISHED while expecting CANCELING"),
+        *[cancel_task(deployed[key]) for key in [("src", 1), ("sink", 0), ("sink", 1)]],
+    ])  # fmt: skip
+    for key in [("src", 1), ("sink", 0), ("sink", 1)]:
+        c.report(deployed[key].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 100)
+    assert {d.attempt_number for d in c.deployments()[4:]} == {1}
+    assert len(c.deployments()) == 8, "all four, the finished one too, run again"
+
+
+def test_rs_9_a_second_region_failing_meanwhile_keeps_the_job_restarting_until_both_ran():
+    c = JobCluster()
+    c.submit(PIPELINES, restart=fixed_delay(attempts=3, delay_ms=100))
+    deployed = running(c)
+    c.report(deployed["src", 0].execution_attempt_id, ExecutionState.FAILED, "E: one")
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 50)
+    c.report(deployed["src", 1].execution_attempt_id, ExecutionState.FAILED, "E: two")
+    c.report(deployed["sink", 1].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(c.clock.now + 50)
+    assert c.statuses()[-1] == "RESTARTING", "the second region's delay has not passed"
+    assert [(d.vertex_id, d.subtask_index) for d in c.deployments()[4:]] == [
+        ("src", 0), ("sink", 0),
+    ]  # fmt: skip
+    c.tick(c.clock.now + 100)
+    assert c.statuses()[-1] == "RUNNING" and c.jm.restarts == 2
+    assert [(d.vertex_id, d.subtask_index) for d in c.deployments()[6:]] == [
+        ("src", 1), ("sink", 1),
+    ]  # fmt: skip
+
+
+def test_es_3_a_failover_deploys_nothing_of_the_region_it_cancels():
+    """LAZY, one slot: src runs, sink waits for a slot. src failing marks the region modified
+    before its slot goes back, so the slot is refused for sink (no deployment to cancel) and
+    the region restarts once the delay passed."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "PIPELINED"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=100))  # fmt: skip
+    src = c.deployments()[0]
+    c.report(src.execution_attempt_id, ExecutionState.RUNNING)
+    sink = c.jm.graph.vertices["sink"].subtasks[0].current
+    own = c.jm.pool.pending_requests[sink.attempt_id].allocation_id
+    report = c.state_report(src.execution_attempt_id, ExecutionState.FAILED, "E: boom")
+    c.run([report])
+    assert_derived(derived_from(c.log, report, PRODUCER), [
+        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=src.allocation_id, resource_id="tm-0", slot_index=0),
+        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+               allocation_id=own,
+               cause=f"slot request {sink.attempt_id} fulfilled by allocation "
+                     f"{src.allocation_id}"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{src.execution_attempt_id}: E: boom"),
+    ])  # fmt: skip
+    assert c.deployments() == [src]
+    c.tick(c.clock.now + 100)
+    assert [(d.vertex_id, d.attempt_number) for d in c.deployments()] == [("src", 0), ("src", 1)]
+
+
+def test_rs_10_the_cluster_restart_strategy_serves_jobs_that_configure_none():
+    c = JobCluster(config=JobMasterConfig(restart_strategy=fixed_delay(attempts=1, delay_ms=0)))
+    c.submit([vertex("only", 1)])
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == [
+        "CREATED", "RUNNING", "RESTARTING", "RUNNING", "FAILING", "FAILED",
+    ], "the cluster's one restart attempt, then no more"  # fmt: skip
+
+
+def test_rs_10_a_jobs_own_strategy_none_included_beats_the_clusters():
+    c = JobCluster(config=JobMasterConfig(restart_strategy=fixed_delay(attempts=5, delay_ms=0)))
+    c.submit([vertex("only", 1)], restart=RestartStrategy(kind=RestartStrategyKind.NONE))
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == ["CREATED", "RUNNING", "FAILING", "FAILED"]
+
+
+def test_rs_10_without_any_configured_strategy_a_job_does_not_restart():
+    """No checkpointing here, so the cluster default is no restart (RS-10)."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=RestartStrategy())
+    c.play(lambda d: [ExecutionState.RUNNING, ExecutionState.FAILED])
+    assert c.statuses() == ["CREATED", "RUNNING", "FAILING", "FAILED"]
+
+
+def test_the_failover_strategy_option_is_checked():
+    with pytest.raises(ValueError, match="Unknown failover strategy: 'all'"):
+        JobMasterConfig(failover_strategy="all")
+
+
+def test_jm_3_a_registration_for_a_job_this_job_master_does_not_lead_is_declined():
+    """The registration is routed by its JobID, so it reaches the JobMaster of the job it
+    names; one naming a job with no leader (another job's TaskExecutor) is declined."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    register = c.clock(JobMasterRegistrationRequested, job_id="other-job", job_master_id=JM,
+                       resource_id="tm-0")  # fmt: skip
+    events = c.run([register])
+    assert_derived(derived_from(events, register, PRODUCER), [
+        expect(JobMasterRegistrationDeclined, job_id="other-job", resource_id="tm-0",
+               reason="job other-job has no JobMaster leader"),
+    ])  # fmt: skip
+    assert "tm-0" in c.jm.pool.registered_task_managers, "this job's registration stands"
+
+
+def test_jm_7_a_restarting_job_still_accepts_slots():
+    """testJobMasterAcceptsSlotsWhenJobIsRestarting: a day's restart delay, the TaskManager
+    disconnected: the job is RESTARTING, and every slot another TaskManager offers is
+    accepted."""
+    c = JobCluster(task_executors=1, slots=2)
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=3, delay_ms=86_400_000))
+    c.report(c.deployments()[0].execution_attempt_id, ExecutionState.RUNNING)
+    c.run([c.clock(TaskManagerDisconnected, job_id=JOB, resource_id="tm-0", cause="gone")])
+    assert c.jm.status is JobStatus.RESTARTING
+    c.run([c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
+                   resource_id="tm-9")])  # fmt: skip
+    offers = [c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-9",
+                      slot_index=i, allocation_id=f"x{i}", resource_profile=ANY)
+              for i in range(2)]  # fmt: skip
+    for offer in offers:
+        assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [
+            expect(SlotOfferAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-9",
+                   slot_index=offer.slot_index, allocation_id=offer.allocation_id),
+        ])  # fmt: skip
+    assert sorted(c.jm.pool.available_slots) == ["x0", "x1"]
+
+
+def test_jm_8_the_job_master_id_fences_every_input_that_carries_one():
+    """JobMasterId as fencing token: a report under another id is refused; after leadership
+    passes to a new id, the old id is refused and the new one is followed."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+    attempt = c.deployments()[0].execution_attempt_id
+    forged = c.state_report(attempt, ExecutionState.RUNNING, job_master_id="jm-forged")
+    assert_derived(
+        run_one(c, forged), [rejected(forged, "JobMasterId jm-forged is not the leader's")]
+    )
+    c.run([c.clock(JobMasterLeadershipGranted, job_id=JOB, job_master_id="jm-2")])
+    stale = c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+                    slot_index=3, allocation_id="late", resource_profile=ANY)  # fmt: skip
+    assert_derived(derived_from(c.run([stale]), stale, PRODUCER), [
+        expect(SlotOfferRejected, job_id=JOB, job_master_id="jm-2", resource_id="tm-0",
+               slot_index=3, allocation_id="late",
+               reason=f"JobMasterId {JM} is not the leader's"),
+    ])  # fmt: skip
+    assert c.jm.job_master_id == "jm-2"
+
+
+def test_jm_4_a_task_manager_left_without_slots_is_disconnected():
+    """testReleasingTaskExecutorIfNoMoreSlotsRegistered: the only slot of tm-0 fails; the
+    pool frees it and reports tm-0 empty, and with no partitions there the JobMaster lets
+    tm-0 go: it is no longer registered and hears that the JobMaster disconnected."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=3, delay_ms=86_400_000))
+    deployment = c.deployments()[0]
+    attempt, allocation = deployment.execution_attempt_id, deployment.allocation_id
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
+                     cause="slot broke", resource_id="tm-0")  # fmt: skip
+    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
+        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+               allocation_id=allocation, cause="slot broke"),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+               cause="slot broke"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
+        expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+               cause="No more slots registered at JobMaster tm-0."),
+    ])  # fmt: skip
+    assert "tm-0" not in c.jm.pool.registered_task_managers
+    assert c.driver.task_executors["tm-0"].job_masters == {}
+
+
+def test_jm_5_a_task_manager_still_holding_partitions_is_kept():
+    """testTaskExecutorNotReleasedOnFailedAllocationIfPartitionIsAllocated: src finished on
+    tm-0 and its blocking result is still there, so when the sink's slot on tm-0 fails the
+    slot is freed but tm-0 stays registered."""
+    c = JobCluster(task_executors=1, slots=1)
+    c.submit([vertex("src", 1), vertex("sink", 1, ("src", "POINTWISE", "BLOCKING"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=86_400_000))  # fmt: skip
+    src = c.deployments()[0]
+    c.report(src.execution_attempt_id, ExecutionState.RUNNING)
+    c.report(src.execution_attempt_id, ExecutionState.FINISHED)
+    sink = c.deployments()[1]
+    assert (sink.vertex_id, sink.resource_id) == ("sink", "tm-0")
+    attempt, allocation = sink.execution_attempt_id, sink.allocation_id
+    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
+                     cause="slot broke", resource_id="tm-0")  # fmt: skip
+    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
+        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+               allocation_id=allocation, cause="slot broke"),
+        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+               cause="slot broke"),
+        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
+    ])  # fmt: skip
+    assert "tm-0" in c.jm.pool.registered_task_managers
+
+
+def test_jm_10_global_aggregates_fold_each_value_per_name():
+    """testJobMasterAggregatesValuesCorrectly: agg1 gives 1, 3, 6, 10 for 1..4; agg2 gives
+    10, then 33."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)])
+
+    def update(name: str, value: int, function: str = "sum", jm: str | None = JM):
+        return c.clock(GlobalAggregateUpdateRequested, job_id=JOB, job_master_id=jm,
+                       aggregate_name=name, value=value, aggregate_function=function)  # fmt: skip
+
+    answers = []
+    for name, value in [("agg1", 1), ("agg1", 2), ("agg2", 10), ("agg1", 3), ("agg2", 23),
+                        ("agg1", 4)]:  # fmt: skip
+        request = update(name, value)
+        derived = run_one(c, request)
+        answers.append((name, derived[0].value))
+        assert_derived(derived, [expect(GlobalAggregateUpdated, job_id=JOB, aggregate_name=name,
+                                        value=derived[0].value)])  # fmt: skip
+    assert answers == [("agg1", 1), ("agg1", 3), ("agg2", 10), ("agg1", 6), ("agg2", 33),
+                       ("agg1", 10)]  # fmt: skip
+    unknown = update("agg1", 1, function="max")
+    assert_derived(
+        run_one(c, unknown), [rejected(unknown, "unknown aggregate function 'max' (sum)")]
+    )
+    stale = update("agg1", 1, jm="jm-old")
+    assert_derived(run_one(c, stale), [rejected(stale, "JobMasterId jm-old is not the leader's")])
+    assert c.jm.global_aggregates == {"agg1": 10, "agg2": 33}
+
+
+def test_rs_9_lazy_scheduling_goes_on_in_a_restarted_region_while_another_waits():
+    """Region A restarted while region B still waits for its delay (the job RESTARTING): A's
+    source running schedules A's sink at once, as Flink's scheduling strategy reacts to every
+    state change."""
+    c = JobCluster()
+    c.submit(PIPELINES, mode=ScheduleMode.LAZY_FROM_SOURCES,
+             restart=fixed_delay(attempts=3, delay_ms=100))  # fmt: skip
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    deployed = {(d.vertex_id, d.subtask_index): d for d in c.deployments()}
+    start = c.clock.now
+    c.report(
+        deployed["src", 0].execution_attempt_id,
+        ExecutionState.FAILED,
+        "E: one",
+    )
+    c.report(deployed["sink", 0].execution_attempt_id, ExecutionState.CANCELED)
+    c.report(deployed["src", 1].execution_attempt_id, ExecutionState.FAILED, "E: two")
+    c.report(deployed["sink", 1].execution_attempt_id, ExecutionState.CANCELED)
+    c.tick(start + 101)
+    assert c.statuses()[-1] == "RESTARTING"
+    src0 = c.deployments()[-1]
+    assert (src0.vertex_id, src0.subtask_index, src0.attempt_number) == ("src", 0, 1)
+    c.report(src0.execution_attempt_id, ExecutionState.RUNNING)
+    sink0 = c.deployments()[-1]
+    assert (sink0.vertex_id, sink0.subtask_index, sink0.attempt_number) == ("sink", 0, 1)
+    assert c.jm.status is JobStatus.RESTARTING

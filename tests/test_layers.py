@@ -16,7 +16,8 @@ PURE = [
     "decisions", "driver", "execution_graph", "execution_state", "job_master", "job_status",
     "key_groups", "kv_state_location_registry", "partitioning", "reducer", "resource_manager",
     "resource_profile", "restart_strategy", "scheduler", "slot_placement", "slot_pool",
-    "slot_request_listener", "task_executor", "task_slot_table",
+    "slot_request_listener", "task_executor", "task_slot_table", "throwable_classifier",
+    "failover_strategy",
 ]  # fmt: skip
 """The reducers and what they are built from: `services/<name>.py`."""
 

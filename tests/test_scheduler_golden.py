@@ -2,7 +2,7 @@
 scenario of tests/scheduler_golden.py derives, event for event and field for field, the log
 (and the state) recorded on the code before the split. The golden was re-recorded once after
 the split, for the fix of a slot completion told twice (only job-69 and the REDELIVERED
-seeds changed)."""
+seeds changed), and for Flink behaviours of issue 17 (each commit names what it changed)."""
 
 from __future__ import annotations
 

@@ -156,6 +156,11 @@ def cancelled(req, alloc, cause):
     )
 
 
+def served(req, alloc, by):
+    """The request's own allocation cancelled at the RM once another allocation served it."""
+    return cancelled(req, alloc, f"slot request {req} fulfilled by allocation {by}")
+
+
 def timed_out(req, alloc):
     return expect(SlotRequestTimedOut, job_id=JOB, slot_request_id=req, allocation_id=alloc)
 
@@ -209,7 +214,7 @@ def test_sp_3_offer_from_unregistered_tm_is_rejected_and_changes_nothing(p):
 def test_sp_4_unrequested_allocation_fills_the_first_matching_request(p):
     p.request("r1")
     a = p.alloc("r1")
-    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x")])
+    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x"), served("r1", a, "x")])
     assert p.pool.allocated_slots["r1"].allocation_id == "x"
     assert_derived(p.offer(a, index=1), [accepted(a, index=1)])
     assert list(p.pool.available_slots) == [a]
@@ -264,9 +269,9 @@ def test_sp_9_offers_are_answered_one_by_one_in_order(p):
 def test_sp_10_returning_a_slot_fills_the_next_waiting_request(p):
     p.request("r1")
     p.request("r2")
-    a1 = p.alloc("r1")
+    a1, a2 = p.alloc("r1"), p.alloc("r2")
     p.offer(a1)
-    assert_derived(p.release("r1"), [fulfilled("r2", a1)])
+    assert_derived(p.release("r1"), [fulfilled("r2", a1), served("r2", a2, a1)])
     assert "r1" not in p.pool.allocated_slots
 
 
@@ -286,14 +291,16 @@ def test_sp_12_releasing_an_unknown_request_is_rejected_with_a_reason(p):
 
 
 def test_sp_13_seed_a_released_requests_allocation_fills_the_next_request(p):
-    """Seed 002 (<= 1.10) semantics: no orphan remapping, so only a1 is cancelled."""
+    """Seed 002 (<= 1.10) semantics: a1 fills r2, whose own allocation a2 is then cancelled at
+    the RM, so the cancellations are exactly [a1, a2] (`testFulfillingSlotRequestsWith
+    UnusedOfferedSlots`); a2 offered later is kept as available."""
     p.request("r1")
     p.request("r2")
     a1, a2 = p.alloc("r1"), p.alloc("r2")
     assert_derived(
         p.release("r1"), [failed("r1", a1, released("r1")), cancelled("r1", a1, released("r1"))]
     )
-    assert_derived(p.offer(a1), [accepted(a1), fulfilled("r2", a1)])
+    assert_derived(p.offer(a1), [accepted(a1), fulfilled("r2", a1), served("r2", a2, a1)])
     assert_derived(p.offer(a2, index=1), [accepted(a2, index=1)])
     assert a2 in p.pool.available_slots
 
@@ -306,10 +313,12 @@ def test_sp_14_seed_an_offer_fills_the_request_waiting_on_its_allocation(p):
     assert list(p.pool.pending_requests) == ["r1"] and p.alloc("r1") == a1
 
 
-def test_sp_15_seed_an_unknown_allocation_fills_the_oldest_request_without_cancelling(p):
+def test_sp_15_seed_an_unknown_allocation_fills_the_oldest_request_and_cancels_its_own(p):
+    """r1 is served by x, so its own allocation a1 is cancelled at the RM; r2 stays pending."""
     p.request("r1")
     p.request("r2")
-    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x")])
+    a1 = p.alloc("r1")
+    assert_derived(p.offer("x"), [accepted("x"), fulfilled("r1", "x"), served("r1", a1, "x")])
     assert list(p.pool.pending_requests) == ["r2"]
 
 
@@ -412,7 +421,8 @@ def test_sp_25_seed_requests_complete_in_request_order_after_the_first(p):
     assert_derived(p.offer(a9), [accepted(a9), fulfilled("r9", a9)])
     current = "r9"
     for i in range(9):
-        assert_derived(p.release(current), [fulfilled(f"r{i}", a9)])
+        own = p.alloc(f"r{i}")
+        assert_derived(p.release(current), [fulfilled(f"r{i}", a9), served(f"r{i}", own, a9)])
         current = f"r{i}"
 
 

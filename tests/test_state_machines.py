@@ -130,18 +130,41 @@ def test_rs_1_fixed_delay_allows_exactly_its_attempts():
     assert backoff.backoff_ms == 77
 
 
-def test_failure_rate_counts_failures_inside_the_interval():
-    backoff = RestartBackoff(RestartStrategy(
-        kind=RestartStrategyKind.FAILURE_RATE, max_failures_per_interval=2,
-        failure_rate_interval_ms=1_000,
+def _failure_rate(max_failures: int, interval_ms: int) -> RestartBackoff:
+    return RestartBackoff(RestartStrategy(
+        kind=RestartStrategyKind.FAILURE_RATE, max_failures_per_interval=max_failures,
+        failure_rate_interval_ms=interval_ms,
     ))  # fmt: skip
-    for t in (0, 500):
+
+
+def test_failure_rate_1_12_the_max_th_failure_inside_the_interval_refuses():
+    """FailureRateRestartBackoffTimeStrategyTest#testFailuresExceedingRate: max 3, all three
+    failures inside the interval: the first two may restart, the third may not."""
+    backoff = _failure_rate(3, 10_000)
+    answers = []
+    for t in (0, 1, 2):
         backoff.notify_failure(t)
-    assert backoff.can_restart(500)
-    backoff.notify_failure(900)
-    assert not backoff.can_restart(900)
-    backoff.notify_failure(2_000)
-    assert backoff.can_restart(2_000), "the old failures left the interval"
+        answers.append((backoff.can_restart(t), backoff.can_restart(t)))
+    assert answers == [(True, True), (True, True), (False, False)]
+
+
+def test_failure_rate_1_12_failures_spread_wider_than_the_interval_always_restart():
+    """testManyFailuresWithinRate: interval 1 ms, a failure every 2 ms, max 3: always yes."""
+    backoff = _failure_rate(3, 1)
+    for t in (0, 2, 4, 6, 8):
+        backoff.notify_failure(t)
+        assert backoff.can_restart(t)
+    assert backoff.failures == [4, 6, 8], "only the last max failures are kept"
+
+
+def test_failure_rate_1_12_the_oldest_counted_failure_must_be_strictly_older_than_the_interval():
+    backoff = _failure_rate(2, 1_000)
+    backoff.notify_failure(0)
+    backoff.notify_failure(500)
+    assert not backoff.can_restart(1_000), "0 is exactly the interval ago: still inside"
+    assert backoff.can_restart(1_001)
+    backoff.notify_failure(1_200)
+    assert not backoff.can_restart(1_200), "500 and 1200 both inside the interval"
 
 
 def test_none_never_restarts():

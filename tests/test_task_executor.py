@@ -8,10 +8,13 @@ import pytest
 from jobledger.schemas.cluster import (
     JobManagerDisconnected,
     JobMasterHeartbeat,
+    JobMasterHeartbeatTimedOut,
     JobMasterRegistrationAccepted,
     JobMasterRegistrationDeclined,
     JobMasterRegistrationRequested,
+    ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
+    TaskManagerDisconnected,
     TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
@@ -24,6 +27,7 @@ from jobledger.schemas.slots import (
     SlotFreeRequested,
     SlotOfferAccepted,
     SlotOffered,
+    SlotOfferFailed,
     SlotOfferRejected,
 )
 from jobledger.schemas.tasks import (
@@ -93,12 +97,12 @@ class TE:
             allocation_id=alloc, reason="not needed",
         )  # fmt: skip
 
-    def submit(self, alloc, attempt="att-1", jm=JM, job=JOB, max_parallelism=128):
+    def submit(self, alloc, attempt="att-1", jm=JM, job=JOB, max_parallelism=128, info=None):
         return self.apply(
             TaskDeploymentRequested, job_id=job, job_master_id=jm, execution_attempt_id=attempt,
             vertex_id="v", subtask_index=0, attempt_number=0, number_of_subtasks=1,
             max_parallelism=max_parallelism, allocation_id=alloc, slot_index=0,
-            invokable_class_name="noop",
+            invokable_class_name="noop", job_information_job_id=info,
         )  # fmt: skip
 
     def tick(self, at: int) -> Derived:
@@ -334,11 +338,30 @@ def test_te_15_heartbeat_sync_fails_what_the_te_lacks_and_frees_what_the_jm_forg
     assert_derived(
         te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report),
         [
-            allocation_lost("B", "TaskExecutor tm-1 holds no slot for B"),
+            allocation_lost("B", "TaskExecutor tm-1 holds no slot 1 for B"),
             freed("C", "the JobMaster no longer holds the slot", index=1),
         ],
     )
     assert set(te.te.table.slots) == {"A"}
+
+
+def test_te_15_the_right_allocation_at_another_index_is_failed_too_in_report_order():
+    """isAllocated(index, job, allocation): A is held at index 0, so a report of A at index 2
+    fails A at the JobMaster; the report's order is kept (Z before A)."""
+    te = TE(slots=3)
+    te.request(0, "A")
+    te.connect()
+    te.accept("A")
+    report = [AllocatedSlotInfo(slot_index=1, allocation_id="Z"),
+              AllocatedSlotInfo(slot_index=2, allocation_id="A")]  # fmt: skip
+    assert_derived(
+        te.apply(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, allocated_slots=report),
+        [
+            allocation_lost("Z", "TaskExecutor tm-1 holds no slot 1 for Z"),
+            allocation_lost("A", "TaskExecutor tm-1 holds no slot 2 for A"),
+        ],
+    )
+    assert set(te.te.table.slots) == {"A"}, "A is reported, so it is not freed here"
 
 
 def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
@@ -381,12 +404,17 @@ def test_te_21_dynamic_slots_keep_their_profile_and_are_not_reported_freed():
          "leader id jm-2 does not match the expected job manager leader id jm-1."),
         ("connected", {"alloc": "nope"},
          "No task slot allocated for job ID job-1 and allocation ID nope."),
+        ("connected", {"alloc": "nope", "info": "job-2"},
+         "No task slot allocated for job ID job-1 and allocation ID nope."),
+        ("connected", {"info": "job-2", "max_parallelism": 0},
+         "Inconsistent job ID information inside TaskDeploymentDescriptor (job-1 vs. job-2)"),
         ("connected", {"max_parallelism": 0},
          "Could not submit task: max parallelism 0 is not > 0."),
         ("running", {}, "TaskManager already contains a task for id att-1."),
     ],
     ids=["te-22-1-no-job-manager", "te-22-2-job-master-id", "te-22-3-no-slot",
-         "te-23-max-parallelism", "te-22-6-duplicate"],
+         "te-22-3-before-4", "te-22-4-inconsistent-job-id", "te-23-max-parallelism",
+         "te-22-6-duplicate"],
 )  # fmt: skip
 def test_te_22_submission_checks_in_order(setup, kwargs, reason):
     te = TE()
@@ -399,6 +427,13 @@ def test_te_22_submission_checks_in_order(setup, kwargs, reason):
     alloc = kwargs.pop("alloc", "a1")
     assert_derived(te.submit(alloc, **kwargs), [submission_rejected("att-1", alloc, reason)])
     assert te.te.to_dict() == before, "a refused submission changes nothing"
+
+
+def test_te_22_4_a_consistent_job_information_job_id_is_accepted():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    assert types(te.submit("a1", info=JOB)) == ["TaskSubmissionAccepted"]
 
 
 def test_te_24_cancelling_an_unknown_task_is_refused():
@@ -487,3 +522,71 @@ def test_a_connection_closed_by_another_resource_manager_is_rejected():
     assert te.te.resource_manager_id is None
     # each beat of a runner the ResourceManager lost closes it again: nothing to answer
     assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost") == []
+
+
+def offer_failed(te: TE, allocations: list[str], timed_out: bool, jm=JM):
+    return te.apply(
+        SlotOfferFailed, job_id=JOB, job_master_id=jm, allocation_ids=allocations,
+        timed_out=timed_out, cause="java.util.concurrent.TimeoutException" if timed_out
+        else "org.apache.flink.util.FlinkException: offer lost",
+    )  # fmt: skip
+
+
+def test_te_9_an_offer_that_times_out_is_offered_again_until_accepted():
+    """testOfferSlotToJobMasterAfterTimeout: two offers of slot 0 time out, the third is
+    accepted; every offer holds that one slot, index 1 stays free."""
+    te = TE()
+    te.request(0, "a1")
+    assert_derived(te.connect(), [offered("a1")])
+    for _ in range(2):
+        assert_derived(offer_failed(te, ["a1"], timed_out=True), [offered("a1")])
+    assert te.accept("a1") == []
+    assert te.state("a1") is TaskSlotState.ACTIVE
+    assert te.te.table.is_slot_free(1)
+
+
+def test_te_10_an_offer_failing_otherwise_frees_every_slot_it_held():
+    te = TE()
+    te.request(0, "a1")
+    te.request(1, "a2")
+    te.connect()
+    cause = "offering the slot failed: org.apache.flink.util.FlinkException: offer lost"
+    assert_derived(offer_failed(te, ["a1", "a2"], timed_out=False), [
+        freed("a1", cause), freed("a2", cause, index=1),
+    ])  # fmt: skip
+    assert te.te.table.slots == {}
+
+
+def test_te_11_a_failed_offer_from_a_former_leader_is_ignored():
+    te = TE()
+    te.request(0, "a1")
+    te.connect()
+    events = offer_failed(te, ["a1"], timed_out=False, jm="jm-old")
+    assert_derived(events, [rejected(events, "no connection to JobMaster jm-old of job job-1")])
+    assert "a1" in te.te.table.slots
+
+
+def test_te_17_a_job_master_heartbeat_timeout_disconnects_and_registers_again():
+    te = TE()
+    te.request(0, "a1", at=1_000)
+    te.connect()
+    te.submit("a1")
+    events = te.apply(JobMasterHeartbeatTimedOut, at=2_000, job_id=JOB, job_master_id=JM)
+    cause = f"The heartbeat of JobManager with id {JM} timed out."
+    assert_derived(events, [
+        task_failed("att-1", cause, jm=None),
+        expect(TaskManagerDisconnected, job_id=JOB, resource_id=TM, cause=cause),
+        registration(),
+    ])  # fmt: skip
+    assert te.state("a1") is TaskSlotState.ALLOCATED
+    assert_derived(te.connect(), [offered("a1")])
+
+
+def test_te_18_a_resource_manager_heartbeat_timeout_drops_the_connection():
+    te = TE()
+    assert te.apply(ResourceManagerHeartbeatTimedOut, resource_manager_id="rm") == []
+    assert_derived(te.request(0, "a1"), [
+        allocation_failed("a1", "TaskManager is not connected to the resource manager rm."),
+    ])  # fmt: skip
+    events = te.apply(ResourceManagerHeartbeatTimedOut, resource_manager_id="rm")
+    assert_derived(events, [rejected(events, "not connected to the resource manager rm")])

@@ -350,4 +350,16 @@ def run_task(
 
 
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """The error and its cause chain as the JobMaster reads them (throwable_classifier.py):
+    `Type: message`, then a `Caused by: ` line per cause, so that a user's function raising
+    an exception named SuppressRestartsException (or raising from one) fails the job without
+    restart (RS-4)."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        prefix = "Caused by: " if lines else ""
+        lines.append(f"{prefix}{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(lines)
