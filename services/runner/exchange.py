@@ -183,13 +183,16 @@ def read_input_gate(
     pipelined_wait_s: float = 300.0,
 ) -> list[Any]:
     """Every record of this subtask's partition from the producers the gate names, each
-    producer's newest complete attempt at least as new as this one (a global restart gives
-    every vertex the next attempt number together).
+    producer's newest complete attempt.
 
-    A BLOCKING input was finished before this task was deployed: anything missing is an error.
-    A PIPELINED input's producers may still run: wait for them, up to `pipelined_wait_s`."""
+    A BLOCKING input was finished before this task was deployed, by whichever attempt the
+    producer is at (a region failover restarts the consumer alone and keeps the producers'
+    results): anything missing is an error. A PIPELINED input's producers are in the
+    consumer's region, restarted with it, so they are at its attempt number or newer, and may
+    still run: wait for them, up to `pipelined_wait_s`."""
     topic = result_topic(prefix, job_id, gate.source_vertex_id, consumer_vertex)
     waits = gate.result_partition_type is ResultPartitionType.PIPELINED
+    oldest_attempt = attempt_number if waits else 0
     deadline = time.monotonic() + (pipelined_wait_s if waits else 0)
     chunks: dict[tuple[int, int], dict[int, list[Any]]] = {}
     ends: dict[tuple[int, int], int] = {}
@@ -206,7 +209,7 @@ def read_input_gate(
                     chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
             missing = [
                 p for p in gate.consumed_subtask_indexes
-                if not any(q == p and a >= attempt_number for q, a in ends)
+                if not any(q == p and a >= oldest_attempt for q, a in ends)
             ]  # fmt: skip
         except (LookupError, TimeoutError, KafkaException) as exc:
             missing, error = gate.consumed_subtask_indexes, exc
