@@ -85,8 +85,10 @@ class ArchivedJob:
     """When the log last said something of the job."""
     status_timestamps: dict[str, int] = field(default_factory=dict)
     """Status -> when the job last entered it (Flink keeps one time per status)."""
-    causes: list[tuple[int, str, str]] = field(default_factory=list)
-    """(time, status, cause) of every status change that names a cause."""
+    root_cause: tuple[int, str] | None = None
+    """(time, cause) of the latest failure: a task failure the JobMaster took (each one sets
+    it, as Flink's setGlobalFailureCause does, whether it restarts a region or the job) or a
+    status change naming a cause, whichever the log says last."""
     deployed: dict[str, TaskDeploymentRequested] = field(default_factory=dict)
     reports: dict[str, list[tuple[int, str, str | None]]] = field(default_factory=dict)
     """Attempt id -> (time, state, error) of its deployment and every state report taken."""
@@ -186,7 +188,7 @@ def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, st
     elif isinstance(event, JobStatusChanged):
         job.status_timestamps[event.to_status.value] = at
         if event.cause:
-            job.causes.append((at, event.to_status.value, event.cause))
+            job.root_cause = (at, event.cause)
     elif isinstance(event, TaskDeploymentRequested):
         job.deployed[event.execution_attempt_id] = event
         job.reports.setdefault(event.execution_attempt_id, []).append((at, "DEPLOYING", None))
@@ -200,3 +202,4 @@ def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, st
                 deployment.attempt_number, event.error or "(no error text)",
                 event.resource_id or deployment.resource_id, at, where(record),
             ))  # fmt: skip
+            job.root_cause = (at, f"{event.execution_attempt_id}: {job.failures[-1].error}")

@@ -1,6 +1,7 @@
 """A job's exceptions as Flink's REST API shows them (`/jobs/:jobid/exceptions`): the root
-exception (the cause of the job's latest failure) and the exception history, one entry per
-task failure the JobMaster took, newest first, with the task and where it ran."""
+exception (the cause of the job's latest failure: under region failover, the latest region's)
+and the exception history, one entry per task failure the JobMaster took, newest first, with
+the task and where it ran."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ LEGACY_FIELDS = ("exceptionName", "stacktrace", "timestamp", "taskName", "locati
 def job_exceptions(archive: ClusterArchive, job_id: str) -> dict[str, Any]:
     job = archive.job(job_id)
     entries = [_entry(job, f) for f in reversed(job.failures)]
-    root = job.causes[-1] if job.causes else None
+    root = job.root_cause
     return {
-        "root-exception": root[2] if root else None,
+        "root-exception": root[1] if root else None,
         "timestamp": root[0] if root else None,
         "all-exceptions": [{k: e[k] for k in LEGACY_FIELDS} for e in entries],
         "truncated": False,

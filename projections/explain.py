@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
-from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.slots import (
     SlotAllocationRequested,
     SlotOfferAccepted,
@@ -30,6 +30,7 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.types import JobStatus, RestartStrategy, RestartStrategyKind
 from jobledger.services.driver import ReducerDriver
 
+from .failovers import failovers
 from .history import fields, iso, refused_reports
 from .log_file import LogRecord
 from .positions import Cut, where
@@ -262,13 +263,11 @@ def _now(
     if jm is not None and jm.scheduler.job is not None:
         strategy = jm.scheduler.restart_strategy_of(submitted)  # the cluster's, if not its own
     lines = []
-    restarts = [
-        r for r in ordered if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id
-        and r.event.to_status is JobStatus.RESTARTING
-    ]  # fmt: skip
-    for n, restart in enumerate(restarts, start=1):
-        cause = f"; cause: {restart.event.cause}" if restart.event.cause else ""
-        lines.append(f"restart {n} ({where(restart)}): {_restart_account(strategy, n)}{cause}")
+    for n, failover in enumerate(failovers(ordered, job_id), start=1):
+        cause = f"; cause: {failover.cause}" if failover.cause else ""
+        restarted = "the whole job" if failover.whole_job else ", ".join(failover.subtasks)
+        lines.append(f"restart {n} ({where(failover.record)}) of {restarted}: "
+                     f"{_restart_account(strategy, failover.failures)}{cause}")  # fmt: skip
     if jm is None or jm.graph is None or vertex_id not in jm.graph.vertices:
         return [*lines, "now: the JobMaster holds no ExecutionGraph for the job"]
     ev = jm.graph.vertices[vertex_id].subtasks[subtask]

@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
-from jobledger.schemas.types import JobStatus
 
+from .failovers import failovers
 from .history import refused_reports
 from .log_file import LogRecord
 from .replay import replay
@@ -75,9 +74,10 @@ class Bar:
 
 
 def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]:
-    """Every attempt's states per slot, and the times the job restarted, as data to draw.
-    Times are when records were appended (a decision carries its input's event time), in
-    seconds after the job's first record; reports the JobMaster refused are left out."""
+    """Every attempt's states per slot, and the times of the job's failovers (one per region
+    that failed, under region failover), as data to draw. Times are when records were
+    appended (a decision carries its input's event time), in seconds after the job's first
+    record; reports the JobMaster refused are left out."""
     times = [r.timestamp for r in records if getattr(r.event, "job_id", None) == job_id]
     if not times:
         return [], []
@@ -85,20 +85,17 @@ def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]
     seconds = lambda ms: (ms - start) / 1000  # noqa: E731 (a local unit conversion)
     refused = refused_reports(records)
     reports: dict[str, list[tuple[int, str]]] = {}
-    restarts = []
     for r in records:  # log order: a partition's reports in the order they were appended
         e = r.event
-        if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
-            if e.event_id not in refused:
-                reports.setdefault(e.execution_attempt_id, []).append(
-                    (r.timestamp, e.execution_state.value)
-                )
-        elif (
-            isinstance(e, JobStatusChanged)
+        if (
+            isinstance(e, TaskExecutionStateChanged)
             and e.job_id == job_id
-            and e.to_status is JobStatus.RESTARTING
+            and e.event_id not in refused
         ):
-            restarts.append(seconds(r.timestamp))
+            reports.setdefault(e.execution_attempt_id, []).append(
+                (r.timestamp, e.execution_state.value)
+            )
+    restarts = [seconds(f.record.timestamp) for f in failovers(records, job_id)]
     drawn = []
     for r in records:
         d = r.event

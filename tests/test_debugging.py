@@ -16,7 +16,7 @@ from jobledger.cli import main
 from .golden_logs import LOGS
 
 ANSWERS = Path(__file__).parent / "golden" / "answers"
-FAIL_ONCE = "wordcount-bbfa270e"
+FAIL_ONCE = "wordcount-94877528"
 CLEAN = "wordcount-49f419c8"
 
 QUESTIONS = {
@@ -29,21 +29,24 @@ QUESTIONS = {
     "slot-shortage.slots-before-offers": ("slot-shortage", ["slots", "--at", "count:12"]),
     "slot-shortage.history-jsonl": ("slot-shortage", ["history", "job-1", "-o", "jsonl"]),
     "fail-once.history": ("wordcount-fail-once", ["history", FAIL_ONCE]),
-    "fail-once.slots-mid-run": ("wordcount-fail-once", ["slots", "--at", "count:40"]),
-    "fail-once.diff-restart": ("wordcount-fail-once", ["diff", "count:90", "count:130"]),
-    "fail-once.diff-json": ("wordcount-fail-once", ["diff", "count:40", "count:45", "-o", "json"]),
+    "fail-once.slots-mid-run": ("wordcount-fail-once", ["slots", "--at", "count:200"]),
+    "fail-once.diff-restart": ("wordcount-fail-once", ["diff", "count:200", "count:208"]),
+    "fail-once.diff-json": (
+        "wordcount-fail-once",
+        ["diff", "count:181", "count:186", "-o", "json"],
+    ),
     "fail-once.explain-task": ("wordcount-fail-once", ["explain", f"{FAIL_ONCE}/count[2]"]),
     "fail-once.explain-task-by-name": (
         "wordcount-fail-once",
-        ["explain", f"{FAIL_ONCE}/read and split[0]#0"],
+        ["explain", f"{FAIL_ONCE}/count words[1]#1"],
     ),
     "fail-once.explain-mid-run": (
         "wordcount-fail-once",
-        ["explain", f"{FAIL_ONCE}/count[2]", "--at", "job/2@95"],
+        ["explain", f"{FAIL_ONCE}/count[2]", "--at", "job/0@118"],
     ),
     "fail-once.explain-event": (
         "wordcount-fail-once",
-        ["explain", "93b76ca500c65453b5376defa1025aa8"],
+        ["explain", "093278a644465585bbd1cbf88939da06"],
     ),
     "stale-leader.explain-task": ("stale-leader", ["explain", "job-1/source[0]", "-o", "json"]),
     "stale-leader.explain-task-executor": ("stale-leader", ["explain", "tm-0"]),
@@ -94,17 +97,19 @@ def test_a_target_or_position_naming_nothing_says_what_exists(args, message, cap
 
 def test_the_timeline_picture_is_a_gantt_chart_of_every_slot(tmp_path, capsys):
     """The picture (saved as a test artifact) has a row per slot, a bar per attempt state,
-    the failures and the restart: its SVG holds the labels matplotlib drew."""
+    the failures and each region's restart (a line per failover, four of them): its SVG
+    holds the labels matplotlib drew."""
     pytest.importorskip("matplotlib", reason="the picture needs the `plot` extra")
     picture = tmp_path / "timeline.svg"
     log = str(LOGS / "wordcount-fail-once.avro")
     assert main(["timeline", FAIL_ONCE, "--file", log, "-o", str(picture)]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote {picture}: 60 bars (as of end: 295")
+    assert capsys.readouterr().out.startswith(f"wrote {picture}: 48 bars (as of end: 284")
     svg = ElementTree.parse(picture).getroot()
     assert svg.tag.endswith("svg")
     drawn = picture.read_text()
-    for text in ["runner-0/0", "runner-0/3", "count[2]#0", "1 restart", "FAILED", "CANCELING"]:
+    for text in ["runner-0/0", "runner-0/3", "count[2]#0", "count[2]#1", "4 restarts"]:
         assert text in drawn, text
+    assert "source[0]#1" not in drawn  # region failover restarts no source
     artifacts = Path(os.environ.get("JOBLEDGER_ARTIFACTS", tmp_path))
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "fail-once-timeline.svg").write_bytes(picture.read_bytes())
