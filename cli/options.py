@@ -13,11 +13,36 @@ import sys
 
 from jobledger.projections.positions import FORMS, Position, PositionError, time_ms
 from jobledger.services import broker, kafka
+from jobledger.services.configuration import Configuration, ConfigurationError
 
 
 class CommandFailed(Exception):
     """An expected failure of a command (a job already ended, a key with no value): the
     message is the one line `main` prints before exiting 1."""
+
+
+def _option_pair(text: str) -> str:
+    try:
+        Configuration.parse([text])
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def configuration_option(parser: argparse.ArgumentParser) -> None:
+    """`-D KEY=VALUE`, Flink's dynamic properties: the cluster's configuration the reducers
+    run under (services/configuration.py). Replaying a log needs the services' options."""
+    parser.add_argument(
+        "-D", dest="conf", metavar="KEY=VALUE", action="append", default=[], type=_option_pair,
+        help="a Flink option, repeatable: jobmanager.execution.failover-strategy=full|region, "
+        "restart-strategy=none|fixed-delay|failure-rate (for jobs that set none), "
+        "restart-strategy.fixed-delay.attempts=N, slot.request.timeout=5 min, ... "
+        "(replay under the options the services ran with)",
+    )  # fmt: skip
+
+
+def configuration_of(args: argparse.Namespace) -> Configuration:
+    return Configuration.parse(getattr(args, "conf", []))
 
 
 def output_option(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,8 @@ from jobledger.services.runtime import RuntimeConfig, ServiceHalted, ServiceRunt
 from .logs import configure_logging
 from .options import (
     bootstrap_of,
+    configuration_of,
+    configuration_option,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -49,6 +51,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="after SIGTERM, exit (code 3) if still running this long",
     )  # fmt: skip
     registry_option(c)
+    configuration_option(c)
     c.set_defaults(func=cmd_services_run)
 
 
@@ -63,8 +66,9 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
     )
     runtime = ServiceRuntime(
-        bootstrap_of(args), prefix_of(args), config, registry_url=args.schema_registry
-    )
+        bootstrap_of(args), prefix_of(args), config,
+        driver_factory=configuration_of(args).new_driver, registry_url=args.schema_registry,
+    )  # fmt: skip
     try:
         runtime.run()
     except ServiceHalted:

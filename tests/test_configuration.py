@@ -77,3 +77,16 @@ def test_the_last_value_of_an_option_wins():
 def test_a_bad_option_is_refused_naming_it(pair, reason):
     with pytest.raises(ConfigurationError, match=reason):
         Configuration.parse([pair])
+
+
+def test_the_command_line_takes_flinks_dynamic_properties():
+    from jobledger.cli.main import build_parser
+    from jobledger.cli.options import configuration_of
+
+    args = build_parser().parse_args(
+        ["services", "run", "-D", "jobmanager.execution.failover-strategy=full",
+         "-D", "restart-strategy=fixed-delay"]
+    )  # fmt: skip
+    config = configuration_of(args).job_master()
+    assert config.failover_strategy == "full"
+    assert config.restart_strategy.kind is RestartStrategyKind.FIXED_DELAY
