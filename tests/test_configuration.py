@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from jobledger.cli.main import build_parser
+from jobledger.cli.options import configuration_of
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 from jobledger.services.configuration import Configuration, ConfigurationError
 from jobledger.services.driver import ReducerDriver
@@ -80,9 +82,6 @@ def test_a_bad_option_is_refused_naming_it(pair, reason):
 
 
 def test_the_command_line_takes_flinks_dynamic_properties():
-    from jobledger.cli.main import build_parser
-    from jobledger.cli.options import configuration_of
-
     args = build_parser().parse_args(
         ["services", "run", "-D", "jobmanager.execution.failover-strategy=full",
          "-D", "restart-strategy=fixed-delay"]
