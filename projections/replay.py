@@ -17,6 +17,7 @@ from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
+from jobledger.services.gc_policy import bulk_replay
 
 from .log_file import LogRecord
 
@@ -77,9 +78,11 @@ def replay(
     `refused` names the inputs the whole log dead-lettered, a dead letter being appended
     after its input); `watch` sees the inputs go by (a progress display)."""
     result = ReplayResult(PartitionedDriver(driver_factory))
-    for record in watch(_inputs(list(records), refused)):
-        result.partitioned.process(record.role, record.partition, record.event)
-        result.records += 1
+    log = list(records)
+    with bulk_replay():
+        for record in watch(_inputs(log, refused)):
+            result.partitioned.process(record.role, record.partition, record.event)
+            result.records += 1
     return result
 
 
@@ -119,6 +122,15 @@ def verify(
     their group's committed offset): a decision of an input still waiting for them is not
     missing, only not due yet, and is not a divergence."""
     log = list(records)
+    with bulk_replay():
+        return _verify(log, driver_factory, processed)
+
+
+def _verify(
+    log: list[LogRecord],
+    driver_factory: Callable[[], ReducerDriver],
+    processed: Callable[[LogRecord], bool],
+) -> tuple[int, Divergence | None]:
     admitted = list(_inputs(log))
     recorded: dict[str, list[LogRecord]] = {}
     for r in log:

@@ -21,9 +21,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import schemaless_reader, schemaless_writer
-from pydantic import ValidationError
 
 from .catalog import EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaError
+from .construct import from_avro
 from .model import Event
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -36,11 +36,13 @@ class DecodeError(ValueError):
 
 
 def event_from_avro_dict(cls: type[Event], record: dict[str, Any]) -> Event:
-    """Build the model from a decoded Avro record (already schema-valid, so lax typing)."""
+    """Build the model from a decoded Avro record. The schema typed every value already (the
+    schemas are generated from the models), so it is built without validating it again
+    (`construct.from_avro`); a record that is not one of `cls` is a DecodeError."""
     try:
-        return cls.model_validate(record, strict=False)
-    except ValidationError as exc:
-        raise DecodeError(f"{cls.type_name()} does not validate: {exc}") from exc
+        return from_avro(cls)(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(f"{cls.type_name()} does not fit its model: {exc!r}") from exc
 
 
 class SingleObjectSerde:
