@@ -26,19 +26,26 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from pydantic import BaseModel
+
 from .model import CatalogEnum, Record
 
 _new = object.__new__
-_setattr = object.__setattr__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+"""BaseModel's own attribute descriptors, called directly: a frozen model refuses
+`setattr`, and `object.__setattr__` looks each of them up again on every call."""
 
 
 def _assemble(cls: type[Record], values: dict[str, Any], fields_set: set[str]) -> Any:
     """The instance pydantic's constructor would make from these (valid) values."""
     model = _new(cls)
-    _setattr(model, "__dict__", values)
-    _setattr(model, "__pydantic_fields_set__", fields_set)
-    _setattr(model, "__pydantic_extra__", None)
-    _setattr(model, "__pydantic_private__", None)
+    _set_dict(model, values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
     return model
 
 
