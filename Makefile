@@ -42,7 +42,7 @@ $(FLINK_VENV)/.installed:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot,bench]'
 	touch $@
 
 demo: kafka
