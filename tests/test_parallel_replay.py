@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from jobledger.cli.main import main
 from jobledger.projections.log_file import read_export
-from jobledger.projections.parallel import ReplayWorkerFailed, can_fork, groups
+from jobledger.projections.parallel import can_fork, groups
 from jobledger.projections.replay import replay
 from jobledger.schemas import EventSerde
 from jobledger.services.driver import DECIDING_PRODUCERS, ReducerDriver
@@ -68,16 +69,35 @@ def _dying_factory(parent: int, how: str):
     return Dying
 
 
+DYING = """
+import os, sys
+from jobledger.projections.log_file import read_export
+from jobledger.projections.replay import replay
+from tests.test_parallel_replay import _dying_factory
+replay(list(read_export(sys.argv[1])), driver_factory=_dying_factory(os.getpid(), sys.argv[2]),
+       jobs=2)
+"""
+"""A replay whose forked workers die or fail, run in a process of its own: forking needs a
+process with no other thread running, which a test process sharing a broker may not be."""
+
+
+def _replay_dying(how: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", DYING, str(GOLDEN[0]), how],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+
+
 def test_a_worker_that_dies_is_a_clear_error():
-    records = list(read_export(GOLDEN[0]))
-    with pytest.raises(ReplayWorkerFailed, match="replay worker process died"):
-        replay(records, driver_factory=_dying_factory(os.getpid(), "exit"), jobs=2)
+    done = _replay_dying("exit")
+    assert done.returncode == 1
+    assert "ReplayWorkerFailed: a replay worker process died" in done.stderr
 
 
 def test_a_worker_that_fails_raises_its_error_here():
-    records = list(read_export(GOLDEN[0]))
-    with pytest.raises(ValueError, match="a reducer broke"):
-        replay(records, driver_factory=_dying_factory(os.getpid(), "raise"), jobs=2)
+    done = _replay_dying("raise")
+    assert done.returncode == 1
+    assert "ValueError: a reducer broke" in done.stderr
 
 
 def test_with_other_threads_running_it_replays_in_this_process():
@@ -96,13 +116,21 @@ def test_with_other_threads_running_it_replays_in_this_process():
         thread.join(10)
 
 
-def test_replay_jobs_option_prints_the_same_state(capsys):
+def test_replay_jobs_option_prints_the_same_state(tmp_path):
     path = str(next(p for p in GOLDEN if "wordcount" in p.stem))
-    assert main(["replay", "--file", path, "--jobs", "1"]) == 0
-    one = json.loads(capsys.readouterr().out)
-    assert main(["replay", "--file", path, "--jobs", "2"]) == 0
-    assert json.loads(capsys.readouterr().out) == one
-    assert one["state"]["job_masters"]
+    one, two = (
+        subprocess.run(
+            [sys.executable, "-m", "jobledger.cli", "replay", "--file", path, "--jobs", jobs],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "JOBLEDGER_HOME": str(tmp_path)},
+        )
+        for jobs in ("1", "2")
+    )
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert json.loads(one.stdout)["state"]["job_masters"]
 
 
 @pytest.mark.broker
