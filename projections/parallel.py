@@ -65,9 +65,9 @@ def _run_group(keys: list) -> dict:
 
 
 def run_groups(sizes: dict[K, int], work: Callable[[list[K]], dict[K, R]], jobs: int) -> dict[K, R]:
-    """`work` over every key, the keys split into groups (`groups`) each run by a forked
-    worker when `jobs` > 1 and forking is safe, else all in this process; the union of the
-    groups' answers."""
+    """`work` over every key, the keys split into groups (`groups`): the first run here, each
+    other by a forked worker when `jobs` > 1 and forking is safe, else all here; the union of
+    the groups' answers (this process works too, and its group's drivers need no pickling)."""
     global _work
     split = groups(sizes, jobs)
     if len(split) <= 1 or not can_fork():
@@ -78,10 +78,14 @@ def run_groups(sizes: dict[K, int], work: Callable[[list[K]], dict[K, R]], jobs:
     try:
         with (
             bulk_replay(),
-            ProcessPoolExecutor(len(split), mp_context=multiprocessing.get_context("fork")) as pool,
+            ProcessPoolExecutor(
+                len(split) - 1, mp_context=multiprocessing.get_context("fork")
+            ) as pool,
         ):
-            for answer in pool.map(_run_group, split):
-                results.update(answer)
+            answers = [pool.submit(_run_group, keys) for keys in split[1:]]
+            results.update(work(split[0]))
+            for answer in answers:
+                results.update(answer.result())
     except BrokenProcessPool as exc:
         raise ReplayWorkerFailed(
             f"a replay worker process died ({exc}); replay with --jobs 1 to see the error"
