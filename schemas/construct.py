@@ -82,7 +82,9 @@ def _converter(annotation: Any, namespace: dict[str, Any]) -> str | None:
 @cache
 def from_avro(cls: type[Record]) -> Callable[[dict[str, Any]], Any]:
     """The builder of `cls` from a record fastavro decoded and resolved to `cls`'s current
-    schema (every field present). Raises KeyError or TypeError if the record is not one."""
+    schema (every field present). Raises KeyError or TypeError if the record is not one.
+    Its source is written from the model's own field names and types, never from anything
+    read: data only ever reaches it as the argument."""
     namespace: dict[str, Any] = {"_assemble": _assemble, "_cls": cls}
     items = []
     for name, info in cls.model_fields.items():
