@@ -48,7 +48,7 @@ $(FLINK_VENV)/.installed:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot,ui]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot,ui,bench]'
 	touch $@
 
 demo: kafka

@@ -1,11 +1,19 @@
 """Replay benchmark: a realistic log (1,000 TaskExecutors x 8 slots, waves of 500 jobs of
 parallelism 4 to 32 going through slots, deployments, every task state, KvState registrations,
-some failures and restarts) written to a real broker, then, in one run: raw consume rate,
-decode-only rate, full replay rate, peak memory, and restart from a snapshot vs full replay.
+some failures and restarts) written to a real broker, to an export file and to the peer's
+store (`eventsourcing`, bench/eventsourcing_peer.py), then, in one run: raw consume rate,
+decode-only rate, replay on one core and on all cores (partitions side by side, as `jobledger
+replay --jobs`), replay from the export file (no broker), the peer's replay of the same
+events, peak memory, and restart from a snapshot vs full replay.
 
-    python bench/replay.py --events 1000000 [--bootstrap HOST:PORT]
+    python bench/replay.py --events 1000000 [--bootstrap HOST:PORT] [--jobs N]
 
-Without --bootstrap it starts the embedded broker. The last line is one JSON object.
+Without --bootstrap it starts the embedded broker. The last line is one JSON object; rates are
+events per wall-clock second, and the one-core replay and the peer's also per second of this
+process's CPU time (`*_cpu_events_per_s`), which a machine shared with other work disturbs
+less. Memory
+stays bounded: the log is written as it is generated, and no step keeps the decoded events
+(only the raw records read back, grouped by partition).
 """
 
 from __future__ import annotations
@@ -18,10 +26,17 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
+import fastavro.write
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from eventsourcing_peer import Peer
+from fastavro import parse_schema
 
+from jobledger.projections.log_file import export_schema, read_export
+from jobledger.projections.parallel import default_jobs, run_groups
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
@@ -32,7 +47,7 @@ from jobledger.schemas.tasks import (
     TaskFinalStateReported,
 )
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.topics import INPUT_ROLES
+from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
     ExecutionState,
@@ -46,9 +61,11 @@ from jobledger.schemas.types import (
     RestartStrategyKind,
 )
 from jobledger.services import broker
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.driver import PartitionedDriver, ReducerDriver
+from jobledger.services.gc_policy import bulk_replay
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
+from jobledger.services.partitioning import partition_of
 from jobledger.services.snapshot import Snapshot, decode, encode
 
 PARTITIONS = 8
@@ -57,13 +74,15 @@ RESTART = RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY, restart_attempts
 
 
 class Generator:
-    """Plays a cluster through the reducers, answering deployments like a task runner."""
+    """Plays a cluster through the reducers, answering deployments like a task runner; each
+    batch of the log goes to `sink` as it is made, never kept."""
 
-    def __init__(self, seed: int = 7) -> None:
+    def __init__(self, sink: Callable[[list[Event]], None], seed: int = 7) -> None:
         self.rng = random.Random(seed)
         self.driver = ReducerDriver()
         self.now = 1_700_000_000_000
-        self.log: list[Event] = []
+        self.sink = sink
+        self.count = 0
         self.jobs = 0
 
     def make(self, cls, **fields) -> Event:
@@ -73,7 +92,8 @@ class Generator:
 
     def run(self, events: list[Event]) -> list[Event]:
         new = self.driver.run(events)
-        self.log.extend(new)
+        self.sink(new)
+        self.count += len(new)
         return new
 
     def start(self) -> None:
@@ -143,45 +163,89 @@ class Generator:
         return [*events, state(end, error), told]
 
 
-def generate(target: int) -> list[Event]:
-    """Waves of 500 jobs (fewer for a small --events) until the log is long enough."""
-    gen = Generator()
+def generate(target: int, sink: Callable[[list[Event]], None]) -> int:
+    """Waves of 500 jobs (fewer for a small --events) until the log is long enough; the
+    batches go to `sink`, the last one cut at `target`. Returns how many events."""
+    written = 0
+
+    def upto_target(batch: list[Event]) -> None:
+        nonlocal written
+        batch = batch[: max(0, target - written)]
+        written += len(batch)
+        if batch:
+            sink(batch)
+
+    gen = Generator(upto_target)
     gen.start()
     jobs_per_wave = min(500, max(5, target // 800))
-    while len(gen.log) < target:
+    while written < target:
         gen.wave(jobs_per_wave)
-    return gen.log[:target]
+    return written
 
 
-def write(bootstrap: str, prefix: str, events: list[Event], serde: EventSerde) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{prefix}",
-                         "partitioner": PARTITIONER,
-                         "linger.ms": 20, "queue.buffering.max.messages": 500_000})  # fmt: skip
-    producer.init_transactions(60)
-    for start in range(0, len(events), 20_000):
-        producer.begin_transaction()
-        for event in events[start : start + 20_000]:
+class Writer:
+    """Where the generated log goes: the broker (in transactions of 20k records), an export
+    file (as `jobledger export` writes it, offsets counted per partition) and the peer."""
+
+    def __init__(self, bootstrap: str, prefix: str, export: BinaryIO, peer: Peer) -> None:
+        self.serde = EventSerde()
+        self.prefix = prefix
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "transactional.id": f"bench-{prefix}",
+            "partitioner": PARTITIONER, "linger.ms": 20,
+            "queue.buffering.max.messages": 500_000,
+        })  # fmt: skip
+        self.producer.init_transactions(60)
+        self.in_transaction = 0
+        self.export = fastavro.write.Writer(export, parse_schema(export_schema()), codec="deflate")
+        self.offsets: dict[tuple[TopicRole, int], int] = {}
+        self.peer = peer
+
+    def __call__(self, batch: list[Event]) -> None:
+        for event in batch:
             role, key = event.route()
-            topic = topic_name(role, prefix)
-            producer.produce(topic, key=key.encode(), value=serde.encode(event, topic))
-            producer.poll(0)
-        producer.commit_transaction(120)
+            topic = topic_name(role, self.prefix)
+            if not self.in_transaction:
+                self.producer.begin_transaction()
+            self.producer.produce(topic, key=key.encode(), value=self.serde.encode(event, topic))
+            self.producer.poll(0)
+            self.in_transaction += 1
+            if self.in_transaction == 20_000:
+                self.producer.commit_transaction(120)
+                self.in_transaction = 0
+            partition = partition_of(
+                key, PARTITIONS if role is not TopicRole.RESOURCE_MANAGER else 1
+            )
+            offset = self.offsets.get((role, partition), 0)
+            self.offsets[(role, partition)] = offset + 1
+            self.export.write({
+                "role": role.value, "partition": partition, "offset": offset,
+                "timestamp": event.event_time, "event": (event.full_name(), event.model_dump()),
+            })  # fmt: skip
+        self.peer.append(batch)
+
+    def close(self) -> None:
+        if self.in_transaction:
+            self.producer.commit_transaction(120)
+        self.export.flush()
 
 
-def consume_all(bootstrap: str, prefix: str) -> list[bytes]:
+def consume_all(bootstrap: str, prefix: str) -> dict[tuple[str, int], list[bytes]]:
+    """Every input record's value, by (topic, partition), in offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True, "fetch.max.bytes": 52_428_800})  # fmt: skip
     topics = [topic_name(r, prefix) for r in INPUT_ROLES]
     assignment = [TopicPartition(t, p, -2) for t in topics for p in partitions_of(consumer, t)]
     consumer.assign(assignment)
-    values, at_end = [], 0
+    values: dict[tuple[str, int], list[bytes]] = {(tp.topic, tp.partition): [] for tp in assignment}
+    at_end = 0
     while at_end < len(assignment):
         for msg in consumer.consume(10_000, 1.0):
             if msg.error():
                 at_end += msg.error().code() == KafkaError._PARTITION_EOF
                 continue
-            values.append((msg.topic(), msg.value()))
+            values[(msg.topic(), msg.partition())].append(msg.value())
     consumer.close()
     return values
 
@@ -196,6 +260,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--bootstrap", help="a running Kafka (default: start the embedded one)")
+    parser.add_argument("--jobs", type=int, default=default_jobs(), help="replay processes")
     args = parser.parse_args()
 
     proc = None
@@ -210,72 +275,136 @@ def main() -> int:
         )
         bootstrap = f"127.0.0.1:{port}"
     try:
-        return run(args.events, bootstrap)
+        return run(args.events, bootstrap, args.jobs)
     finally:
         if proc is not None:
             proc.terminate()
 
 
-def run(target: int, bootstrap: str) -> int:
+def replay_partitions(
+    raw: dict[tuple[str, int], list[bytes]], serde: EventSerde, jobs: int
+) -> dict[tuple[str, int], ReducerDriver]:
+    """Decode and reduce every partition with a driver of its own, `jobs` processes side by
+    side (`run_groups`, as `jobledger replay --jobs`)."""
+
+    def work(keys: list[tuple[str, int]]) -> dict[tuple[str, int], ReducerDriver]:
+        drivers = {}
+        for topic, partition in keys:
+            driver = drivers[(topic, partition)] = ReducerDriver()
+            decode, process = serde.decode, driver.process
+            for value in raw[(topic, partition)]:
+                process(decode(value, topic))
+        return drivers
+
+    return run_groups({key: len(values) for key, values in raw.items()}, work, jobs)
+
+
+def merged(drivers: dict[tuple[str, int], ReducerDriver], prefix: str) -> ReducerDriver:
+    roles = {topic_name(role, prefix): role for role in INPUT_ROLES}
+    return PartitionedDriver(
+        drivers={(roles[topic], p): driver for (topic, p), driver in drivers.items()}
+    ).merged()
+
+
+def file_replay(path: Path) -> int:
+    """The export file replayed record by record on one core, as it is read (no broker)."""
+    partitioned = PartitionedDriver()
+    count = 0
+    with bulk_replay():
+        for record in read_export(path):
+            partitioned.process(record.role, record.partition, record.event)
+            count += 1
+    return count
+
+
+def run(target: int, bootstrap: str, jobs: int) -> int:
     serde = EventSerde()
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     create_topics(bootstrap, prefix, PARTITIONS)
-    events, gen_s = timed(lambda: generate(target))
-    n = len(events)
-    print(f"generated {n:,} events in {gen_s:.1f} s", file=sys.stderr)
-    _, write_s = timed(lambda: write(bootstrap, prefix, events, serde))
-    print(f"wrote them to the broker in {write_s:.1f} s", file=sys.stderr)
-    events.clear()
+    workdir = Path(tempfile.mkdtemp(prefix="jobledger-bench-replay-"))
+    export = workdir / "log.avro"
+    peer = Peer(workdir / "eventsourcing.sqlite")
+    with export.open("wb") as out:
+        writer = Writer(bootstrap, prefix, out, peer)
+        n, gen_s = timed(lambda: generate(target, writer))
+        writer.close()
+    print(f"generated {n:,} events to the broker, {export} and the peer in {gen_s:.1f} s",
+          file=sys.stderr)  # fmt: skip
 
     raw, raw_s = timed(lambda: consume_all(bootstrap, prefix))
-    decoded, decode_s = timed(lambda: [serde.decode(v, t) for t, v in raw])
+    count = sum(len(values) for values in raw.values())
 
-    def full_replay() -> ReducerDriver:
-        driver = ReducerDriver()
-        for topic, value in raw:
-            driver.process(serde.decode(value, topic))
-        return driver
+    def decode_only() -> None:
+        for (topic, _), values in raw.items():
+            for value in values:
+                serde.decode(value, topic)
 
-    driver, replay_s = timed(full_replay)
-    tail = max(1, len(raw) // 100)
+    _, decode_s = timed(decode_only)
+    cpu = time.process_time()
+    one_core, one_core_s = timed(lambda: replay_partitions(raw, serde, 1))
+    one_core_cpu_s = time.process_time() - cpu
+    one_core_state = merged(one_core, prefix).to_dict()
+    del one_core
+    all_cores, replay_s = timed(lambda: replay_partitions(raw, serde, jobs))
+    driver = merged(all_cores, prefix)
+    assert driver.to_dict() == one_core_state, "replay on all cores differs from one core"
+    del all_cores, one_core_state
+    file_count, file_s = timed(lambda: file_replay(export))
+    assert file_count == n, f"the export holds {file_count} records, not {n}"
+    cpu = time.process_time()
+    peer_count, peer_s = timed(peer.replay)
+    peer_cpu_s = time.process_time() - cpu
+    print(f"the peer replayed {peer_count:,} stored events", file=sys.stderr)
 
-    def prefix_replay() -> ReducerDriver:
-        head = ReducerDriver()
-        for event in decoded[:-tail]:
-            head.process(event)
-        return head
-
-    head = prefix_replay()
-    snapshot_bytes = encode(Snapshot(head, len(decoded) - tail))
+    in_order = [(topic, value) for (topic, _), values in raw.items() for value in values]
+    tail = max(1, count // 100)
+    head = ReducerDriver()
+    with bulk_replay():
+        for topic, value in in_order[:-tail]:
+            head.process(serde.decode(value, topic))
+    snapshot_bytes = encode(Snapshot(head, count - tail))
+    del head
 
     def restart() -> ReducerDriver:
         restored = decode(snapshot_bytes).driver
-        for topic, value in raw[-tail:]:
+        for topic, value in in_order[-tail:]:
             restored.process(serde.decode(value, topic))
         return restored
 
     restored, restart_s = timed(restart)
     assert restored.to_dict() == driver.to_dict(), "snapshot + tail differs from full replay"
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
     result = {
-        "events": len(raw),
-        "raw_consume_events_per_s": round(len(raw) / raw_s),
-        "decode_only_events_per_s": round(len(raw) / decode_s),
-        "replay_events_per_s": round(len(raw) / replay_s),
+        "events": count,
+        "raw_consume_events_per_s": round(count / raw_s),
+        "decode_only_events_per_s": round(count / decode_s),
+        "replay_events_per_s": round(count / replay_s),
+        "replay_one_core_events_per_s": round(count / one_core_s),
+        "file_replay_events_per_s": round(file_count / file_s),
+        "eventsourcing_replay_events_per_s": round(peer_count / peer_s),
+        "ratio_replay_eventsourcing": round((count / replay_s) / (peer_count / peer_s), 3),
         "ratio_replay_decode": round(decode_s / replay_s, 3),
         "ratio_replay_raw": round(raw_s / replay_s, 3),
+        "replay_one_core_cpu_events_per_s": round(count / one_core_cpu_s),
+        "eventsourcing_replay_cpu_events_per_s": round(peer_count / peer_cpu_s),
         "peak_rss_mb": round(peak_mb),
+        "peak_rss_worker_mb": round(children_mb),
         "snapshot_mb": round(len(snapshot_bytes) / 2**20, 1),
         "restart_from_snapshot_s": round(restart_s, 3),
         "full_replay_s": round(replay_s, 3),
         "jobs": len(driver.job_masters),
+        "replay_processes": jobs,
     }
     print(f"raw consume {result['raw_consume_events_per_s']:,}/s, decode-only "
-          f"{result['decode_only_events_per_s']:,}/s, full replay "
-          f"{result['replay_events_per_s']:,}/s")  # fmt: skip
+          f"{result['decode_only_events_per_s']:,}/s, replay {result['replay_events_per_s']:,}/s "
+          f"({jobs} processes), {result['replay_one_core_events_per_s']:,}/s (one), from the "
+          f"file {result['file_replay_events_per_s']:,}/s; eventsourcing "
+          f"{result['eventsourcing_replay_events_per_s']:,}/s")  # fmt: skip
     print(f"replay / decode-only = {result['ratio_replay_decode']}, "
-          f"replay / raw consume = {result['ratio_replay_raw']}")  # fmt: skip
+          f"replay / raw consume = {result['ratio_replay_raw']}, "
+          f"replay / eventsourcing = {result['ratio_replay_eventsourcing']}")  # fmt: skip
     print(f"restart from snapshot {restart_s:.2f} s vs full replay {replay_s:.2f} s; "
           f"peak RSS {result['peak_rss_mb']} MB")  # fmt: skip
     print(json.dumps(result))

@@ -19,6 +19,7 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
+from jobledger.projections.parallel import default_jobs
 from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
@@ -31,6 +32,7 @@ from .options import (
     epoch_ms,
     non_negative_int,
     position_of,
+    positive_int,
     prefix_of,
     registry_option,
 )
@@ -60,6 +62,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--format", choices=["json", "table"], default="json", help="output")
     p.add_argument(
+        "--jobs", type=positive_int, default=default_jobs(), metavar="N",
+        help="replay the partitions in N processes side by side (default: the cores, %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--verify", action="store_true",
         help="re-derive every decision and report the first that differs from the log",
     )  # fmt: skip
@@ -74,11 +80,12 @@ def progress(items: Iterable[T], what: str) -> Iterable[T]:
                 disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
 
 
-def replayed(upto: Cut) -> ReplayResult:
-    """`replay` of a cut of the log, with progress on a terminal."""
+def replayed(upto: Cut, jobs: int = 1) -> ReplayResult:
+    """`replay` of a cut of the log in `jobs` processes, with progress on a terminal."""
     return replay(
-        upto.records, watch=lambda inputs: progress(inputs, "replaying"), refused=upto.refused
-    )
+        upto.records, watch=lambda inputs: progress(inputs, "replaying"), refused=upto.refused,
+        jobs=jobs,
+    )  # fmt: skip
 
 
 def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
@@ -126,7 +133,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     elif args.until_time is not None:
         point = Position.parse(f"s@{args.until_time}")
     upto = cut(log_order(records), point)
-    result = replayed(upto)
+    result = replayed(upto, args.jobs)
     if args.format == "json":
         print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 from jobledger.projections.explain import UnknownTarget
 from jobledger.projections.history import UnknownJob
 from jobledger.projections.log_file import ExportUnreadable
+from jobledger.projections.parallel import ReplayWorkerFailed
 from jobledger.projections.positions import PositionError
 from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
@@ -87,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = exc.args[0] if exc.args else exc
         return _fail(f"Kafka error: {error.str() if hasattr(error, 'str') else error}", UNAVAILABLE)
     except (
-        ExportUnreadable, PositionError, TopicNotFound, UnknownJob, UnknownTarget, TimeoutError,
-        CommandFailed, JobGraphRefused, KvStateLookupError,
+        ExportUnreadable, PositionError, ReplayWorkerFailed, TopicNotFound, UnknownJob,
+        UnknownTarget, TimeoutError, CommandFailed, JobGraphRefused, KvStateLookupError,
     ) as exc:  # fmt: skip
         return _fail(str(exc))
     except OSError as exc:

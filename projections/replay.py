@@ -17,8 +17,10 @@ from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
+from jobledger.services.gc_policy import bulk_replay
 
 from .log_file import LogRecord
+from .parallel import run_groups
 
 
 @dataclass
@@ -72,15 +74,33 @@ def replay(
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
     watch: Callable[[Iterable[LogRecord]], Iterable[LogRecord]] = lambda inputs: inputs,
     refused: set[tuple[str, int, int]] | None = None,
+    jobs: int = 1,
 ) -> ReplayResult:
     """The state the records lead to (a whole log, or a cut of it: `positions.cut`, whose
     `refused` names the inputs the whole log dead-lettered, a dead letter being appended
-    after its input); `watch` sees the inputs go by (a progress display)."""
-    result = ReplayResult(PartitionedDriver(driver_factory))
-    for record in watch(_inputs(list(records), refused)):
-        result.partitioned.process(record.role, record.partition, record.event)
-        result.records += 1
-    return result
+    after its input); `watch` sees the inputs go by (a progress display). With `jobs` > 1
+    the partitions are replayed in that many worker processes (`parallel.run_groups`), to the
+    same state; `watch` then sees them as they are handed out."""
+    log = list(records)
+    by_partition: dict[tuple[TopicRole, int], list[Event]] = {}
+    admitted = 0
+    for record in watch(_inputs(log, refused)):
+        by_partition.setdefault((record.role, record.partition), []).append(record.event)
+        admitted += 1
+
+    def replay_group(
+        keys: list[tuple[TopicRole, int]],
+    ) -> dict[tuple[TopicRole, int], ReducerDriver]:
+        drivers = {}
+        for key in keys:
+            driver = drivers[key] = driver_factory()
+            for event in by_partition[key]:
+                driver.process(event)
+        return drivers
+
+    sizes = {key: len(events) for key, events in by_partition.items()}
+    drivers = run_groups(sizes, replay_group, jobs)
+    return ReplayResult(PartitionedDriver(driver_factory, dict(sorted(drivers.items()))), admitted)
 
 
 @dataclass(frozen=True)
@@ -119,6 +139,15 @@ def verify(
     their group's committed offset): a decision of an input still waiting for them is not
     missing, only not due yet, and is not a divergence."""
     log = list(records)
+    with bulk_replay():
+        return _verify(log, driver_factory, processed)
+
+
+def _verify(
+    log: list[LogRecord],
+    driver_factory: Callable[[], ReducerDriver],
+    processed: Callable[[LogRecord], bool],
+) -> tuple[int, Divergence | None]:
     admitted = list(_inputs(log))
     recorded: dict[str, list[LogRecord]] = {}
     for r in log:

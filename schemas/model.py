@@ -97,4 +97,4 @@ class Event(Record):
 
     def route(self) -> tuple[TopicRole, str]:
         """The topic role and the key this event is appended with."""
-        return self.topic_role, getattr(self, self.key_field)
+        return self.topic_role, self.__dict__[self.key_field]

@@ -21,9 +21,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import schemaless_reader, schemaless_writer
-from pydantic import ValidationError
 
-from .catalog import EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaError
+from .catalog import EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaError, WriterSchema
+from .construct import from_avro
 from .model import Event
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -36,11 +36,13 @@ class DecodeError(ValueError):
 
 
 def event_from_avro_dict(cls: type[Event], record: dict[str, Any]) -> Event:
-    """Build the model from a decoded Avro record (already schema-valid, so lax typing)."""
+    """Build the model from a decoded Avro record. The schema typed every value already (the
+    schemas are generated from the models), so it is built without validating it again
+    (`construct.from_avro`); a record that is not one of `cls` is a DecodeError."""
     try:
-        return cls.model_validate(record, strict=False)
-    except ValidationError as exc:
-        raise DecodeError(f"{cls.type_name()} does not validate: {exc}") from exc
+        return from_avro(cls)(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(f"{cls.type_name()} does not fit its model: {exc!r}") from exc
 
 
 class SingleObjectSerde:
@@ -48,6 +50,9 @@ class SingleObjectSerde:
 
     def __init__(self, catalog: SchemaCatalog) -> None:
         self.catalog = catalog
+        self._plans: dict[bytes, tuple[WriterSchema, dict[str, Any] | None, Any]] = {}
+        """Per fingerprint seen: the writer, the reader to resolve to (None when the writer
+        is current) and the model builder, so decoding looks them up once per schema."""
 
     def encode(self, event: Event) -> bytes:
         cls = type(event)
@@ -57,22 +62,35 @@ class SingleObjectSerde:
         schemaless_writer(out, self.catalog.reader(cls), event.model_dump())
         return out.getvalue()
 
+    def _plan(self, fp: bytes) -> tuple[WriterSchema, dict[str, Any] | None, Any]:
+        plan = self._plans.get(fp)
+        if plan is None:
+            try:
+                writer = self.catalog.writer(fp)
+            except UnknownSchemaError as exc:
+                raise DecodeError(str(exc)) from exc
+            reader = None if writer.is_current else self.catalog.reader(writer.event_type)
+            plan = self._plans[fp] = (writer, reader, from_avro(writer.event_type))
+        return plan
+
     def decode(self, data: bytes) -> Event:
         if len(data) < _FINGERPRINT_END or not data.startswith(SINGLE_OBJECT_MAGIC):
             raise DecodeError("not Avro single-object encoded (no C3 01 header)")
-        try:
-            writer = self.catalog.writer(bytes(data[2:_FINGERPRINT_END]))
-        except UnknownSchemaError as exc:
-            raise DecodeError(str(exc)) from exc
-        reader = None if writer.is_current else self.catalog.reader(writer.event_type)
-        body = io.BytesIO(data[_FINGERPRINT_END:])
+        writer, reader, build = self._plan(bytes(data[2:_FINGERPRINT_END]))
+        body = io.BytesIO(data)
+        body.seek(_FINGERPRINT_END)
         try:
             record = schemaless_reader(body, writer.parsed, reader)
         except Exception as exc:  # fastavro raises many types on corrupt bodies
             raise DecodeError(f"corrupt {writer.event_type.type_name()} body: {exc!r}") from exc
-        if body.tell() != len(data) - _FINGERPRINT_END:
+        if body.tell() != len(data):
             raise DecodeError(f"{writer.event_type.type_name()} body has trailing bytes")
-        return event_from_avro_dict(writer.event_type, record)
+        try:
+            return build(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DecodeError(
+                f"{writer.event_type.type_name()} does not fit its model: {exc!r}"
+            ) from exc
 
 
 class ConfluentSerde:

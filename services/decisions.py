@@ -15,55 +15,86 @@ import uuid
 from typing import Any, TypeVar
 
 from jobledger.schemas import Event
+from jobledger.schemas.construct import trusted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.types import OwnerKind
 
 _NAMESPACE = uuid.UUID("5b0d2c8e-62a4-4a51-9a59-0b5f1d1c7e10")
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+_VARIANT = "89ab"
+"""The hex digit of a uuid's byte 8 after RFC 4122's variant bits (10xx) are set."""
 
 E = TypeVar("E", bound=Event)
-
-
-_NAMESPACE_BYTES = _NAMESPACE.bytes
 
 
 def derived_id(cause_event_id: str, tag: str) -> str:
     """A stable id for something derived from `cause_event_id` (an event, an AllocationID):
     the hex of `uuid5(_NAMESPACE, "<cause>/<tag>")`, built from the SHA-1 directly because
     `uuid.UUID`'s constructor was a tenth of a replay's time."""
-    digest = bytearray(
-        hashlib.sha1(_NAMESPACE_BYTES + f"{cause_event_id}/{tag}".encode()).digest()[:16]
-    )
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    return digest.hex()
+    return _uuid5_hex(hashlib.sha1(_NAMESPACE_BYTES + f"{cause_event_id}/{tag}".encode()))
+
+
+def _uuid5_hex(sha1: Any) -> str:
+    """The hex of the uuid5 whose SHA-1 is `sha1`: its first 16 bytes with the version
+    nibble (byte 6) made 5 and the variant bits (byte 8) made 10, spliced into the hex text
+    (a bytearray round trip cost as much as the hash)."""
+    digest = sha1.digest()
+    text = digest[:16].hex()
+    return f"{text[:12]}5{text[13:16]}{_VARIANT[(digest[8] >> 4) & 3]}{text[17:]}"
+
+
+def _json_text(value: str | int | None) -> str:
+    """`json.dumps(value)` for the basis' items (a string, an int or null) without the
+    encoder json.dumps sets up per call, which cost as much as the rest of a reduction."""
+    if isinstance(value, str):
+        return json.encoder.encode_basestring_ascii(value)
+    return "null" if value is None else str(int(value))
 
 
 class Decisions:
-    """The derived events of one input, in the order they were decided."""
+    """The derived events of one input, in the order they were decided.
+
+    Most inputs derive nothing; the basis of the ids is therefore made on the first derived
+    id, not per input, and the SHA-1 of its prefix is kept, so each id hashes only its tag."""
 
     def __init__(self, cause: Event, producer: str, incarnation: int = 0) -> None:
         """`incarnation` counts earlier reductions of an input with the cause's id that were
         only rejected: the cause reduced again derives ids the rejections did not take."""
         self.cause = cause
         self.producer = producer
+        self.incarnation = incarnation
         self.events: list[Event] = []
-        role, key = cause.route()
-        # JSON, not a joined string: keys and ids are chosen by clients and may hold any
-        # separator, and "A" + "x/y" must not read as "A/x" + "y"
-        self.basis = json.dumps([role.value, key, cause.event_id, incarnation])
+        self._prefix: Any = None
+
+    @property
+    def basis(self) -> str:
+        """What the ids derive from: the cause's owner, id and incarnation as JSON, not a
+        joined string (keys and ids are chosen by clients and may hold any separator, and
+        "A" + "x/y" must not read as "A/x" + "y"); byte for byte `json.dumps` of the list."""
+        role, key = self.cause.route()
+        return (
+            f"[{_json_text(role.value)}, {_json_text(key)}, {_json_text(self.cause.event_id)}, "
+            f"{_json_text(self.incarnation)}]"
+        )
 
     def derive(self, tag: str) -> str:
-        """An id for something derived from the cause (a decision, an AllocationID)."""
-        return derived_id(self.basis, tag)
+        """An id for something derived from the cause (a decision, an AllocationID):
+        `derived_id(self.basis, tag)`."""
+        if self._prefix is None:
+            self._prefix = hashlib.sha1(_NAMESPACE_BYTES + f"{self.basis}/".encode())
+        sha1 = self._prefix.copy()
+        sha1.update(tag.encode())
+        return _uuid5_hex(sha1)
 
     def emit(self, cls: type[E], **fields: Any) -> E:
-        event = cls(
-            event_id=self.derive(str(len(self.events))),
-            event_time=self.cause.event_time,
-            producer=self.producer,
-            cause_event_id=self.cause.event_id,
-            **fields,
-        )
+        """The next decision, built without validation (`construct.trusted`): reducers pass
+        values of the fields' types, which `tests/test_construct.py` checks for every
+        decision of the golden scenarios through the validating model."""
+        fields["event_id"] = self.derive(str(len(self.events)))
+        fields["event_time"] = self.cause.event_time
+        fields["producer"] = self.producer
+        fields["cause_event_id"] = self.cause.event_id
+        event = trusted(cls, fields)
         self.events.append(event)
         return event
 

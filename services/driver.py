@@ -69,10 +69,10 @@ class ReducerDriver:
     def pools(self) -> dict[str, SlotPool]:
         return {job: jm.pool for job, jm in self.job_masters.items()}
 
-    def owner(self, event: Event) -> Reducer | None:
-        """The reducer owning `event`'s partition key. Keys that own nothing yet get a
-        throwaway reducer, so their events are answered (rejected) without growing state."""
-        role, key = event.route()
+    def owner(self, event: Event, role: TopicRole, key: str) -> Reducer | None:
+        """The reducer owning `event`'s partition key (`role`, `key`: its route). Keys that
+        own nothing yet get a throwaway reducer, so their events are answered (rejected)
+        without growing state."""
         if role is TopicRole.RESOURCE_MANAGER:
             return self.resource_manager
         if role is TopicRole.JOB:
@@ -153,18 +153,19 @@ class ReducerDriver:
         a later event with that id (the real request, after copies that came before its job's
         leader) is reduced, not dropped as a duplicate without a trace, and its decisions get
         ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
-        own = event.producer == OWN_PRODUCER.get(event.route()[0])
+        role, key = event.route()
+        own = event.producer == OWN_PRODUCER.get(role)
         if own:
             self.awaiting.pop(event.event_id, None)  # before the duplicate check: no leak
         if event.event_id in self.recent:
             return []
-        reducer = self.owner(event)
-        if reducer is None or own:  # the owner's own decision read back: a record only
+        reducer = None if own else self.owner(event, role, key)
+        if reducer is None:  # the owner's own decision read back: a record only
             self._remember(event.event_id)
             return []
         decisions = reducer.apply(event, self.rejected.get(event.event_id, 0))
         for decision in decisions:
-            if decision.producer == reducer.producer and _same_partition(decision, event):
+            if decision.producer == reducer.producer and _same_partition(decision, role, key):
                 self.awaiting[decision.event_id] = decision
         if _only_rejected(event, decisions):
             _keep_recent(self.rejected, event.event_id, self.rejected.get(event.event_id, 0) + 1)
@@ -195,10 +196,11 @@ def _keep_recent(window: OrderedDict[str, Any], key: str, value: Any) -> None:
         window.popitem(last=False)
 
 
-def _same_partition(decision: Event, cause: Event) -> bool:
-    """Whether `decision` lands on the partition `cause` was read from: the same topic and
-    key, or the ResourceManager's topic, which has one partition whatever the key."""
-    (role, key), (cause_role, cause_key) = decision.route(), cause.route()
+def _same_partition(decision: Event, cause_role: TopicRole, cause_key: str) -> bool:
+    """Whether `decision` lands on the partition its cause was read from (the cause's route):
+    the same topic and key, or the ResourceManager's topic, which has one partition whatever
+    the key."""
+    role, key = decision.route()
     return role is cause_role and (role is TopicRole.RESOURCE_MANAGER or key == cause_key)
 
 

@@ -42,6 +42,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from . import kafka, snapshot
 from .driver import ReducerDriver
+from .gc_policy import bulk_replay
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
 from .partitioning import misrouted
 
@@ -237,11 +238,12 @@ class ServiceRuntime:
         worker = PartitionWorker(role, committed.partition, driver, producer, start)
         if found is not None and start:
             worker.rebuilt_from_snapshot_at = start
-        for msg in self._read_range(committed.topic, committed.partition, start, end):
-            event, _ = self._admit(msg, driver)
-            if event is not None:
-                driver.process(event)
-            worker.next_offset = msg.offset() + 1
+        with bulk_replay():
+            for msg in self._read_range(committed.topic, committed.partition, start, end):
+                event, _ = self._admit(msg, driver)
+                if event is not None:
+                    driver.process(event)
+                worker.next_offset = msg.offset() + 1
         worker.next_offset = end
         log.info(
             "rebuilt %s/%d from %s + %d records",
