@@ -154,10 +154,13 @@ class ExportUnreadable(ValueError):
 
 def read_export(path: Path) -> Iterator[LogRecord]:
     """The records of an export written by `write_export`; ExportUnreadable (naming the file
-    and what is wrong) for anything else, and OSError if it cannot be opened."""
+    and what is wrong) for anything else, and OSError if it cannot be opened. An export
+    written by an earlier version is read into today's events by Avro schema resolution
+    (fields added since take their defaults)."""
     with open(path, "rb") as fo:
         try:
-            rows = reader(fo, return_record_name=True, return_record_name_override=True)
+            rows = reader(fo, reader_schema=export_schema(), return_record_name=True,
+                          return_record_name_override=True)  # fmt: skip
             for row in rows:
                 name, data = row["event"]
                 cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]

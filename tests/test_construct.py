@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -93,7 +93,10 @@ def test_an_old_writer_schema_is_upcast_to_what_validation_builds(writer, data):
     cls = next(c for c in EVENT_TYPES if c.full_name() == parsed["name"])
     event = data.draw(models(cls))
     body = io.BytesIO()
-    schemaless_writer(body, parsed, event.model_dump())
+    try:
+        schemaless_writer(body, parsed, event.model_dump())
+    except ValueError:  # a value the old writer has no symbol for (an enum member added since)
+        reject()
     decoded = SERDE.decode(SINGLE_OBJECT_MAGIC + schema_fingerprint(parsed) + body.getvalue(), "t")
     upcast = _record(body.getvalue(), parsed, CATALOG.reader(cls))
     assert_same(decoded, cls.model_validate(upcast, strict=False), cls.__name__)
