@@ -28,10 +28,11 @@ from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
 
-from .log import log_records, replayed
+from .log import log_records, reducers_of, replayed
 from .options import (
     at_option,
     bootstrap_of,
+    configuration_option,
     position,
     position_of,
     prefix_of,
@@ -48,6 +49,7 @@ def _common(
     (None: the command declares its own -o)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     registry_option(p)
+    configuration_option(p)
     if at:
         at_option(p)
     if formats:
@@ -170,7 +172,7 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
 
 def cmd_slots(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    report = slot_report(replayed(upto).driver, upto)
+    report = slot_report(replayed(upto, driver_factory=reducers_of(args)).driver, upto)
     if args.output == "json":
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -203,7 +205,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise PositionError(
             f"{before.position} is after {after.position} in this log: give the earlier first"
         )
-    changes = diff(replayed(before).driver.to_dict(), replayed(after).driver.to_dict())
+    reducers = reducers_of(args)
+    changes = diff(
+        replayed(before, driver_factory=reducers).driver.to_dict(),
+        replayed(after, driver_factory=reducers).driver.to_dict(),
+    )
     if args.output == "json":
         answer = {"from": before.as_of(), "to": after.as_of(),
                   "changes": [c.to_dict() for c in changes]}  # fmt: skip
@@ -219,7 +225,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     upto = _cut(args)
-    story = explain(upto.records, replayed(upto).driver, args.target)
+    story = explain(upto.records, replayed(upto, driver_factory=reducers_of(args)).driver,
+                    args.target)  # fmt: skip
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), **story.to_dict()}, indent=2))
         return 0
@@ -239,7 +246,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     upto = _cut(args)
     history(upto.records, args.job)  # an unknown job is an error naming the known ones
     if args.output == "json":
-        drawn, restarts = bars(upto.records, args.job)
+        drawn, restarts = bars(upto.records, args.job, reducers_of(args))
         print(json.dumps({"as_of": upto.as_of(), "job": args.job, "restarts_s": restarts,
                           "bars": [vars(b) for b in drawn]}, indent=2))  # fmt: skip
         return 0
@@ -247,6 +254,6 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         print(as_of_line(upto))
         print("\n".join(timeline(upto.records, args.job)))
         return 0
-    count = draw_timeline(upto.records, args.job, Path(args.output))
+    count = draw_timeline(upto.records, args.job, Path(args.output), reducers_of(args))
     print(f"wrote {args.output}: {count} bars ({as_of_line(upto)})")
     return 0

@@ -37,10 +37,11 @@ from jobledger.services import dispatcher, kafka
 from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.job_status import GLOBALLY_TERMINAL
 
-from .log import log_records
+from .log import log_records, reducers_of
 from .options import (
     CommandFailed,
     bootstrap_of,
+    configuration_option,
     output_option,
     positive_float,
     prefix_of,
@@ -100,6 +101,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> Subparsers:
         help="give up after this long and say what the job waits for",
     )  # fmt: skip
     registry_option(c)
+    configuration_option(c)
     output_option(c)
     c.set_defaults(func=cmd_wait, parser=c)
     return jobs
@@ -297,7 +299,7 @@ def _timed_out(args: argparse.Namespace, status: JobStatus | None) -> int:
             f"{first.event.type_name()} at {where(first)}): is `jobledger services run` "
             f"running on {prefix}*?"
         )
-    waits += waiting_for(ordered, replay(ordered).driver, args.job)
+    waits += waiting_for(ordered, replay(ordered, reducers_of(args)).driver, args.job)
     shown = status.value if status else "not started yet"
     if args.output == "json":
         print(json.dumps({"job_id": args.job, "status": status.value if status else None,

@@ -16,8 +16,14 @@ from jobledger.projections.jobs import job_details, jobs_overview, vertex_detail
 from jobledger.projections.positions import cut, log_order
 from jobledger.projections.tables import as_of_line
 
-from .log import log_records
-from .options import at_option, connection_options, position_of, registry_option
+from .log import log_records, reducers_of
+from .options import (
+    at_option,
+    configuration_option,
+    connection_options,
+    position_of,
+    registry_option,
+)
 
 Subparsers = argparse._SubParsersAction
 
@@ -52,12 +58,14 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
 def _log_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     registry_option(p)
+    configuration_option(p)
     at_option(p)
     p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="how to answer")
 
 
 def _archive(args: argparse.Namespace) -> ClusterArchive:
-    return archive(cut(log_order(log_records(args, args.file)), position_of(args)))
+    upto = cut(log_order(log_records(args, args.file)), position_of(args))
+    return archive(upto, reducers_of(args))
 
 
 def _seconds(ms: int) -> str:

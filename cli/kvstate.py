@@ -15,8 +15,15 @@ from jobledger.projections.tables import as_of_line
 from jobledger.services.key_groups import assign_to_key_group
 from jobledger.services.runner import kv_state
 
-from .log import log_records, replayed
-from .options import CommandFailed, bootstrap_of, output_option, prefix_of, registry_option
+from .log import log_records, reducers_of, replayed
+from .options import (
+    CommandFailed,
+    bootstrap_of,
+    configuration_option,
+    output_option,
+    prefix_of,
+    registry_option,
+)
 
 Subparsers = argparse._SubParsersAction
 
@@ -36,6 +43,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="KEY is JSON: 7 is the number, '\"7\"' the string (keys are what key_by made them)",
     )  # fmt: skip
     registry_option(c)
+    configuration_option(c)
     output_option(c)
     c.set_defaults(func=cmd_lookup, parser=c)
 
@@ -52,7 +60,7 @@ def _key(args: argparse.Namespace) -> object:
 def cmd_lookup(args: argparse.Namespace) -> int:
     key = _key(args)
     upto = cut(log_order(log_records(args, None)), "end")
-    driver = replayed(upto).driver
+    driver = replayed(upto, driver_factory=reducers_of(args)).driver
     jm = driver.job_masters.get(args.job)
     if jm is None or jm.job is None:
         known = [j for j, m in driver.job_masters.items() if m.job is not None]

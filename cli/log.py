@@ -25,10 +25,13 @@ from jobledger.projections.replay import ReplayResult, foreign, position, replay
 from jobledger.projections.tables import state_table
 from jobledger.schemas import EventSerde
 from jobledger.services import kafka
+from jobledger.services.driver import ReducerDriver
 
 from .options import (
     at_option,
     bootstrap_of,
+    configuration_of,
+    configuration_option,
     epoch_ms,
     non_negative_int,
     position_of,
@@ -70,6 +73,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="re-derive every decision and report the first that differs from the log",
     )  # fmt: skip
     registry_option(p)
+    configuration_option(p)
     p.set_defaults(func=cmd_replay, parser=p)
 
 
@@ -80,12 +84,21 @@ def progress(items: Iterable[T], what: str) -> Iterable[T]:
                 disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
 
 
-def replayed(upto: Cut, jobs: int = 1) -> ReplayResult:
-    """`replay` of a cut of the log in `jobs` processes, with progress on a terminal."""
+def replayed(
+    upto: Cut, jobs: int = 1, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+) -> ReplayResult:
+    """`replay` of a cut of the log in `jobs` processes by the reducers `driver_factory`
+    makes (`reducers_of` the command's `-D` options), with progress on a terminal."""
     return replay(
-        upto.records, watch=lambda inputs: progress(inputs, "replaying"), refused=upto.refused,
-        jobs=jobs,
+        upto.records, driver_factory, watch=lambda inputs: progress(inputs, "replaying"),
+        refused=upto.refused, jobs=jobs,
     )  # fmt: skip
+
+
+def reducers_of(args: argparse.Namespace) -> Callable[[], ReducerDriver]:
+    """What builds the reducers under the command's `-D` options (the services' own must
+    be given to replay what they decided)."""
+    return configuration_of(args).new_driver
 
 
 def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
@@ -133,7 +146,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     elif args.until_time is not None:
         point = Position.parse(f"s@{args.until_time}")
     upto = cut(log_order(records), point)
-    result = replayed(upto, args.jobs)
+    result = replayed(upto, args.jobs, reducers_of(args))
     if args.format == "json":
         print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:
@@ -143,7 +156,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace, records: list[LogRecord]) -> int:
     processed = _processed_by_services(args)
-    matched, divergence = verify(records, processed=processed)
+    matched, divergence = verify(records, reducers_of(args), processed=processed)
     waiting = sum(not processed(r) for r in records)
     if waiting:
         print(f"{waiting} input(s) not yet consumed by the services; their decisions "

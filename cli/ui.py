@@ -18,7 +18,15 @@ from jobledger.projections.positions import log_order
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.services import kafka
 
-from .options import bootstrap_of, non_negative_int, positive_float, prefix_of, registry_option
+from .log import reducers_of
+from .options import (
+    bootstrap_of,
+    configuration_option,
+    non_negative_int,
+    positive_float,
+    prefix_of,
+    registry_option,
+)
 
 Subparsers = argparse._SubParsersAction
 POLL_S = 0.5
@@ -31,6 +39,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     registry_option(p)
+    configuration_option(p)
     p.add_argument("--port", type=non_negative_int, default=8081, help="port (0: any free one)")
     p.add_argument(
         "--bind", default="127.0.0.1",
@@ -136,7 +145,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
         if not log.caught_up.wait(args.catch_up_timeout):
             print(f"jobledger ui: the log is still being read after {args.catch_up_timeout:g} s; "
                   "serving what is read so far", file=sys.stderr)  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(create_app(log), log_level="warning", access_log=False))
+    app = create_app(log, driver_factory=reducers_of(args))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     try:
         listening = _listen(args.bind, args.port)
         host, port = listening.getsockname()[:2]

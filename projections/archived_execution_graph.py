@@ -11,6 +11,7 @@ gives the same answer bit for bit. Task state reports the JobMaster refused are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
@@ -161,9 +162,12 @@ class ClusterArchive:
         return self.cut.as_of()
 
 
-def archive(upto: Cut) -> ClusterArchive:
-    """The archive of every job the JobMasters hold as of `upto`."""
-    driver = replay(upto.records, refused=upto.refused).driver
+def archive(
+    upto: Cut, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+) -> ClusterArchive:
+    """The archive of every job the JobMasters hold as of `upto`, replayed by the reducers
+    `driver_factory` makes."""
+    driver = replay(upto.records, driver_factory, refused=upto.refused).driver
     jobs = {
         job_id: ArchivedJob(job_id, master, None, -1)
         for job_id, master in sorted(driver.job_masters.items())

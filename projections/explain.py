@@ -263,7 +263,7 @@ def _now(
     if jm is not None and jm.scheduler.job is not None:
         strategy = jm.scheduler.restart_strategy_of(submitted)  # the cluster's, if not its own
     lines = []
-    for n, failover in enumerate(failovers(ordered, job_id), start=1):
+    for n, failover in enumerate(failovers(ordered, job_id, driver_factory=driver.fresh), start=1):
         cause = f"; cause: {failover.cause}" if failover.cause else ""
         restarted = "the whole job" if failover.whole_job else ", ".join(failover.subtasks)
         lines.append(f"restart {n} ({where(failover.record)}) of {restarted}: "

@@ -10,13 +10,13 @@ taken at the record that caused it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
-from jobledger.services.driver import PartitionedDriver
+from jobledger.services.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.scheduler import PendingRestart
 
 from .log_file import LogRecord
@@ -37,13 +37,15 @@ class Failover:
 
 
 def failovers(
-    records: Iterable[LogRecord], job_id: str, refused: set[tuple[str, int, int]] | None = None
-) -> list[Failover]:
-    """Every failover of `job_id` in `records` (log order), oldest first. `refused` names the
-    inputs the services dead-lettered (by default: those the records' dead letters name)."""
+    records: Iterable[LogRecord], job_id: str, refused: set[tuple[str, int, int]] | None = None,
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> list[Failover]:  # fmt: skip
+    """Every failover of `job_id` in `records` (log order), oldest first, replayed by the
+    reducers `driver_factory` makes. `refused` names the inputs the services dead-lettered
+    (by default: those the records' dead letters name)."""
     records = list(records)
     refused = dead_lettered(records) if refused is None else refused
-    partitioned = PartitionedDriver()
+    partitioned = PartitionedDriver(driver_factory)
     seen: list[PendingRestart] = []
     found = []
     for record in records:

@@ -4,10 +4,12 @@ a job that has not ended."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.services.driver import ReducerDriver
 
 from .failovers import failovers
 from .history import refused_reports
@@ -42,10 +44,13 @@ def timeline(records: list[LogRecord], job_id: str) -> list[str]:
     return lines
 
 
-def stalled_job(records: list[LogRecord], job_id: str) -> list[str]:
+def stalled_job(
+    records: list[LogRecord], job_id: str,
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> list[str]:  # fmt: skip
     """What the log says about a job that did not end: its status, the timeline, and the
     state of every subtask's current attempt as the JobMaster sees it."""
-    jm = replay(records).driver.job_masters.get(job_id)
+    jm = replay(records, driver_factory).driver.job_masters.get(job_id)
     lines = [
         f"job status: {jm.status.value if jm else 'unknown to the JobMaster'}",
         "timeline (seconds since submission):",
@@ -73,7 +78,10 @@ class Bar:
     end: float
 
 
-def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]:
+def bars(
+    records: list[LogRecord], job_id: str,
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> tuple[list[Bar], list[float]]:  # fmt: skip
     """Every attempt's states per slot, and the times of the job's failovers (one per region
     that failed, under region failover), as data to draw. Times are when records were
     appended (a decision carries its input's event time), in seconds after the job's first
@@ -95,7 +103,10 @@ def bars(records: list[LogRecord], job_id: str) -> tuple[list[Bar], list[float]]
             reports.setdefault(e.execution_attempt_id, []).append(
                 (r.timestamp, e.execution_state.value)
             )
-    restarts = [seconds(f.record.timestamp) for f in failovers(records, job_id)]
+    restarts = [
+        seconds(f.record.timestamp)
+        for f in failovers(records, job_id, driver_factory=driver_factory)
+    ]
     drawn = []
     for r in records:
         d = r.event
@@ -121,7 +132,10 @@ COLOURS = {
 }  # fmt: skip
 
 
-def draw(records: list[LogRecord], job_id: str, path: Path) -> int:
+def draw(
+    records: list[LogRecord], job_id: str, path: Path,
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> int:  # fmt: skip
     """A Gantt chart of the job's attempts per slot over time (states coloured, failures and
     restarts marked) written to `path` (.svg, .png or .pdf); returns how many bars."""
     import matplotlib
@@ -130,7 +144,7 @@ def draw(records: list[LogRecord], job_id: str, path: Path) -> int:
     from matplotlib import pyplot
     from matplotlib.patches import Patch
 
-    drawn, restarts = bars(records, job_id)
+    drawn, restarts = bars(records, job_id, driver_factory)
     slots = sorted({b.slot for b in drawn})
     figure, axes = pyplot.subplots(figsize=(11, 1 + 0.45 * max(1, len(slots))))
     for bar in drawn:

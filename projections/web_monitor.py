@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from jobledger.schemas.jobs import JobStatusChanged
+from jobledger.services.driver import ReducerDriver
 
 from . import rest_messages as messages
 from .archived_execution_graph import ClusterArchive, UnknownVertex, archive
@@ -89,8 +90,9 @@ class Archives:
     """Archives of the log at the points asked for, the latest few kept: a point of a
     growing log is a new key once the log has grown, so a live view stays current."""
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, driver_factory: Callable[[], ReducerDriver]) -> None:
         self.log = log
+        self.driver_factory = driver_factory
         self.lock = threading.Lock()
         self.making = threading.Lock()
         self.kept: OrderedDict[tuple[int, str], ClusterArchive] = OrderedDict()
@@ -109,7 +111,7 @@ class Archives:
                 found = self.kept.get(key)
             if found is not None:
                 return found
-            made = archive(cut(records, position))
+            made = archive(cut(records, position), self.driver_factory)
             with self.lock:
                 self.kept[key] = made
                 while len(self.kept) > CACHED_ARCHIVES:
@@ -140,15 +142,19 @@ def _errors(status: int, *messages: str) -> JSONResponse:
     return JSONResponse({"errors": list(messages)}, status_code=status)
 
 
-def create_app(log: Log, title: str = "jobledger") -> FastAPI:
-    """The REST API and the dashboard over `log`."""
+def create_app(
+    log: Log, title: str = "jobledger",
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> FastAPI:  # fmt: skip
+    """The REST API and the dashboard over `log`, replayed by the reducers `driver_factory`
+    makes (the cluster's configuration)."""
     app = FastAPI(
         title=f"{title} REST API",
         description="Flink's REST API (v1) over a jobledger log, at any point of it.",
         version="v1",
         generate_unique_id_function=lambda route: route.name,
     )
-    archives = Archives(log)
+    archives = Archives(log, driver_factory)
     _handle_errors(app)
     _flink_routes(app, archives)
     _jobledger_routes(app, archives, log)

@@ -65,6 +65,15 @@ class ReducerDriver:
     """Decisions an owner derived for itself, until their record comes back on its topic: a
     record that claims to be an owner's decision is one of these, or it is forged."""
 
+    def fresh(self) -> ReducerDriver:
+        """Empty reducers under this driver's configuration: a replay of the same log as
+        this one (a failover's own pass, say) decides as it did."""
+        return ReducerDriver(
+            job_master_config=self.job_master_config,
+            task_executor_config=self.task_executor_config,
+            resource_manager=ResourceManager(self.resource_manager.config),
+        )
+
     @property
     def pools(self) -> dict[str, SlotPool]:
         return {job: jm.pool for job, jm in self.job_masters.items()}
