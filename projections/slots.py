@@ -12,7 +12,7 @@ from typing import Any
 from jobledger.schemas.slots import NewAllocatedSlotRequested, SlotRequested
 from jobledger.schemas.types import ResourceProfile
 from jobledger.services.driver import ReducerDriver
-from jobledger.services.resource_manager import ResourceManager, SlotState
+from jobledger.services.resource_manager import ResourceManager, Slot, SlotState
 from jobledger.services.resource_profile import is_matching
 from jobledger.services.slot_pool import PendingRequest, SlotPool
 
@@ -61,6 +61,7 @@ def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
     now = upto.time
     report = SlotReport(upto.as_of())
     rm = driver.resource_manager
+    seen: dict[ResourceProfile, Matching] = {}
     for job_id, jm in sorted(driver.job_masters.items()):
         pool = jm.pool
         report.jobs[job_id] = {
@@ -80,7 +81,7 @@ def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
                 job_id, request.slot_request_id, request.allocation_id,
                 profile_text(request.resource_profile),
                 None if since is None or now is None else now - since,
-                _why_pending(pool, request, at_rm, rm),
+                _why_pending(pool, request, at_rm, rm, seen),
             ))  # fmt: skip
     for rid in sorted(set(rm.task_executors) | set(driver.task_executors)):
         te = rm.task_executors.get(rid)
@@ -117,19 +118,42 @@ def _request_times(upto: Cut) -> dict[tuple[str, str], int]:
     return times
 
 
-def _why_pending(pool: SlotPool, request: PendingRequest, at_rm: bool, rm: ResourceManager) -> str:
+Matching = tuple[list[tuple[str, int, Slot]], list[str]]
+
+
+def _matching_slots(
+    rm: ResourceManager, wanted: ResourceProfile, seen: dict[ResourceProfile, Matching]
+) -> Matching:
+    """Every slot whose TaskExecutor's profile serves `wanted`, and those of them taken;
+    worked out once per profile (`seen`), not once per pending request: thousands of
+    requests over thousands of slots took minutes."""
+    found = seen.get(wanted)
+    if found is None:
+        matching = [
+            (rid, index, slot)
+            for rid, te in sorted(rm.task_executors.items())
+            if is_matching(te.resource_profile, wanted)
+            for index, slot in enumerate(te.slots)
+        ]
+        taken = [
+            f"{rid}/{index} to {slot.job_id or '?'}" for rid, index, slot in matching
+            if slot.state is not SlotState.FREE
+        ]  # fmt: skip
+        found = seen[wanted] = (matching, taken)
+    return found
+
+
+def _why_pending(
+    pool: SlotPool, request: PendingRequest, at_rm: bool, rm: ResourceManager,
+    seen: dict[ResourceProfile, Matching],
+) -> str:  # fmt: skip
     """The first reason, in the order a person checks them, that nothing satisfies it."""
     if not at_rm:
         return "the JobMaster is not connected to a ResourceManager: the request waits for one"
     if not rm.task_executors:
         return "no TaskExecutor is registered at the ResourceManager"
     wanted = request.resource_profile
-    matching = [
-        (rid, index, slot)
-        for rid, te in sorted(rm.task_executors.items())
-        for index, slot in enumerate(te.slots)
-        if is_matching(te.resource_profile, wanted)
-    ]
+    matching, taken = _matching_slots(rm, wanted, seen)
     if not matching:
         offered = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
         if offered == ["UNKNOWN"]:
@@ -156,10 +180,6 @@ def _why_pending(pool: SlotPool, request: PendingRequest, at_rm: bool, rm: Resou
             f"the ResourceManager gave it slot {index} of {rid}; waiting for that TaskExecutor "
             "to allocate the slot and offer it to the job"
         )
-    taken = [
-        f"{rid}/{index} to {slot.job_id or '?'}" for rid, index, slot in matching
-        if slot.state is not SlotState.FREE
-    ]  # fmt: skip
     if len(taken) == len(matching):
         return f"all {len(matching)} matching slots are taken: {', '.join(taken)}"
     return (
