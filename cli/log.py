@@ -26,6 +26,7 @@ from jobledger.projections.tables import state_table
 from jobledger.schemas import EventSerde
 from jobledger.services import kafka
 from jobledger.services.driver import ReducerDriver
+from jobledger.services.gc_policy import bulk_replay
 
 from .options import (
     at_option,
@@ -102,14 +103,18 @@ def reducers_of(args: argparse.Namespace) -> Callable[[], ReducerDriver]:
 
 
 def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
-    """The log, from an exported file or from the broker (undecodable records reported)."""
+    """The log, from an exported file or from the broker (undecodable records reported),
+    read under the bulk collection policy: every record read stays alive, and the collector
+    walking them all again and again cost half the reading of a million."""
     if from_file is not None:
-        return list(progress(read_export(from_file), f"reading {from_file}"))
+        with bulk_replay():
+            return list(progress(read_export(from_file), f"reading {from_file}"))
     consumer = kafka.read_committed_consumer(bootstrap_of(args))
     try:
-        records = list(progress(read_log(
-            consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
-        ), "reading the log"))  # fmt: skip
+        with bulk_replay():
+            records = list(progress(read_log(
+                consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
+            ), "reading the log"))  # fmt: skip
     finally:
         consumer.close()
     for skipped in (r for r in records if isinstance(r, SkippedRecord)):
