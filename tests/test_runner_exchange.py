@@ -119,10 +119,35 @@ def test_a_pipelined_input_waits_for_producers_still_running(cluster):
     assert sorted(got) == [0, 3]
 
 
-def test_a_restarted_consumer_does_not_take_an_older_attempts_output(cluster):
+def test_a_consumer_restarted_alone_reads_its_blocking_producers_newest_finished_attempt(
+    cluster,
+):
+    """A region failover restarts the consumer and keeps its producers' finished results:
+    attempt 1 of the consumer reads attempt 0 of the producer, and a producer that ran
+    again is read at its newest attempt."""
     write(cluster, 0, 0, [Keyed("old", 1)], producers=1)
-    with pytest.raises(ResultPartitionError, match="no finished result of source subtask 0"):
-        read(cluster, 0, 0, attempt=1)
+    keys = {r.key for c in range(CONSUMERS) for r in read(cluster, c, 0, attempt=1)}
+    assert keys == {"old"}
     write(cluster, 0, 1, [Keyed("new", 1)], producers=1)
     keys = {r.key for c in range(CONSUMERS) for r in read(cluster, c, 0, attempt=1)}
+    assert keys == {"new"}
+
+
+def test_a_restarted_consumer_of_a_pipelined_input_does_not_take_an_older_attempts_output(
+    cluster,
+):
+    """Pipelined producers restart with their consumer (one region): attempt 1 of the
+    consumer waits for attempt 1 of the producer, never reading attempt 0's output."""
+    write(cluster, 0, 0, [Keyed("old", 1)], producers=1)
+    with pytest.raises(ResultPartitionError, match="no finished result of source subtask 0"):
+        pipelined = gate(0, kind=ResultPartitionType.PIPELINED)
+        read_input_gate(
+            cluster.bootstrap, cluster.prefix, "job", "count", 0, 1, pipelined, pipelined_wait_s=1
+        )
+    write(cluster, 0, 1, [Keyed("new", 1)], producers=1)
+    keys = {
+        r.key
+        for c in range(CONSUMERS)
+        for r in read(cluster, c, 0, attempt=1, kind=ResultPartitionType.PIPELINED)
+    }
     assert keys == {"new"}
