@@ -17,7 +17,7 @@ import logging
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -84,6 +84,27 @@ class Group:
     name: str
     deployments: list[TaskDeploymentRequested]
     cancelled: set[str] = field(default_factory=set)
+    batch_started_ms: int = 0
+    batch_read_ms: int = 0
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    """Wall-clock milliseconds of one group's way through the runner, which the log cannot
+    tell (only the deployments before it and the reports after): `bench/e2e.py` puts them
+    beside the records' timestamps to show where a job's time goes."""
+
+    group: str
+    job_id: str
+    batch_started_ms: int
+    """The micro-batch that read the group's acceptances reached `foreachBatch`."""
+    batch_read_ms: int
+    """...and had its rows in the driver."""
+    spark_job_started_ms: int
+    spark_job_ended_ms: int
+
+
+MAX_TIMINGS = 1_000
 
 
 class TaskRunner:
@@ -110,6 +131,8 @@ class TaskRunner:
         self.cancelled_before_acceptance: set[str] = set()
         self.groups: dict[str, Group] = {}
         self.group_of: dict[str, str] = {}
+        self.timings: deque[GroupTiming] = deque(maxlen=MAX_TIMINGS)
+        """The last groups' timings, oldest first."""
         self.stopping = threading.Event()
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -187,7 +210,7 @@ class TaskRunner:
         profile = ResourceProfile(
             kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
         )
-        now = int(time.time() * 1000)
+        now = _now_ms()
         self._emit([
             TaskManagerRegistered(
                 event_id=derived_id(f"{rid}@{now}", "registered"), event_time=now,
@@ -203,7 +226,7 @@ class TaskRunner:
                 self._revive_query()
             except Exception:  # tried again at the next heartbeat
                 log.exception("could not start the runner's query again")
-            now = int(time.time() * 1000)
+            now = _now_ms()
             try:
                 self._emit([
                     TaskManagerHeartbeat(
@@ -226,7 +249,10 @@ class TaskRunner:
         later on the same partition), so nothing the TaskExecutor refused ever runs; the
         accepted ones of each job go to Spark as one job."""
         accepted: dict[str, list[TaskDeploymentRequested]] = {}
-        for row in batch.collect():
+        started = _now_ms()
+        rows = batch.collect()
+        read = _now_ms()
+        for row in rows:
             try:
                 event = self.serde.decode(row.value, "")
             except DecodeError:
@@ -249,7 +275,7 @@ class TaskRunner:
                             event.resource_id, event.cause)  # fmt: skip
                 self._register([event.resource_id])
         for job_id, batch_deployments in accepted.items():
-            group = Group(f"{job_id}/{batch_id}", batch_deployments)
+            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), started, read)
             with self.lock:
                 self.groups[group.name] = group
                 for d in batch_deployments:
@@ -310,6 +336,7 @@ class TaskRunner:
         # and the cores, not the slots, bound how many run at once.
         slices = min(len(payloads), 2 * sc.defaultParallelism)
         settings = replace(self.settings, transactional_id=f"{self.transactional_id}-{group.name}")
+        spark_job_started = _now_ms()
         try:
             sc.parallelize(payloads, slices).mapPartitions(
                 partial(task.run_tasks, settings)
@@ -329,6 +356,10 @@ class TaskRunner:
                 else:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
+            self.timings.append(GroupTiming(
+                group.name, group.deployments[0].job_id, group.batch_started_ms,
+                group.batch_read_ms, spark_job_started, _now_ms(),
+            ))  # fmt: skip
             self.gate.forget(d.execution_attempt_id for d in group.deployments)
             with self.lock:
                 self.groups.pop(group.name, None)
@@ -352,6 +383,10 @@ class TaskRunner:
             self._emit([task.state_event(d, state, error), task.final_state_event(d, state)])
         except Exception:
             log.exception("could not report %s of %s", state.value, d.execution_attempt_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _first_line(exc: BaseException) -> str:
