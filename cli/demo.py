@@ -45,6 +45,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services.kafka import (
     append_events,
+    consume_available,
     create_topics,
     partitions_of,
     read_committed_consumer,
@@ -211,7 +212,7 @@ class JobWatcher:
             check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
-            for msg in self.consumer.consume(1_000, 0.05):
+            for msg in consume_available(self.consumer, 1_000, 0.05):
                 if msg.error():
                     continue
                 event = self.serde.decode(msg.value(), msg.topic())

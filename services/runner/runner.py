@@ -70,7 +70,11 @@ class RunnerConfig:
     master: str | None = "local[*]"
     """None under spark-submit, whose --master then applies."""
     heartbeat_interval_s: float = 5.0
-    trigger_interval: str = "100 milliseconds"
+    trigger_interval: str = "20 milliseconds"
+    """How often an idle query looks for new records (a busy one starts its next micro-batch
+    as soon as the last ends): a deployment waits half of it on average. Each look asks the
+    broker for the topic's offsets, which costs little next to a micro-batch; at 100 ms the
+    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -332,9 +336,11 @@ class TaskRunner:
         sc = self.spark.sparkContext
         sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
         payloads = [self.serde.encode(d, "") for d in group.deployments]
-        # At most a few Spark tasks per core: a Spark task costs more than a no-op deployment,
-        # and the cores, not the slots, bound how many run at once.
-        slices = min(len(payloads), 2 * sc.defaultParallelism)
+        # At most one Spark task per core: the cores, not the slots, bound how many run at
+        # once, and each Spark task pays for a Python worker and a transactional producer of
+        # its own, which a second wave of Spark tasks would pay again (a Spark task costs
+        # more than a no-op deployment). Deployments keep their order across the slices.
+        slices = min(len(payloads), sc.defaultParallelism)
         settings = replace(self.settings, transactional_id=f"{self.transactional_id}-{group.name}")
         spark_job_started = _now_ms()
         try:
