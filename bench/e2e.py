@@ -129,7 +129,7 @@ def print_hops(parallelism: int, medians: dict[str, float]) -> None:
     print(f"P={parallelism}: where the time goes (median ms over the repeats)")
     for (hop, _, what), ms in zip(HOPS, medians.values(), strict=True):
         print(f"  {hop:<36} {ms:>7.0f}  {what}")
-    print(f"  {'sum':<36} {sum(medians.values()):>7.0f}")
+    print(f"  {'sum of the medians':<36} {sum(medians.values()):>7.0f}")
 
 
 def median_hops(samples: list[dict[str, int]]) -> dict[str, float]:

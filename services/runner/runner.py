@@ -41,13 +41,18 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
 from ..decisions import derived_id
-from ..kafka import append_events
+from ..kafka import TYPE_HEADER, append_events
 from . import task
-from .kafka_source import register
+from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
 
 log = logging.getLogger("jobledger.runner")
+
+BATCH_STARTERS = (TaskSubmissionAccepted, TaskCancellationRequested, TaskManagerConnectionClosed)
+"""The records of the TaskExecutor topic that start a micro-batch: those the runner acts on at
+once. A deployment waits for its acceptance, which follows it in the same partition; the rest
+(slot requests, offers, heartbeats, the runner's own reports) are read with the next batch."""
 
 MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
@@ -167,8 +172,13 @@ class TaskRunner:
             # the native source reads uncommitted records unless told; the services write
             # transactionally, so both formats read committed records only
             .option("kafka.isolation.level", "read_committed")
-            .load()
         )
+        if self.format == FORMAT:
+            # a job's own slot records come just before its deployment: a micro-batch started
+            # for them (Spark's fixed cost is ~0.2-0.5 s) made the deployment wait for its end
+            names = ",".join(kind.type_name() for kind in BATCH_STARTERS)
+            stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
+        stream = stream.load()
         self.query = (
             stream.select("value").writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.config.checkpoint))
