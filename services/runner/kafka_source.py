@@ -92,7 +92,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..kafka import PARTITIONER
+from ..kafka import CONNECT_TIMEOUT_S, PARTITIONER, connect
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -593,6 +593,7 @@ class _KafkaSink:
 
         producer = Producer(config)
         if self._transactional:
+            connect(producer, CONNECT_TIMEOUT_S)
             producer.init_transactions()
             producer.begin_transaction()
         records = 0
