@@ -8,7 +8,15 @@ jobledger's figure is the time from committing JobSubmitted to reading the job's
 JobStatusChanged; Flink's is submitJob to its job result (bench/flink_minicluster.py). The
 Spark micro-batch floor (a record produced to a topic until a foreachBatch of a streaming
 query over it sees it, same source and trigger as the runner) is printed as its own figure:
-every job waits for at least one micro-batch. The last line is one JSON object.
+every job waits for at least one micro-batch.
+
+Where jobledger's time goes is printed per parallelism as a table of hops, medians over the
+repeats. After each job its records are read back from the topics: a hop ends when the last
+record of its kind is produced (its Kafka timestamp), so it includes committing the
+transaction of the hop before and the next service polling it. Inside the runner, where the
+log has no record, the runner's own timings (`TaskRunner.timings`) split the wait for the
+micro-batch from the Spark job. The hops add up to the job's time. The last line is one JSON
+object; `hops_ms` holds the medians per parallelism.
 """
 
 from __future__ import annotations
@@ -26,12 +34,31 @@ from pathlib import Path
 from flink_minicluster import measure_flink
 
 from jobledger.cli.demo import Cluster, now_ms
-from jobledger.schemas.jobs import JobSubmitted
+from jobledger.projections.log_file import LogRecord
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import JobVertex
 from jobledger.services import broker
 from jobledger.services.kafka import transactional_producer
 from jobledger.services.runner.exchange import create_result_topics
 from jobledger.services.runner.kafka_source import register
+from jobledger.services.runner.runner import GroupTiming
+
+HOPS = (
+    ("client -> JobMaster", "SlotRequested", "job started, slots asked for"),
+    ("JobMaster -> ResourceManager", "SlotAllocationRequested", "slots assigned"),
+    ("ResourceManager -> TaskExecutor", "SlotAllocated", "slots allocated"),
+    ("TaskExecutor -> JobMaster", "JobMasterRegistrationAccepted", "TaskExecutor registered"),
+    ("JobMaster -> TaskExecutor", "SlotOffered", "slots offered"),
+    ("TaskExecutor -> JobMaster", "TaskDeploymentRequested", "offers accepted, tasks deployed"),
+    ("JobMaster -> TaskExecutor", "TaskSubmissionAccepted", "deployments accepted"),
+    ("TaskExecutor -> runner micro-batch", "batch_read", "trigger, plan, read (runner's timing)"),
+    ("micro-batch -> Spark job -> reports", "reported", "last task's FINISHED produced"),
+    ("reports -> JobMaster", "FINISHED", "JobStatusChanged FINISHED produced"),
+    ("FINISHED -> client", "client", "the client read it"),
+)
+"""(hop, milestone that ends it, what happened in it): a milestone is the last record of that
+event type for the job, or one of the runner's timings, or the client's own clock."""
 
 
 def noop_job(job_id: str, parallelism: int) -> JobSubmitted:
@@ -44,15 +71,69 @@ def noop_job(job_id: str, parallelism: int) -> JobSubmitted:
     )  # fmt: skip
 
 
-def time_job(cluster: Cluster, parallelism: int) -> float:
+def time_job(cluster: Cluster, parallelism: int) -> tuple[float, dict[str, int]]:
+    """The job's seconds from submission to FINISHED, and its hops (milliseconds)."""
     job_id = f"noop-{parallelism}-{uuid.uuid4().hex[:6]}"
+    start_ms = now_ms()
     start = time.perf_counter()
     cluster.submit(noop_job(job_id, parallelism))
     end = cluster.wait_for_end(job_id, 300)
     elapsed = time.perf_counter() - start
     if end.to_status.value != "FINISHED":
         raise RuntimeError(f"{job_id} ended {end.to_status.value}: {end.cause}")
-    return elapsed
+    end_ms = start_ms + round(elapsed * 1000)
+    timings = [t for t in cluster.runner.timings if t.job_id == job_id]
+    records = [r for r in cluster.log() if getattr(r.event, "job_id", None) == job_id]
+    return elapsed, hops(records, timings, start_ms, end_ms)
+
+
+def milestones(records: list[LogRecord], timings: list[GroupTiming], end_ms: int) -> dict[str, int]:
+    """When each milestone of HOPS was reached: the latest record (or runner timing) of it."""
+    reached: dict[str, int] = {}
+
+    def mark(name: str, at: int) -> None:
+        reached[name] = max(reached.get(name, at), at)
+
+    for record in records:
+        event = record.event
+        if isinstance(event, JobStatusChanged):
+            mark(event.to_status.value, record.timestamp)
+        elif isinstance(event, TaskExecutionStateChanged):
+            if event.producer == "runner" and event.execution_state.value == "FINISHED":
+                mark("reported", record.timestamp)
+        else:
+            mark(type(event).__name__, record.timestamp)
+    for timing in timings:
+        mark("batch_read", timing.batch_read_ms)
+    reached["client"] = end_ms
+    return reached
+
+
+def hops(
+    records: list[LogRecord], timings: list[GroupTiming], start_ms: int, end_ms: int
+) -> dict[str, int]:
+    """Milliseconds per hop, from the client's submission on. A milestone reached before the
+    one before it (hops overlap when the tasks of one job go through them at different
+    times) counts as reached with it, so no hop is negative and they add up to the whole."""
+    reached = milestones(records, timings, end_ms)
+    result: dict[str, int] = {}
+    previous = start_ms
+    for i, (_, milestone, _) in enumerate(HOPS):
+        at = max(previous, min(reached.get(milestone, previous), end_ms))
+        result[f"{i + 1:02d} {milestone}"] = at - previous
+        previous = at
+    return result
+
+
+def print_hops(parallelism: int, medians: dict[str, float]) -> None:
+    print(f"P={parallelism}: where the time goes (median ms over the repeats)")
+    for (hop, _, what), ms in zip(HOPS, medians.values(), strict=True):
+        print(f"  {hop:<36} {ms:>7.0f}  {what}")
+    print(f"  {'sum of the medians':<36} {sum(medians.values()):>7.0f}")
+
+
+def median_hops(samples: list[dict[str, int]]) -> dict[str, float]:
+    return {key: statistics.median(s[key] for s in samples) for key in samples[0]}
 
 
 def microbatch_floor(cluster: Cluster, samples: int = 5) -> float:
@@ -121,16 +202,17 @@ def main() -> int:
     cluster = Cluster(bootstrap, f"e2e-{uuid.uuid4().hex[:8]}.", work, slots=max(args.parallelism))
     try:
         time_job(cluster, 1)  # warm-up: Python workers, producers, consumer fetch sessions
-        ours = {
-            p: statistics.median(time_job(cluster, p) for _ in range(args.repeats))
-            for p in args.parallelism
-        }
+        runs = {p: [time_job(cluster, p) for _ in range(args.repeats)] for p in args.parallelism}
         floor = microbatch_floor(cluster)
     finally:
         cluster.close()
         if proc is not None:
             proc.terminate()
 
+    ours = {p: statistics.median(s for s, _ in samples) for p, samples in runs.items()}
+    hop_medians = {p: median_hops([h for _, h in samples]) for p, samples in runs.items()}
+    for p in args.parallelism:
+        print_hops(p, hop_medians[p])
     result: dict[str, object] = {}
     print(f"{'P':>5} {'jobledger s':>12} {'Flink s':>9} {'ratio':>7}")
     for p in args.parallelism:
@@ -142,6 +224,10 @@ def main() -> int:
         }  # fmt: skip
     print(f"Spark micro-batch floor (produce -> foreachBatch): {floor:.2f} s")
     result["spark_microbatch_floor_s"] = round(floor, 3)
+    result["hops_ms"] = {
+        str(p): {k.split(" ", 1)[1]: round(v) for k, v in hop_medians[p].items()}
+        for p in args.parallelism
+    }
     print(json.dumps(result))
     return 0
 

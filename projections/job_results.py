@@ -21,7 +21,7 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
 from jobledger.services.job_master import PRODUCER as JOB_MASTER
 from jobledger.services.job_status import GLOBALLY_TERMINAL
-from jobledger.services.kafka import partitions_of, read_committed_consumer
+from jobledger.services.kafka import consume_available, partitions_of, read_committed_consumer
 from jobledger.services.partitioning import partition_of
 
 from .log_file import LogRecord
@@ -74,7 +74,7 @@ class JobWatcher:
 
     def poll(self) -> None:
         """Read what has been committed since the last poll (waits at most `POLL_S`)."""
-        for msg in self.consumer.consume(1_000, POLL_S):
+        for msg in consume_available(self.consumer, 1_000, POLL_S):
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

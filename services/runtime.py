@@ -84,9 +84,9 @@ class RuntimeConfig:
     """Inputs that derive nothing are committed with the next transaction that has output, or
     after this long: a transaction per tiny batch of such inputs (a task's end told to its
     TaskExecutor, a heartbeat) cost more than the reducing."""
-    poll_timeout_s: float = 0.02
-    """How long one poll waits for a full batch: librdkafka waits the whole timeout unless
-    the batch fills, so under light traffic this is the latency each hop of a job adds."""
+    poll_timeout_s: float = 0.1
+    """How long one poll waits for the first record when there is none; it returns as soon as
+    one arrives, so this bounds only how late an idle service looks at its clock."""
     stop_deadline_s: float = 15.0
     """After SIGTERM, the current transaction may finish; a process still running this long
     after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
@@ -373,7 +373,9 @@ class ServiceRuntime:
     def step(self) -> int:
         """One poll: process what arrived, partition by partition; tick the clock when due."""
         batches: dict[tuple[str, int], list[Message]] = {}
-        for msg in self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s):
+        for msg in kafka.consume_available(
+            self.consumer, self.config.batch_size, self.config.poll_timeout_s
+        ):
             if msg.error():
                 self._consumer_error(msg)
                 continue

@@ -16,16 +16,23 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.kafka import (
+    await_metadata,
+    read_committed_consumer,
+    read_topic,
+    transactional_producer,
+)
 
 pytest.importorskip("pyspark")
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from jobledger.services.runner import kafka_source
 from jobledger.services.runner.kafka_source import (
     FORMAT,
+    KafkaStreamReader,
     ReaderOptions,
     kafka_schema,
     native_kafka_available,
@@ -393,3 +400,39 @@ def test_reader_options_are_checked_up_front() -> None:
         ReaderOptions.parse({**base, "startingOffsets": '{"a": {"0": 1}}'})
     with pytest.raises(ValueError, match="startingOffsets"):
         ReaderOptions.parse({**base, "startingOffsets": "oldest"})
+    with pytest.raises(ValueError, match="batchOnHeader"):
+        ReaderOptions.parse({**base, "batchOnHeader": "kind"})
+
+
+def test_batch_on_header_holds_other_records_until_a_wanted_one(cluster: Cluster) -> None:
+    """Records without the header start no micro-batch; the first with it starts one that
+    reads them all, from where the last batch ended."""
+    topic = new_topic(cluster, "batch-on", partitions=2)
+    await_metadata(AdminClient({"bootstrap.servers": cluster.bootstrap}), {topic: 2})
+    options = {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic}
+    reader = KafkaStreamReader(ReaderOptions.parse({**options, "batchOnHeader": "kind=go, now"}))
+    impatient = KafkaStreamReader(
+        ReaderOptions.parse({**options, "batchOnHeader": "kind=go", "batchOnHeaderMaxWaitMs": "0"})
+    )
+    try:
+        start = reader.initialOffset()
+        assert impatient.initialOffset() == start
+        write_transaction(cluster.bootstrap, topic, [(0, None, b"a", [("kind", b"wait")])])
+        write_transaction(cluster.bootstrap, topic, [(1, None, b"b", [])])
+        assert reader.latestOffset(start, ReadAllAvailable()) == start
+        assert reader.latestOffset(start, ReadAllAvailable()) == start  # asked again: held
+        held = impatient.latestOffset(start, ReadAllAvailable())
+        assert held == impatient.reportLatestOffset() != start  # waited long enough
+
+        write_transaction(cluster.bootstrap, topic, [(1, None, b"c", [("kind", b"now")])])
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == reader.reportLatestOffset()
+        planned = {(p.partition, p.start, p.end) for p in reader.partitions(start, end)}
+        assert planned == {
+            (0, start[topic]["0"], end[topic]["0"]),
+            (1, start[topic]["1"], end[topic]["1"]),
+        }
+        assert reader.latestOffset(end, ReadAllAvailable()) == end
+    finally:
+        reader.stop()
+        impatient.stop()

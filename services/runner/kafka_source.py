@@ -17,6 +17,12 @@ Reading (`spark.readStream.format("jobledger-kafka")`):
   to their backlog and never exceeding the limit (Spark's own split rounds small shares up and
   can overshoot). Offsets, not records: transaction markers occupy offsets too.
 - `includeHeaders` (default false, as native) adds the `headers` column.
+- `batchOnHeader` (jobledger's own, e.g. `jobledger.type=TaskDeploymentRequested,...`): start a
+  micro-batch only once a new record carries that header with one of those values; records
+  without one wait for the next such batch, or `batchOnHeaderMaxWaitMs` (default 5000) at most.
+  Every record is still read, in order: only when batches start changes. A reader that acts on
+  a few kinds of record among many then pays no micro-batch for the others, and a record it
+  wants does not queue behind one that started for them.
 - `kafkaConsumer.pollTimeoutMs` (default 120000): how long a read may make no progress.
 - Every other `kafka.*` option goes, prefix stripped, to the confluent-kafka consumer.
 
@@ -86,7 +92,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..kafka import PARTITIONER
+from ..kafka import CONNECT_TIMEOUT_S, PARTITIONER, connect
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -189,6 +195,9 @@ class ReaderOptions:
     include_headers: bool
     timeout_s: float
     client: dict[str, str]
+    batch_on: tuple[str, frozenset[bytes]] | None = None
+    """`batchOnHeader`: the header and the values that start a micro-batch."""
+    batch_on_max_wait_s: float = 5.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -208,6 +217,8 @@ class ReaderOptions:
             include_headers=_bool_option(options, "includeHeaders", False),
             timeout_s=int(options.get("kafkaConsumer.pollTimeoutMs", "120000")) / 1000,
             client=_client_config(options),
+            batch_on=_parse_batch_on(options.get("batchOnHeader")),
+            batch_on_max_wait_s=int(options.get("batchOnHeaderMaxWaitMs", "5000")) / 1000,
         )
 
     def consumer_config(self) -> dict[str, Any]:
@@ -223,6 +234,16 @@ class ReaderOptions:
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
         }
+
+
+def _parse_batch_on(value: str | None) -> tuple[str, frozenset[bytes]] | None:
+    if value is None:
+        return None
+    header, _, wanted = value.partition("=")
+    values = frozenset(v.strip().encode() for v in wanted.split(",") if v.strip())
+    if not header.strip() or not values:
+        raise ValueError(f"batchOnHeader must be like 'header=value1,value2', not {value!r}")
+    return header.strip(), values
 
 
 def _parse_starting(value: str, topics: tuple[str, ...]) -> str | Offsets:
@@ -263,12 +284,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReaderOptions) -> None:
         self._options = options
         self._consumer: Consumer | None = None
+        self._peeker: Consumer | None = None
         self._initial: Offsets | None = None
         self._target: Watermarks | None = None
         self._latest: Offsets | None = None
+        self._looked_at: dict[tuple[str, str], int] = {}
+        """`batchOnHeader`: per partition, where the records that start no batch end."""
+        self._held_since: float | None = None
+        """`batchOnHeader`: since when new records have waited for a batch."""
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_consumer": None}
+        return {**self.__dict__, "_consumer": None, "_peeker": None}
 
     def _metadata_consumer(self) -> Consumer:
         if self._consumer is None:
@@ -338,11 +364,54 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # A last stable offset behind where we are (a broker's glitch) never rewinds.
                 ends.setdefault(topic, {})[p] = high if begin is None else max(begin, high)
         self._latest = _canonical(ends)
+        if self._target is None and not self._batch_due(start, ends):
+            return _canonical(start)
         if isinstance(limit, ReadMaxRows):
             backlog = {tp: ends[tp[0]][tp[1]] - begin for tp, begin in lows.items()}
             for (topic, p), n in split_limit(backlog, limit.max_rows).items():
                 ends[topic][p] = lows[(topic, p)] + n
         return _canonical(ends)
+
+    def _batch_due(self, start: Offsets, ends: Offsets) -> bool:
+        """Whether the records between `start` and `ends` start a micro-batch: always,
+        unless `batchOnHeader` is set; then once one of them carries the header, or they have
+        waited `batchOnHeaderMaxWaitMs`. Each record is looked at once, however often asked."""
+        if self._options.batch_on is None:
+            return True
+        new = {
+            (topic, p): (start.get(topic, {}).get(p), end)
+            for topic, parts in ends.items()
+            for p, end in parts.items()
+            if end > start.get(topic, {}).get(p, EARLIEST)
+        }
+        if not new:
+            self._held_since = None
+            return False
+        now = time.monotonic()
+        self._held_since = self._held_since if self._held_since is not None else now
+        if now - self._held_since >= self._options.batch_on_max_wait_s:
+            self._held_since = None
+            return True
+        for (topic, p), (begin, end) in new.items():
+            if begin is None:  # a partition that appeared since: read it at once
+                self._held_since = None
+                return True
+            looked = max(begin, self._looked_at.get((topic, p), begin))
+            if looked < end and self._wanted_in(KafkaInputPartition(topic, int(p), looked, end)):
+                self._held_since = None
+                return True
+            self._looked_at[(topic, p)] = end
+        return False
+
+    def _wanted_in(self, part: KafkaInputPartition) -> bool:
+        assert self._options.batch_on is not None
+        header, values = self._options.batch_on
+        if self._peeker is None:
+            self._peeker = Consumer(self._options.consumer_config())
+        for msg in _read_messages(self._peeker, part, self._options.timeout_s):
+            if any(k == header and v in values for k, v in msg.headers() or ()):
+                return True
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
@@ -368,15 +437,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             consumer.close()
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for consumer in (self._consumer, self._peeker):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._peeker = None
 
 
 def _read_range(
     consumer: Consumer, part: KafkaInputPartition, include_headers: bool, timeout_s: float
 ) -> Iterator[tuple]:
-    """Rows of offsets [start, end) of one partition.
+    """Rows of offsets [start, end) of one partition."""
+    return (_row(msg, include_headers) for msg in _read_messages(consumer, part, timeout_s))
+
+
+def _read_messages(
+    consumer: Consumer, part: KafkaInputPartition, timeout_s: float
+) -> Iterator[Message]:
+    """Records of offsets [start, end) of one partition.
 
     The last offsets of a range may hold a transaction marker or an aborted record, which a
     read_committed consumer never returns, so the range also ends at partition EOF past it.
@@ -390,7 +467,7 @@ def _read_range(
             offset = msg.offset()
             if offset >= part.end:
                 return
-            yield _row(msg, include_headers)
+            yield msg
             if offset >= part.end - 1:
                 return
             deadline = time.monotonic() + timeout_s
@@ -516,6 +593,7 @@ class _KafkaSink:
 
         producer = Producer(config)
         if self._transactional:
+            connect(producer, CONNECT_TIMEOUT_S)
             producer.init_transactions()
             producer.begin_transaction()
         records = 0

@@ -17,7 +17,7 @@ import logging
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -41,13 +41,18 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
 from ..decisions import derived_id
-from ..kafka import append_events
+from ..kafka import TYPE_HEADER, append_events
 from . import task
-from .kafka_source import register
+from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
 
 log = logging.getLogger("jobledger.runner")
+
+BATCH_STARTERS = (TaskSubmissionAccepted, TaskCancellationRequested, TaskManagerConnectionClosed)
+"""The records of the TaskExecutor topic that start a micro-batch: those the runner acts on at
+once. A deployment waits for its acceptance, which follows it in the same partition; the rest
+(slot requests, offers, heartbeats, the runner's own reports) are read with the next batch."""
 
 MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
@@ -70,7 +75,11 @@ class RunnerConfig:
     master: str | None = "local[*]"
     """None under spark-submit, whose --master then applies."""
     heartbeat_interval_s: float = 5.0
-    trigger_interval: str = "100 milliseconds"
+    trigger_interval: str = "20 milliseconds"
+    """How often an idle query looks for new records (a busy one starts its next micro-batch
+    as soon as the last ends): a deployment waits half of it on average. Each look asks the
+    broker for the topic's offsets, which costs little next to a micro-batch; at 100 ms the
+    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -84,6 +93,27 @@ class Group:
     name: str
     deployments: list[TaskDeploymentRequested]
     cancelled: set[str] = field(default_factory=set)
+    batch_started_ms: int = 0
+    batch_read_ms: int = 0
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    """Wall-clock milliseconds of one group's way through the runner, which the log cannot
+    tell (only the deployments before it and the reports after): `bench/e2e.py` puts them
+    beside the records' timestamps to show where a job's time goes."""
+
+    group: str
+    job_id: str
+    batch_started_ms: int
+    """The micro-batch that read the group's acceptances reached `foreachBatch`."""
+    batch_read_ms: int
+    """...and had its rows in the driver."""
+    spark_job_started_ms: int
+    spark_job_ended_ms: int
+
+
+MAX_TIMINGS = 1_000
 
 
 class TaskRunner:
@@ -110,6 +140,8 @@ class TaskRunner:
         self.cancelled_before_acceptance: set[str] = set()
         self.groups: dict[str, Group] = {}
         self.group_of: dict[str, str] = {}
+        self.timings: deque[GroupTiming] = deque(maxlen=MAX_TIMINGS)
+        """The last groups' timings, oldest first."""
         self.stopping = threading.Event()
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -140,8 +172,13 @@ class TaskRunner:
             # the native source reads uncommitted records unless told; the services write
             # transactionally, so both formats read committed records only
             .option("kafka.isolation.level", "read_committed")
-            .load()
         )
+        if self.format == FORMAT:
+            # a job's own slot records come just before its deployment: a micro-batch started
+            # for them (Spark's fixed cost is ~0.2-0.5 s) made the deployment wait for its end
+            names = ",".join(kind.type_name() for kind in BATCH_STARTERS)
+            stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
+        stream = stream.load()
         self.query = (
             stream.select("value").writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.config.checkpoint))
@@ -187,7 +224,7 @@ class TaskRunner:
         profile = ResourceProfile(
             kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
         )
-        now = int(time.time() * 1000)
+        now = _now_ms()
         self._emit([
             TaskManagerRegistered(
                 event_id=derived_id(f"{rid}@{now}", "registered"), event_time=now,
@@ -203,7 +240,7 @@ class TaskRunner:
                 self._revive_query()
             except Exception:  # tried again at the next heartbeat
                 log.exception("could not start the runner's query again")
-            now = int(time.time() * 1000)
+            now = _now_ms()
             try:
                 self._emit([
                     TaskManagerHeartbeat(
@@ -226,7 +263,10 @@ class TaskRunner:
         later on the same partition), so nothing the TaskExecutor refused ever runs; the
         accepted ones of each job go to Spark as one job."""
         accepted: dict[str, list[TaskDeploymentRequested]] = {}
-        for row in batch.collect():
+        started = _now_ms()
+        rows = batch.collect()
+        read = _now_ms()
+        for row in rows:
             try:
                 event = self.serde.decode(row.value, "")
             except DecodeError:
@@ -249,7 +289,7 @@ class TaskRunner:
                             event.resource_id, event.cause)  # fmt: skip
                 self._register([event.resource_id])
         for job_id, batch_deployments in accepted.items():
-            group = Group(f"{job_id}/{batch_id}", batch_deployments)
+            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), started, read)
             with self.lock:
                 self.groups[group.name] = group
                 for d in batch_deployments:
@@ -306,10 +346,13 @@ class TaskRunner:
         sc = self.spark.sparkContext
         sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
         payloads = [self.serde.encode(d, "") for d in group.deployments]
-        # At most a few Spark tasks per core: a Spark task costs more than a no-op deployment,
-        # and the cores, not the slots, bound how many run at once.
-        slices = min(len(payloads), 2 * sc.defaultParallelism)
+        # At most one Spark task per core: the cores, not the slots, bound how many run at
+        # once, and each Spark task pays for a Python worker and a transactional producer of
+        # its own, which a second wave of Spark tasks would pay again (a Spark task costs
+        # more than a no-op deployment). Deployments keep their order across the slices.
+        slices = min(len(payloads), sc.defaultParallelism)
         settings = replace(self.settings, transactional_id=f"{self.transactional_id}-{group.name}")
+        spark_job_started = _now_ms()
         try:
             sc.parallelize(payloads, slices).mapPartitions(
                 partial(task.run_tasks, settings)
@@ -329,6 +372,10 @@ class TaskRunner:
                 else:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
+            self.timings.append(GroupTiming(
+                group.name, group.deployments[0].job_id, group.batch_started_ms,
+                group.batch_read_ms, spark_job_started, _now_ms(),
+            ))  # fmt: skip
             self.gate.forget(d.execution_attempt_id for d in group.deployments)
             with self.lock:
                 self.groups.pop(group.name, None)
@@ -352,6 +399,10 @@ class TaskRunner:
             self._emit([task.state_event(d, state, error), task.final_state_event(d, state)])
         except Exception:
             log.exception("could not report %s of %s", state.value, d.execution_attempt_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _first_line(exc: BaseException) -> str:
