@@ -41,6 +41,10 @@ from .options import (
     registry_option,
 )
 
+tqdm.monitor_interval = 0
+"""No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
+and a process with a second thread replays in one process (projections/parallel.py)."""
+
 Subparsers = argparse._SubParsersAction
 T = TypeVar("T")
 

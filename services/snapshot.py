@@ -171,6 +171,7 @@ class SnapshotAssembler:
 
     owner: str
     latest: bytes | None = None
+    latest_id: int = -1
     _parts: dict[int, dict[int, bytes]] = field(default_factory=dict)
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
@@ -186,11 +187,16 @@ class SnapshotAssembler:
         if len(value) < head:
             return
         snapshot_id, index, count = CHUNK_HEADER.unpack(value[len(CHUNK_MAGIC) : head])
+        if snapshot_id <= self.latest_id:
+            return  # older than the snapshot already assembled: never needed again
         parts = self._parts.setdefault(snapshot_id, {})
         parts[index] = value[head:]
         if count and len(parts) == count and set(parts) == set(range(count)):
             self.latest = b"".join(parts[i] for i in range(count))
-            del self._parts[snapshot_id]
+            self.latest_id = snapshot_id
+            # snapshots older than this one, torn or compacted away, are never completed
+            for stale in [i for i in self._parts if i <= snapshot_id]:
+                del self._parts[stale]
 
 
 def decode_or_rebuild(data: bytes | None, where: str) -> Snapshot | None:

@@ -144,3 +144,24 @@ def test_replay_from_the_broker_in_parallel_prints_the_state_of_one_process(clus
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     assert json.loads(two.stdout) == json.loads(one.stdout)
     assert json.loads(one.stdout)["state"]["task_executors"]
+
+
+READ_THEN_ASK = """
+import argparse, sys
+from pathlib import Path
+from jobledger.cli.log import log_records
+from jobledger.projections.parallel import can_fork
+log_records(argparse.Namespace(), Path(sys.argv[1]))
+print(can_fork())
+"""
+
+
+def test_reading_a_log_as_the_commands_do_leaves_replay_free_to_fork():
+    """The progress bars start no thread: tqdm's monitor thread, alive once any bar had been
+    made, kept every `replay --jobs N` of the command line in one process."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_THEN_ASK, str(GOLDEN[0])],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"

@@ -261,3 +261,14 @@ def test_a_state_larger_than_a_kafka_message_is_snapshotted_and_rebuilt(cluster)
     assert job_worker.rebuilt_from_snapshot_at is not None, "no snapshot was used"
     assert sorted(job_worker.driver.job_masters) == jobs
     assert {len(jm.job.job_name) for jm in job_worker.driver.job_masters.values()} == {600_000}
+
+
+def test_chunks_of_snapshots_older_than_the_assembled_one_are_dropped():
+    """Torn or compacted snapshots never complete: their chunks must not pile up in memory."""
+    assembler = SnapshotAssembler("job/0")
+    torn = chunk_records("job/0", 3, b"t" * (CHUNK_BYTES * 2))
+    for key, value in [torn[0], *chunk_records("job/0", 7, b"whole")]:
+        assembler.add(key, value)
+    assert assembler.latest == b"whole" and assembler._parts == {}
+    assembler.add(*torn[1])  # the rest of the torn one, read late: older, so dropped
+    assert assembler.latest == b"whole" and assembler._parts == {}
