@@ -189,7 +189,12 @@ def read_input_gate(
     producer is at (a region failover restarts the consumer alone and keeps the producers'
     results): anything missing is an error. A PIPELINED input's producers are in the
     consumer's region, restarted with it, so they are at its attempt number or newer, and may
-    still run: wait for them, up to `pipelined_wait_s`."""
+    still run: wait for them, up to `pipelined_wait_s`.
+
+    Not covered: EAGER deploys a BLOCKING consumer together with its producers, so after a
+    full restart a consumer that ran before its producers finished would read their previous
+    attempt's result (on a first run it fails for want of one). Naming the producer attempts
+    in the deployment (Flink's ResultPartitionID) would close it."""
     topic = result_topic(prefix, job_id, gate.source_vertex_id, consumer_vertex)
     waits = gate.result_partition_type is ResultPartitionType.PIPELINED
     oldest_attempt = attempt_number if waits else 0
