@@ -18,7 +18,6 @@ from jobledger.projections.positions import (
     Position,
     PositionError,
     cut,
-    log_order,
 )
 from jobledger.projections.slots import slot_report
 from jobledger.projections.tables import as_of_line
@@ -28,32 +27,14 @@ from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
 
-from .log import log_records, reducers_of, replayed
+from .log import cut_of, log_options, ordered_log, reducers_of, replayed
 from .options import (
-    at_option,
     bootstrap_of,
-    configuration_option,
     position,
-    position_of,
     prefix_of,
-    registry_option,
 )
 
 Subparsers = argparse._SubParsersAction
-
-
-def _common(
-    p: argparse.ArgumentParser, formats: tuple[str, ...] | None = ("text", "json"), at: bool = True
-) -> None:
-    """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
-    (None: the command declares its own -o)."""
-    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
-    registry_option(p)
-    configuration_option(p)
-    if at:
-        at_option(p)
-    if formats:
-        p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -62,7 +43,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="every event of one job across all topics, in log order, each with its cause",
     )  # fmt: skip
     p.add_argument("job", help="the job id")
-    _common(p, ("text", "json", "jsonl"))
+    log_options(p, ("text", "json", "jsonl"))
     p.add_argument("--timers", action="store_true", help="also show the clock's TimerFired ticks")
     p.add_argument(
         "--follow", action="store_true",
@@ -77,7 +58,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("target", help="an event id, JOB/VERTEX[SUBTASK][#ATTEMPT], an allocation id "
                    "or a TaskExecutor's resource id")  # fmt: skip
-    _common(p)
+    log_options(p)
     p.set_defaults(func=cmd_explain, parser=p)
 
     p = sub.add_parser(
@@ -85,7 +66,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="a job's attempts per slot over time: lines, JSON, or a Gantt chart (-o FILE.svg)",
     )  # fmt: skip
     p.add_argument("job", help="the job id")
-    _common(p, formats=None)
+    log_options(p, formats=None)
     p.add_argument(
         "-o", "--output", default="text", metavar="text|json|FILE",
         help="lines, the bars as JSON, or a picture (FILE ending in .svg, .png or .pdf)",
@@ -96,7 +77,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "slots", parents=[common],
         help="every job's pending slot requests and why nothing satisfies them; every slot",
     )  # fmt: skip
-    _common(p)
+    log_options(p)
     p.set_defaults(func=cmd_slots, parser=p)
 
     p = sub.add_parser(
@@ -104,23 +85,14 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("before", type=position, help=f"the earlier point: {FORMS}")
     p.add_argument("after", type=position, nargs="?", help="the later point (default: end)")
-    _common(p, at=False)
+    log_options(p, at=False)
     p.set_defaults(func=cmd_diff, parser=p)
-
-
-def _ordered(args: argparse.Namespace) -> list[LogRecord]:
-    """The log, from the broker or `--file`, in the order it was appended."""
-    return log_order(log_records(args, args.file))
-
-
-def _cut(args: argparse.Namespace) -> Cut:
-    return cut(_ordered(args), position_of(args))
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     if args.follow and (args.file or args.at):
         raise argparse.ArgumentTypeError("--follow reads the live log: not with --file or --at")
-    upto = _cut(args)
+    upto = cut_of(args)
     entries = history(upto.records, args.job, timers=args.timers)
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), "job": args.job,
@@ -171,7 +143,7 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
 
 
 def cmd_slots(args: argparse.Namespace) -> int:
-    upto = _cut(args)
+    upto = cut_of(args)
     report = slot_report(replayed(upto, driver_factory=reducers_of(args)).driver, upto)
     if args.output == "json":
         print(json.dumps(report.to_dict(), indent=2))
@@ -198,7 +170,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    ordered = _ordered(args)
+    ordered = ordered_log(args)
     before = cut(ordered, args.before)
     after = cut(ordered, args.after or Position.parse("end"))
     if len(before.records) > len(after.records):
@@ -224,7 +196,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    upto = _cut(args)
+    upto = cut_of(args)
     story = explain(upto.records, replayed(upto, driver_factory=reducers_of(args)).driver,
                     args.target)  # fmt: skip
     if args.output == "json":
@@ -243,7 +215,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError(
             f"-o {args.output}: text, json, or a file ending in {', '.join(PICTURES)}"
         )
-    upto = _cut(args)
+    upto = cut_of(args)
     history(upto.records, args.job)  # an unknown job is an error naming the known ones
     if args.output == "json":
         drawn, restarts = bars(upto.records, args.job, reducers_of(args))

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from jobledger.projections.archived_execution_graph import ClusterArchive, archive
 from jobledger.projections.history import iso
 from jobledger.projections.jobs import job_details, jobs_overview, vertex_details
-from jobledger.projections.positions import cut, log_order
 from jobledger.projections.tables import as_of_line
 
-from .log import log_records, reducers_of
+from .log import cut_of, log_options, reducers_of
 from .options import (
-    at_option,
-    configuration_option,
     connection_options,
-    position_of,
-    registry_option,
 )
 
 Subparsers = argparse._SubParsersAction
@@ -42,7 +36,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
         "list", parents=[common],
         help="every job: running, scheduled and finished, with their times (flink list)",
     )  # fmt: skip
-    _log_options(p)
+    log_options(p)
     p.set_defaults(func=cmd_list, parser=p)
 
     p = sub.add_parser(
@@ -51,21 +45,12 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
         "restarts (flink info, and more)",
     )  # fmt: skip
     p.add_argument("job", help="the job id")
-    _log_options(p)
+    log_options(p)
     p.set_defaults(func=cmd_show, parser=p)
 
 
-def _log_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
-    registry_option(p)
-    configuration_option(p)
-    at_option(p)
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text", help="how to answer")
-
-
 def _archive(args: argparse.Namespace) -> ClusterArchive:
-    upto = cut(log_order(log_records(args, args.file)), position_of(args))
-    return archive(upto, reducers_of(args))
+    return archive(cut_of(args), reducers_of(args))
 
 
 def _seconds(ms: int) -> str:

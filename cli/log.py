@@ -127,6 +127,30 @@ def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRec
     return [r for r in records if isinstance(r, LogRecord)]
 
 
+def log_options(
+    p: argparse.ArgumentParser, formats: tuple[str, ...] | None = ("text", "json"), at: bool = True
+) -> None:
+    """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
+    (None: the command declares its own -o)."""
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    registry_option(p)
+    configuration_option(p)
+    if at:
+        at_option(p)
+    if formats:
+        p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
+
+
+def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
+    """The log, from the broker or `--file`, in the order it was appended."""
+    return log_order(log_records(args, args.file))
+
+
+def cut_of(args: argparse.Namespace) -> Cut:
+    """The log up to the command's `--at`."""
+    return cut(ordered_log(args), position_of(args))
+
+
 def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bool]:
     """Whether the services' consumer group has committed past a record (an exported file
     does not say, so there every record counts as consumed)."""
