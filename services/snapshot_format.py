@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jobledger.schemas import Event, SchemaCatalog
+from jobledger.schemas.construct import from_avro
 from jobledger.schemas.model import AvroInt, CatalogEnum
 from jobledger.schemas.serde import DecodeError, SingleObjectSerde
 
@@ -208,7 +209,9 @@ class StateSchema:
                 (name, info.annotation, _model_default(info), _is_int32(info.metadata))
                 for name, info in cls.model_fields.items()
             ]
-            return self._record(cls, fields, init=set(cls.model_fields))
+            schema, codec = self._record(cls, fields, init=set(cls.model_fields))
+            codec.decode = from_avro(cls)  # the event path's builder: one way from Avro to a model
+            return schema, codec
         if dataclasses.is_dataclass(cls):
             hints = typing.get_type_hints(cls, include_extras=True)
             kept = [f for f in dataclasses.fields(cls) if in_snapshot(f)]
