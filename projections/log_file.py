@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from confluent_kafka import Consumer
 from fastavro import parse_schema, reader, writer
+from fastavro.read import SchemaResolutionError
 
 from jobledger.schemas import (
     EVENT_TYPES,
@@ -171,13 +172,20 @@ def read_export(path: Path) -> Iterator[LogRecord]:
                 fo.seek(0)
                 rows = reader(fo, reader_schema=export_schema(), return_record_name=True,
                               return_record_name_override=True)  # fmt: skip
-            for row in rows:
+            for row in rows:  # resolution is checked as the first record is read
                 name, data = row["event"]
                 cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
                 yield LogRecord(
                     TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
                     event_from_avro_dict(cls, data),
                 )  # fmt: skip
+        except SchemaResolutionError:
+            name = rows.writer_schema.get("name") if isinstance(rows.writer_schema, dict) else None
+            raise ExportUnreadable(
+                f"{path} is not a jobledger export (an Avro container file written by "
+                f"`jobledger export`): its records are {name or 'another schema'}, not a "
+                "jobledger.export.LogRecord today's events can be read into"
+            ) from None
         except (ValueError, KeyError, TypeError, EOFError) as exc:
             raise ExportUnreadable(
                 f"{path} is not a jobledger export (an Avro container file written by "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastavro import parse_schema, writer
 
 from jobledger.cli import build_parser, main
 from jobledger.cli.options import epoch_ms
@@ -132,6 +133,18 @@ def test_a_file_that_is_not_an_export_is_one_line(tmp_path, capsys):
     assert main(["replay", "--file", str(tmp_path / "words.txt")]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert "words.txt is not a jobledger export" in line
+
+
+def test_an_avro_file_of_another_schema_is_one_line(tmp_path, capsys):
+    """Another tool's Avro container: today's events cannot be resolved from its records."""
+    schema = parse_schema(
+        {"type": "record", "name": "Other", "fields": [{"name": "a", "type": "int"}]}
+    )
+    with (tmp_path / "other.avro").open("wb") as out:
+        writer(out, schema, [{"a": 1}])
+    assert main(["replay", "--file", str(tmp_path / "other.avro")]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert "other.avro is not a jobledger export" in line and "records are Other" in line
 
 
 def test_an_unreachable_broker_is_one_line_naming_what_to_do(capsys):
