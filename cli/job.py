@@ -264,7 +264,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         _submitted(args, watcher)
         watcher.wait(args.job, max(0.0, deadline - time.monotonic()))
     except TimeoutError:
-        return _timed_out(args, watcher.status(args.job))
+        return _timed_out(args, watcher.status(args.job), watcher.forged.get(args.job, []))
     except SubmissionRefused as exc:
         raise CommandFailed(f"the JobMaster refused job {args.job}: {exc}") from None
     finally:
@@ -283,9 +283,10 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return 0 if end.to_status is JobStatus.FINISHED else 1
 
 
-def _timed_out(args: argparse.Namespace, status: JobStatus | None) -> int:
+def _timed_out(args: argparse.Namespace, status: JobStatus | None, forged: list[str]) -> int:
     """What the job waits for, from a replay of the whole log and the services' progress
-    through it; exit status TIMED_OUT."""
+    through it, and the claims of its end the services dead-lettered; exit status
+    TIMED_OUT."""
     prefix = prefix_of(args)
     ordered = log_order(log_records(args, None))
     upto = cut(ordered, "end")
@@ -304,10 +305,13 @@ def _timed_out(args: argparse.Namespace, status: JobStatus | None) -> int:
     if args.output == "json":
         print(json.dumps({"job_id": args.job, "status": status.value if status else None,
                           "ended": False, "waited_s": args.timeout, "waiting_for": waits,
-                          "as_of": upto.as_of()}, indent=2))  # fmt: skip
+                          "ignored": forged, "as_of": upto.as_of()}, indent=2))  # fmt: skip
     else:
         print(f"job {args.job} is {shown} after {args.timeout:g} s, waiting for:")
         print("\n".join(f"  {line}" for line in waits))
+        if forged:
+            print("ignored, as the services dead-lettered them:")
+            print("\n".join(f"  {claim}" for claim in forged))
     print(f"jobledger: job {args.job} did not end within {args.timeout:g} s (it is {shown})",
           file=sys.stderr)  # fmt: skip
     return TIMED_OUT

@@ -20,6 +20,7 @@ from jobledger.projections.history import history
 from jobledger.projections.positions import log_order
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
+from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.tasks import (
@@ -30,7 +31,7 @@ from jobledger.schemas.tasks import (
     TaskSubmissionAccepted,
 )
 from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import ExecutionState
+from jobledger.schemas.types import ExecutionState, JobStatus
 from jobledger.services.dispatcher import JobGraphRefused, job_submitted
 from jobledger.services.kafka import (
     append_events,
@@ -427,3 +428,40 @@ def test_wait_and_cancel_say_at_once_that_the_jobmaster_refused_a_submission(clu
     status, _, err = jobledger(cluster, capsys, "job", "cancel", "cyclic")
     assert (status, err) == (1, "jobledger: the JobMaster refused job cyclic, nothing to cancel: "
                                 "invalid JobGraph: the JobGraph has a cycle\n")  # fmt: skip
+
+
+@pytest.mark.broker
+def test_wait_believes_no_end_the_services_dead_lettered(cluster, capsys):
+    """Any Kafka client can write a JobStatusChanged in the JobMaster's name. The services
+    dead-letter it (the JobMaster derived no such decision), and `job wait` waits for their
+    judgement before it believes an end: it goes on waiting and says what it ignored."""
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j2")[0] == 0
+    with RuntimeThread(cluster):
+        running = wait_for_log(cluster, lambda rs: next(
+            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == "j2"
+             and r.event.to_status.value == "RUNNING"), None), "the job RUNNING")  # fmt: skip
+        forged = running.event.model_copy(update={
+            "event_id": "forged-end", "from_status": running.event.to_status,
+            "to_status": JobStatus.FINISHED,
+        })  # fmt: skip
+        append(cluster, [forged])
+        dead = wait_for_log(
+            cluster,
+            lambda rs: next((r for r in rs if isinstance(r.event, DeadLettered)), None),
+            "the dead letter",
+        )
+        status, out, err = jobledger(
+            cluster, capsys, "job", "wait", "j2", "--timeout", "2", "-o", "json"
+        )
+    assert (status, err) == (
+        TIMED_OUT,
+        "jobledger: job j2 did not end within 2 s (it is RUNNING)\n",
+    )
+    report = json.loads(out)
+    assert (report["status"], report["ended"]) == ("RUNNING", False)
+    place = f"job/{dead.event.source_partition}@{dead.event.source_offset}"
+    assert report["ignored"] == [f"JobStatusChanged at {place}: {dead.event.reason}"]
+    assert dead.event.reason == (
+        "JobStatusChanged claims to be a decision of the JobMaster of job 'j2', which derived no "
+        "event 'forged-end'"
+    )
