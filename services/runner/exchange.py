@@ -6,7 +6,10 @@ keyed record to the subtask owning its key group (Flink's KeyGroupRangeAssignmen
 record round-robin over the consumer subtasks it feeds (all of them for ALL_TO_ALL, its own
 share for POINTWISE). Records travel in JSON chunks keyed `<producer subtask>/<attempt>/<n>`;
 at the end the producer writes an end marker with the chunk count to every partition it feeds.
-A chunk written twice (an attempt re-run after a restarted query) is read once.
+A chunk written twice (an attempt re-run after a restarted query) is read once. An attempt's
+chunks come before its end marker in one transaction, so a consumer that sees the marker sees
+every chunk, or one was never written and never will be: that is an error at once, naming the
+missing chunks, not a wait (see ONE_REQUEST_IN_FLIGHT in kafka.py for how one went missing).
 
 Producers write in the same transaction as their FINISHED state, so a failed attempt's output
 is never visible to a read_committed consumer, and a consumer reading a partition takes, per
@@ -233,9 +236,11 @@ def read_input_gate(
         newest = (producer, max(a for p, a in ends if p == producer))
         received = chunks.get(newest, {})
         if sorted(received) != list(range(ends[newest])):
+            absent = sorted(set(range(ends[newest])) - set(received))
             raise ResultPartitionError(
                 f"{topic}[{subtask_index}]: {len(received)} of {ends[newest]} chunks of "
                 f"subtask {producer} attempt {newest[1]}"
+                + (f"; chunks {absent} are not in its committed result" if absent else "")
             )
         records.extend(decode_record(r) for n in sorted(received) for r in received[n])
     return records

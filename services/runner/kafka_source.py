@@ -92,7 +92,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..kafka import CONNECT_TIMEOUT_S, PARTITIONER, connect
+from ..kafka import CONNECT_TIMEOUT_S, ONE_REQUEST_IN_FLIGHT, PARTITIONER, connect
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -572,8 +572,13 @@ class _KafkaSink:
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._topic = options.get("topic") or None
         self._columns = SinkColumns.of(schema, self._topic)
-        # keys partitioned as Spark's native Kafka sink (Java's client) does
-        self._config: dict[str, Any] = {"partitioner": PARTITIONER, **_client_config(options)}
+        # keys partitioned as Spark's native Kafka sink (Java's client) does; no record
+        # skipped after a refused write (ONE_REQUEST_IN_FLIGHT)
+        self._config: dict[str, Any] = {
+            "partitioner": PARTITIONER,
+            **ONE_REQUEST_IN_FLIGHT,
+            **_client_config(options),
+        }
         self._transactional = _bool_option(options, "transactional", True)
         # One id per task position: a retried task fences the attempt it replaces.
         prefix = self._config.pop("transactional.id", None)
