@@ -178,6 +178,8 @@ class TaskRunner:
             # for them (Spark's fixed cost is ~0.2-0.5 s) made the deployment wait for its end
             names = ",".join(kind.type_name() for kind in BATCH_STARTERS)
             stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
+            # a task that opened a consumer to read a batch's few records took most of it
+            stream = stream.option("readOnDriver", "true")
         stream = stream.load()
         self.query = (
             stream.select("value").writeStream.foreachBatch(self._on_batch)
