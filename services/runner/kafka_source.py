@@ -524,15 +524,24 @@ class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
     def _add_new_partitions(self) -> None:
         """Partitions `start` does not know are read from their beginning, as in
         `KafkaStreamReader.partitions`."""
-        assert self._consumer is not None
+        consumer = self._consumer
+        assert consumer is not None
         self._checked_at = time.monotonic()
-        marks = self._target if self._target is not None else self._ranges._watermarks()
+        timeout = self._options.timeout_s
         added = []
-        for topic, parts in marks.items():
-            for p, (low, _) in parts.items():
-                if p not in self._next.setdefault(topic, {}):
-                    self._next[topic][p] = low
-                    added.append(TopicPartition(topic, int(p), low))
+        for topic in self._options.topics:
+            known = self._next.setdefault(topic, {})
+            if self._target is not None:
+                partitions = [int(p) for p in self._target[topic]]
+            else:
+                info = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+                partitions = [] if info is None or info.error else list(info.partitions)
+            for p in partitions:
+                if str(p) not in known:
+                    tp = TopicPartition(topic, p)
+                    low, _ = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                    known[str(p)] = low
+                    added.append(TopicPartition(topic, p, low))
         if added:
             self._consumer.incremental_assign(added)
             self._due = True

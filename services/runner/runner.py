@@ -93,6 +93,7 @@ class Group:
     name: str
     deployments: list[TaskDeploymentRequested]
     cancelled: set[str] = field(default_factory=set)
+    batch_id: int = 0
     batch_started_ms: int = 0
     batch_read_ms: int = 0
 
@@ -105,6 +106,8 @@ class GroupTiming:
 
     group: str
     job_id: str
+    batch_id: int
+    """The micro-batch's id, as in the query's progress reports (`durationMs`)."""
     batch_started_ms: int
     """The micro-batch that read the group's acceptances reached `foreachBatch`."""
     batch_read_ms: int
@@ -291,7 +294,7 @@ class TaskRunner:
                             event.resource_id, event.cause)  # fmt: skip
                 self._register([event.resource_id])
         for job_id, batch_deployments in accepted.items():
-            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), started, read)
+            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), batch_id, started, read)
             with self.lock:
                 self.groups[group.name] = group
                 for d in batch_deployments:
@@ -375,7 +378,7 @@ class TaskRunner:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
             self.timings.append(GroupTiming(
-                group.name, group.deployments[0].job_id, group.batch_started_ms,
+                group.name, group.deployments[0].job_id, group.batch_id, group.batch_started_ms,
                 group.batch_read_ms, spark_job_started, _now_ms(),
             ))  # fmt: skip
             self.gate.forget(d.execution_attempt_id for d in group.deployments)
