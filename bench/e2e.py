@@ -97,13 +97,26 @@ def time_job(cluster: Cluster, parallelism: int) -> tuple[float, dict[str, int],
     if end.to_status.value != "FINISHED":
         raise RuntimeError(f"{job_id} ended {end.to_status.value}: {end.cause}")
     end_ms = start_ms + round(elapsed * 1000)
-    timings = [t for t in cluster.runner.timings if t.job_id == job_id]
+    timings = runner_timings(cluster, job_id)
     records = [r for r in cluster.log() if getattr(r.event, "job_id", None) == job_id]
     return elapsed, hops(records, timings, start_ms, end_ms), batch_split(cluster, timings)
 
 
+def runner_timings(cluster: Cluster, job_id: str, timeout_s: float = 10.0) -> list[GroupTiming]:
+    """The runner's timings of the job. Its driver notes them once a Spark job has returned,
+    which can be after the tasks' reports made the job FINISHED and the client read it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        timings = [t for t in cluster.runner.timings if t.job_id == job_id]
+        if timings or time.monotonic() > deadline:
+            return timings
+        time.sleep(0.01)
+
+
 def batch_split(cluster: Cluster, timings: list[GroupTiming]) -> dict[str, int]:
     """The job's first micro-batch as its progress report splits it, and its Spark job."""
+    if not timings:
+        return {part: 0 for part in (*(p for p, _ in BATCH_PARTS), "sparkJob")}
     first = min(timings, key=lambda t: t.batch_id)
     reports = (json.loads(p.json) for p in cluster.runner.query.recentProgress)
     report = next((r for r in reports if r["batchId"] == first.batch_id), {})
