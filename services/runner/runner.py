@@ -79,7 +79,13 @@ class RunnerConfig:
     """How often an idle query looks for new records (a busy one starts its next micro-batch
     as soon as the last ends): a deployment waits half of it on average. Each look asks the
     broker for the topic's offsets, which costs little next to a micro-batch; at 100 ms the
-    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`)."""
+    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`).
+
+    Spark 4.1's Real-Time Mode (`trigger(realTime=...)`), which keeps long-running tasks
+    reading instead of planning a batch per trigger, cannot run this query: it takes only
+    sources that implement `SupportsRealTimeMode` (Spark's JVM Kafka connector; no Python data
+    source) and only allow-listed sinks (Kafka, a foreach writer, console, memory), not
+    `foreachBatch`, through which the driver hands deployments to Spark jobs it can cancel."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
