@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from jobledger.services.runner import kafka_source
 from jobledger.services.runner.kafka_source import (
     FORMAT,
+    DriverKafkaStreamReader,
     KafkaStreamReader,
     ReaderOptions,
     kafka_schema,
@@ -45,6 +46,9 @@ from .conftest import Cluster
 pytestmark = pytest.mark.broker
 
 QUERY_TIMEOUT_S = 120
+
+READERS = pytest.mark.parametrize("on_driver", ["false", "true"], ids=["tasks", "driver"])
+"""Both ways of reading: offset ranges in tasks, or one consumer on the driver (`readOnDriver`)."""
 
 Header = tuple[str, bytes | None]
 Record = tuple[int, bytes | None, bytes | None, list[Header]]
@@ -158,8 +162,9 @@ def flat(batches: list[list[Read]]) -> list[Read]:
     return sorted((r for batch in batches for r in batch), key=lambda r: (r[0], r[1]))
 
 
+@READERS
 def test_reads_exactly_what_a_read_committed_consumer_reads(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
     topic = new_topic(cluster, "contents")
     write_transaction(cluster.bootstrap, topic, records(0, "a", 5) + records(1, "a", 3))
@@ -167,7 +172,7 @@ def test_reads_exactly_what_a_read_committed_consumer_reads(
     expected = consumer_reads(cluster.bootstrap, topic)
     assert len(expected) == 14
 
-    df = source(spark, cluster.bootstrap, topic, startingOffsets="earliest")
+    df = source(spark, cluster.bootstrap, topic, startingOffsets="earliest", readOnDriver=on_driver)
     assert df.schema == kafka_schema(include_headers=True)
     batches, _ = run_available_now(df, tmp_path / "checkpoint")
 
@@ -189,13 +194,14 @@ def test_schema_without_headers_is_natives_default(spark: SparkSession, cluster:
     )
 
 
+@READERS
 def test_restart_from_checkpoint_reads_every_record_once(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
     topic = new_topic(cluster, "restart")
     checkpoint = tmp_path / "checkpoint"
     write_transaction(cluster.bootstrap, topic, records(0, "a", 4) + records(1, "a", 2))
-    df = source(spark, cluster.bootstrap, topic, startingOffsets="earliest")
+    df = source(spark, cluster.bootstrap, topic, startingOffsets="earliest", readOnDriver=on_driver)
     first, _ = run_available_now(df, checkpoint)
     first_expected = consumer_reads(cluster.bootstrap, topic)
     assert flat(first) == first_expected
@@ -208,8 +214,9 @@ def test_restart_from_checkpoint_reads_every_record_once(
     assert flat(first + second) == everything
 
 
+@READERS
 def test_a_topic_subscribed_on_restart_is_read_from_its_beginning(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
     """Partitions the checkpoint does not know (here: a whole topic) start at their earliest
     offset, as native's newly discovered partitions do; the others resume."""
@@ -217,10 +224,12 @@ def test_a_topic_subscribed_on_restart_is_read_from_its_beginning(
     checkpoint = tmp_path / "checkpoint"
     write_transaction(cluster.bootstrap, first_topic, records(0, "a", 3))
     write_transaction(cluster.bootstrap, added_topic, records(1, "a", 2))
-    run_available_now(source(spark, cluster.bootstrap, first_topic), checkpoint)  # latest: none
+    run_available_now(
+        source(spark, cluster.bootstrap, first_topic, readOnDriver=on_driver), checkpoint
+    )  # latest: none
     write_transaction(cluster.bootstrap, first_topic, records(2, "b", 2))
 
-    both = source(spark, cluster.bootstrap, f"{first_topic},{added_topic}")
+    both = source(spark, cluster.bootstrap, f"{first_topic},{added_topic}", readOnDriver=on_driver)
     batches, _ = run_available_now(both, checkpoint)
 
     got = sorted((r[3] for r in flat(batches)), key=str)
@@ -253,15 +262,16 @@ def test_max_offsets_per_trigger_bounds_every_batch(
         assert 0 <= advanced <= limit
 
 
+@READERS
 def test_starting_offsets_latest_skips_what_was_there(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
     topic = new_topic(cluster, "latest")
     write_transaction(cluster.bootstrap, topic, records(0, "old", 3) + records(2, "old", 2))
     old = consumer_reads(cluster.bootstrap, topic)
     batches: list[list[Read]] = []
     query = (
-        source(spark, cluster.bootstrap, topic, startingOffsets="latest")
+        source(spark, cluster.bootstrap, topic, startingOffsets="latest", readOnDriver=on_driver)
         .writeStream.foreachBatch(collecting(batches))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(processingTime="100 milliseconds")
@@ -279,15 +289,16 @@ def test_starting_offsets_latest_skips_what_was_there(
     assert flat(batches) == new
 
 
+@READERS
 def test_starting_offsets_json_per_partition(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
     topic = new_topic(cluster, "json")
     write_transaction(
         cluster.bootstrap, topic, records(0, "a", 5) + records(1, "a", 3) + records(2, "a", 2)
     )
     starting = json.dumps({topic: {"0": 2, "1": -2, "2": -1}})
-    df = source(spark, cluster.bootstrap, topic, startingOffsets=starting)
+    df = source(spark, cluster.bootstrap, topic, startingOffsets=starting, readOnDriver=on_driver)
     batches, _ = run_available_now(df, tmp_path / "checkpoint")
 
     expected = [
@@ -402,6 +413,8 @@ def test_reader_options_are_checked_up_front() -> None:
         ReaderOptions.parse({**base, "startingOffsets": "oldest"})
     with pytest.raises(ValueError, match="batchOnHeader"):
         ReaderOptions.parse({**base, "batchOnHeader": "kind"})
+    with pytest.raises(ValueError, match="readOnDriver"):
+        ReaderOptions.parse({**base, "readOnDriver": "true", "maxOffsetsPerTrigger": "5"})
 
 
 def test_batch_on_header_holds_other_records_until_a_wanted_one(cluster: Cluster) -> None:
@@ -436,3 +449,41 @@ def test_batch_on_header_holds_other_records_until_a_wanted_one(cluster: Cluster
     finally:
         reader.stop()
         impatient.stop()
+
+
+def test_read_on_driver_holds_other_records_until_a_wanted_one(cluster: Cluster) -> None:
+    """`readOnDriver` under `batchOnHeader`: records fetched without the header are held, not
+    a batch; the first with it makes one of them all, in order, ending after the last; and a
+    replay of that batch (`readBetweenOffsets`, a restart's) reads the same records."""
+    topic = new_topic(cluster, "driver-batch-on", partitions=2)
+    await_metadata(AdminClient({"bootstrap.servers": cluster.bootstrap}), {topic: 2})
+    reader = DriverKafkaStreamReader(
+        ReaderOptions.parse({
+            "kafka.bootstrap.servers": cluster.bootstrap, "subscribe": topic,
+            "batchOnHeader": "kind=go", "readOnDriver": "true", "includeHeaders": "true",
+        })
+    )  # fmt: skip
+    start = reader.initialOffset()
+    write_transaction(cluster.bootstrap, topic, [(0, None, b"a", [("kind", b"wait")])])
+    write_transaction(cluster.bootstrap, topic, [(1, None, b"b", [])])
+
+    def read_until(done: Callable[[list[tuple]], bool]) -> tuple[list[tuple], dict]:
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            rows, end = reader.read(start)
+            rows = list(rows)
+            if done(rows):
+                return rows, end
+            assert (rows, end) == ([], start)
+        raise AssertionError("the reader never got there")
+
+    read_until(lambda _: len(reader._held) == 2)  # both fetched, neither a batch
+    write_transaction(cluster.bootstrap, topic, [(1, None, b"c", [("kind", b"go")])])
+    rows, end = read_until(bool)
+
+    assert sorted((r[3], r[1]) for r in rows) == [(0, b"a"), (1, b"b"), (1, b"c")]
+    # after the last record, or past the commit marker behind it once the consumer saw it
+    (s0, s1), (e0, e1) = (start[topic]["0"], start[topic]["1"]), (end[topic]["0"], end[topic]["1"])
+    assert s0 + 1 <= e0 <= s0 + 2 and s1 + 3 <= e1 <= s1 + 4
+    assert list(reader.read(end)[0]) == []
+    assert sorted(reader.readBetweenOffsets(start, end)) == sorted(rows)

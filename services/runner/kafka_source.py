@@ -23,6 +23,13 @@ Reading (`spark.readStream.format("jobledger-kafka")`):
   Every record is still read, in order: only when batches start changes. A reader that acts on
   a few kinds of record among many then pays no micro-batch for the others, and a record it
   wants does not queue behind one that started for them.
+- `readOnDriver` (jobledger's own, default false): read on the driver with one consumer that
+  stays assigned for the query's life and hand Spark each batch's records with its offsets
+  (PySpark's `SimpleDataSourceStreamReader`); a batch's tasks then read them from Spark's block
+  store, and only a batch replayed after a restart reads Kafka in a task. For small topics
+  that one query follows closely (the runner's TaskExecutor topic): no task opens a consumer
+  and waits for its first fetch, and records are already fetched when the trigger looks.
+  Not with `maxOffsetsPerTrigger`, which would have to leave fetched records unread.
 - `kafkaConsumer.pollTimeoutMs` (default 120000): how long a read may make no progress.
 - Every other `kafka.*` option goes, prefix stripped, to the confluent-kafka consumer.
 
@@ -66,12 +73,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 from pyspark import TaskContext
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
+    SimpleDataSourceStreamReader,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -198,6 +207,7 @@ class ReaderOptions:
     batch_on: tuple[str, frozenset[bytes]] | None = None
     """`batchOnHeader`: the header and the values that start a micro-batch."""
     batch_on_max_wait_s: float = 5.0
+    read_on_driver: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -210,6 +220,9 @@ class ReaderOptions:
         limit = options.get("maxOffsetsPerTrigger")
         if limit is not None and int(limit) < 1:
             raise ValueError(f"maxOffsetsPerTrigger must be positive, not {limit}")
+        read_on_driver = _bool_option(options, "readOnDriver", False)
+        if read_on_driver and limit is not None:
+            raise ValueError("readOnDriver reads all that is available: no maxOffsetsPerTrigger")
         return cls(
             topics=topics,
             starting=_parse_starting(options.get("startingOffsets", "latest"), topics),
@@ -219,6 +232,7 @@ class ReaderOptions:
             client=_client_config(options),
             batch_on=_parse_batch_on(options.get("batchOnHeader")),
             batch_on_max_wait_s=int(options.get("batchOnHeaderMaxWaitMs", "5000")) / 1000,
+            read_on_driver=read_on_driver,
         )
 
     def consumer_config(self) -> dict[str, Any]:
@@ -405,13 +419,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _wanted_in(self, part: KafkaInputPartition) -> bool:
         assert self._options.batch_on is not None
-        header, values = self._options.batch_on
         if self._peeker is None:
             self._peeker = Consumer(self._options.consumer_config())
-        for msg in _read_messages(self._peeker, part, self._options.timeout_s):
-            if any(k == header and v in values for k, v in msg.headers() or ()):
-                return True
-        return False
+        messages = _read_messages(self._peeker, part, self._options.timeout_s)
+        return any(_starts_batch(msg, self._options.batch_on) for msg in messages)
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
@@ -441,6 +452,158 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if consumer is not None:
                 consumer.close()
         self._consumer = self._peeker = None
+
+
+def _starts_batch(msg: Message, batch_on: tuple[str, frozenset[bytes]]) -> bool:
+    header, values = batch_on
+    return any(k == header and v in values for k, v in msg.headers() or ())
+
+
+PARTITION_CHECK_INTERVAL_S = 1.0
+"""How often `readOnDriver` looks for partitions that appeared since it assigned."""
+
+
+class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """`readOnDriver`: one consumer, assigned once, whose fetched records Spark takes as its
+    batches. Spark asks `read(start)` at every trigger; the records fetched since `start` are
+    a batch (or wait for one, under `batchOnHeader`), and its end is the offset after them.
+    A `start` other than where the records held begin (the first call, a restart, a replayed
+    batch) assigns the consumer there again. Spark pickles this object into the tasks of a
+    replayed batch (`readBetweenOffsets`), so the consumer is never part of its state."""
+
+    def __init__(self, options: ReaderOptions) -> None:
+        self._options = options
+        self._ranges = KafkaStreamReader(options)
+        """Initial offsets and replayed batches: the partitioned reader's work."""
+        self._consumer: Consumer | None = None
+        self._from: Offsets | None = None
+        """Where the records held begin: the start of the next batch."""
+        self._next: Offsets = {}
+        """Per partition, the offset after the last record fetched (or its EOF)."""
+        self._held: list[Message] = []
+        self._due = False
+        self._held_since: float | None = None
+        self._checked_at = 0.0
+        self._target: Watermarks | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_consumer": None, "_from": None, "_held": []}
+
+    def initialOffset(self) -> dict:
+        return self._ranges.initialOffset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._ranges._watermarks()
+
+    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
+        if start != self._from:
+            self._assign(start)
+        self._fetch()
+        if not self._held or not self._batch_due():
+            return iter(()), start
+        rows = [_row(msg, self._options.include_headers) for msg in self._held]
+        end = _canonical({topic: dict(parts) for topic, parts in self._next.items()})
+        self._from, self._held, self._due, self._held_since = end, [], False, None
+        return iter(rows), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
+        return (
+            row for part in self._ranges.partitions(start, end) for row in self._ranges.read(part)
+        )
+
+    def _assign(self, start: Offsets) -> None:
+        if self._consumer is None:
+            self._consumer = Consumer(self._options.consumer_config())
+        self._next = {topic: dict(parts) for topic, parts in start.items()}
+        self._consumer.assign(
+            [TopicPartition(t, int(p), o) for t, parts in start.items() for p, o in parts.items()]
+        )
+        self._from, self._held, self._due, self._held_since = start, [], False, None
+        self._add_new_partitions()
+
+    def _add_new_partitions(self) -> None:
+        """Partitions `start` does not know are read from their beginning, as in
+        `KafkaStreamReader.partitions`."""
+        consumer = self._consumer
+        assert consumer is not None
+        self._checked_at = time.monotonic()
+        timeout = self._options.timeout_s
+        added = []
+        for topic in self._options.topics:
+            known = self._next.setdefault(topic, {})
+            if self._target is not None:
+                partitions = [int(p) for p in self._target[topic]]
+            else:
+                info = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+                partitions = [] if info is None or info.error else list(info.partitions)
+            for p in partitions:
+                if str(p) not in known:
+                    tp = TopicPartition(topic, p)
+                    low, _ = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                    known[str(p)] = low
+                    added.append(TopicPartition(topic, p, low))
+        if added:
+            self._consumer.incremental_assign(added)
+            self._due = True
+
+    def _fetch(self) -> None:
+        """Take what the consumer has fetched; under availableNow, wait for the target."""
+        assert self._consumer is not None
+        if time.monotonic() - self._checked_at >= PARTITION_CHECK_INTERVAL_S:
+            self._add_new_partitions()
+        deadline = time.monotonic() + self._options.timeout_s
+        while True:
+            messages = self._consumer.consume(1000, 0 if self._target is None else 0.1)
+            for msg in messages:
+                self._take(msg)
+            if self._target is None:
+                if not messages:
+                    return
+            elif self._reached_target():
+                return
+            elif time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no progress to {self._target} for {self._options.timeout_s:.0f} s"
+                )
+
+    def _take(self, msg: Message) -> None:
+        error = msg.error()
+        topic, p = msg.topic(), str(msg.partition())
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._advance(topic, p, msg.offset())
+            elif error.code() not in _TRANSIENT:
+                raise KafkaException(error)
+            return
+        target = None if self._target is None else self._target[topic][p][1]
+        if target is not None and msg.offset() >= target:
+            return  # written after availableNow started: not this run's
+        self._held.append(msg)
+        self._advance(topic, p, msg.offset() + 1)
+        if self._options.batch_on is None or _starts_batch(msg, self._options.batch_on):
+            self._due = True
+
+    def _advance(self, topic: str, p: str, offset: int) -> None:
+        target = None if self._target is None else self._target[topic][p][1]
+        offset = offset if target is None else min(offset, target)
+        self._next[topic][p] = max(self._next[topic].get(p, offset), offset)
+
+    def _reached_target(self) -> bool:
+        assert self._target is not None
+        return all(
+            self._next.get(topic, {}).get(p, low) >= high
+            for topic, parts in self._target.items()
+            for p, (low, high) in parts.items()
+        )
+
+    def _batch_due(self) -> bool:
+        """Under `batchOnHeader`, once a record held carries the header or the first has
+        waited `batchOnHeaderMaxWaitMs`; else (and under availableNow) always."""
+        if self._due or self._target is not None:
+            return True
+        now = time.monotonic()
+        self._held_since = self._held_since if self._held_since is not None else now
+        return now - self._held_since >= self._options.batch_on_max_wait_s
 
 
 def _read_range(
@@ -670,10 +833,22 @@ class KafkaDataSource(DataSource):
         return kafka_schema(_bool_option(self.options, "includeHeaders", False))
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        options = self._reader_options(schema)
+        if options.read_on_driver:
+            # PySpark then asks simpleStreamReader, as documented for sources without one
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        return KafkaStreamReader(options)
+
+    def simpleStreamReader(self, schema: StructType) -> DriverKafkaStreamReader:
+        return DriverKafkaStreamReader(self._reader_options(schema))
+
+    def _reader_options(self, schema: StructType) -> ReaderOptions:
         options = ReaderOptions.parse(self.options)
         if schema != kafka_schema(options.include_headers):
             raise ValueError("the Kafka source has a fixed schema; do not set one")
-        return KafkaStreamReader(options)
+        return options
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         return KafkaStreamWriter(self.options, schema)

@@ -79,7 +79,13 @@ class RunnerConfig:
     """How often an idle query looks for new records (a busy one starts its next micro-batch
     as soon as the last ends): a deployment waits half of it on average. Each look asks the
     broker for the topic's offsets, which costs little next to a micro-batch; at 100 ms the
-    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`)."""
+    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`).
+
+    Spark 4.1's Real-Time Mode (`trigger(realTime=...)`), which keeps long-running tasks
+    reading instead of planning a batch per trigger, cannot run this query: it takes only
+    sources that implement `SupportsRealTimeMode` (Spark's JVM Kafka connector; no Python data
+    source) and only allow-listed sinks (Kafka, a foreach writer, console, memory), not
+    `foreachBatch`, through which the driver hands deployments to Spark jobs it can cancel."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -93,6 +99,7 @@ class Group:
     name: str
     deployments: list[TaskDeploymentRequested]
     cancelled: set[str] = field(default_factory=set)
+    batch_id: int = 0
     batch_started_ms: int = 0
     batch_read_ms: int = 0
 
@@ -105,6 +112,8 @@ class GroupTiming:
 
     group: str
     job_id: str
+    batch_id: int
+    """The micro-batch's id, as in the query's progress reports (`durationMs`)."""
     batch_started_ms: int
     """The micro-batch that read the group's acceptances reached `foreachBatch`."""
     batch_read_ms: int
@@ -178,6 +187,8 @@ class TaskRunner:
             # for them (Spark's fixed cost is ~0.2-0.5 s) made the deployment wait for its end
             names = ",".join(kind.type_name() for kind in BATCH_STARTERS)
             stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
+            # a task that opened a consumer to read a batch's few records took most of it
+            stream = stream.option("readOnDriver", "true")
         stream = stream.load()
         self.query = (
             stream.select("value").writeStream.foreachBatch(self._on_batch)
@@ -289,7 +300,7 @@ class TaskRunner:
                             event.resource_id, event.cause)  # fmt: skip
                 self._register([event.resource_id])
         for job_id, batch_deployments in accepted.items():
-            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), started, read)
+            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), batch_id, started, read)
             with self.lock:
                 self.groups[group.name] = group
                 for d in batch_deployments:
@@ -373,7 +384,7 @@ class TaskRunner:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
             self.timings.append(GroupTiming(
-                group.name, group.deployments[0].job_id, group.batch_started_ms,
+                group.name, group.deployments[0].job_id, group.batch_id, group.batch_started_ms,
                 group.batch_read_ms, spark_job_started, _now_ms(),
             ))  # fmt: skip
             self.gate.forget(d.execution_attempt_id for d in group.deployments)

@@ -36,6 +36,16 @@ DEFAULT_CONF = {
     # which a recursive java.util.regex match overflowed the default 512 KiB thread stack on
     # (StackOverflowError in the stream execution thread, which then dies).
     "spark.driver.extraJavaOptions": "-Xss16m",
+    # The query writes two checkpoint files per micro-batch (offsets, commits). The default
+    # (FileContext) manager sets each file's permissions, which without Hadoop's native
+    # library forks a `chmod` from the JVM: ~50 ms per file here, the most of a runner's batch
+    # after its read. The FileSystem manager writes the same temporary file and renames it
+    # into place (atomic on a local disk); what it gives up is the atomic refusal to replace
+    # an existing batch file, checked just before the rename instead, which only matters to
+    # two queries writing one checkpoint at once, a mistake either way.
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+    ),
 }
 
 PACKAGES = "spark.jars.packages"
