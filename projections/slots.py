@@ -56,8 +56,12 @@ class SlotReport:
         }
 
 
-def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
-    requested_at = _request_times(upto)
+def slot_report(
+    driver: ReducerDriver, upto: Cut, requested_at: dict[tuple[str, str], int] | None = None
+) -> SlotReport:
+    """The report of the state `driver` at the cut `upto`; `requested_at` (job, request) ->
+    when first asked for, if known (the log's index knows), else read from the cut."""
+    requested_at = _request_times(upto) if requested_at is None else requested_at
     now = upto.time
     report = SlotReport(upto.as_of())
     rm = driver.resource_manager
@@ -99,6 +103,16 @@ def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
             for index in range(count)
         ]
     return report
+
+
+def pending_requests(driver: ReducerDriver) -> set[tuple[str, str]]:
+    """(job, slot request) of every request a pool waits on: the ones `slot_report` ages."""
+    return {
+        (job_id, request.slot_request_id)
+        for job_id, jm in driver.job_masters.items()
+        for request in [*jm.pool.waiting_for_resource_manager.values(),
+                        *jm.pool.pending_requests.values()]
+    }  # fmt: skip
 
 
 def _table_state(table, index: int) -> str | None:
