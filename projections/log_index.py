@@ -45,13 +45,13 @@ from .log_file import LOG_ROLES, ExportFile, ExportUnreadable, LogRecord, record
 from .positions import Cut, Position, PositionError
 from .replay import dead_lettered
 
-VERSION = 2
+VERSION = 3
 """Of the index's layout: an index of another version is rebuilt."""
 CHECKPOINT = 50_000
 """Log records between two snapshots of the reducers: a cut replays at most this many."""
 COLUMNS = (
     "partition_key", "offset", "timestamp", "event_time", "kind", "job", "belongs",
-    "event_id", "allocation", "resource", "request", "request2", "block", "in_block",
+    "event_id", "allocation", "resource", "request", "request2", "rejected", "block", "in_block",
 )  # fmt: skip
 REQUESTS = ("SlotRequested", "NewAllocatedSlotRequested")
 """The events that ask for a slot: `slots` ages a pending request from the first of them."""
@@ -240,15 +240,16 @@ class LogIndex:
 
     def job_records(self, cut: IndexedCut, job: str) -> list[LogRecord] | None:
         """Every record of `job` in the cut (naming it, or counted to it by `belongs_to`),
-        and every EventRejected (`refused_reports`); None if no record belongs to it."""
+        and the refusals of its task state reports (`refused_reports`); None if no record
+        belongs to it."""
         j = self.jobs.get(job)
         held = self.mask(cut.limits)
         c = self.columns
         if j is None or not (held & (c["belongs"] == j)).any():
             return None
-        rejected = self.kinds.index("EventRejected") if "EventRejected" in self.kinds else -1
-        return self.records(np.nonzero(held & ((c["job"] == j) | (c["belongs"] == j)
-                                               | (c["kind"] == rejected)))[0])  # fmt: skip
+        own = held & ((c["job"] == j) | (c["belongs"] == j))
+        refusals = held & (c["rejected"] != 0) & np.isin(c["rejected"], c["event_id"][own])
+        return self.records(np.nonzero(own | refusals)[0])
 
     def submitted(self, cut: IndexedCut, job: str) -> bool:
         """Whether the cut holds the job's JobSubmitted."""
@@ -440,6 +441,7 @@ class _Columns:
     def __post_init__(self) -> None:
         types = {
             "event_id": "Q", "allocation": "Q", "resource": "Q", "request": "Q", "request2": "Q",
+            "rejected": "Q",
             "kind": "h", "job": "l", "belongs": "l", "block": "l", "in_block": "l",
         }  # fmt: skip
         for name in ("offset", "timestamp", "event_time", *types):
@@ -525,6 +527,10 @@ def _first_read(
                 )  # fmt: skip
                 v["request"].append(first)
                 v["request2"].append(second)
+                refuses = kind == "EventRejected" and (
+                    data.get("rejected_event_type") == "TaskExecutionStateChanged"
+                )
+                v["rejected"].append(digest(data["rejected_event_id"]) if refuses else 0)
                 v["block"].append(b)
                 v["in_block"].append(i)
     return columns, kinds, jobs, dead_lettered(letters), block_offsets

@@ -132,15 +132,15 @@ def _request_times(upto: Cut) -> dict[tuple[str, str], int]:
     return times
 
 
-Matching = tuple[list[tuple[str, int, Slot]], list[str]]
+Matching = tuple[list[tuple[str, int, Slot]], list[str], str]
 
 
 def _matching_slots(
     rm: ResourceManager, wanted: ResourceProfile, seen: dict[ResourceProfile, Matching]
 ) -> Matching:
-    """Every slot whose TaskExecutor's profile serves `wanted`, and those of them taken;
-    worked out once per profile (`seen`), not once per pending request: thousands of
-    requests over thousands of slots took minutes."""
+    """Every slot whose TaskExecutor's profile serves `wanted`, those of them taken, and
+    the taken as one text; worked out once per profile (`seen`), not once per pending
+    request: thousands of requests over thousands of slots took minutes."""
     found = seen.get(wanted)
     if found is None:
         matching = [
@@ -153,7 +153,7 @@ def _matching_slots(
             f"{rid}/{index} to {slot.job_id or '?'}" for rid, index, slot in matching
             if slot.state is not SlotState.FREE
         ]  # fmt: skip
-        found = seen[wanted] = (matching, taken)
+        found = seen[wanted] = (matching, taken, ", ".join(taken))
     return found
 
 
@@ -167,7 +167,7 @@ def _why_pending(
     if not rm.task_executors:
         return "no TaskExecutor is registered at the ResourceManager"
     wanted = request.resource_profile
-    matching, taken = _matching_slots(rm, wanted, seen)
+    matching, taken, taken_text = _matching_slots(rm, wanted, seen)
     if not matching:
         offered = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
         if offered == ["UNKNOWN"]:
@@ -195,7 +195,7 @@ def _why_pending(
             "to allocate the slot and offer it to the job"
         )
     if len(taken) == len(matching):
-        return f"all {len(matching)} matching slots are taken: {', '.join(taken)}"
+        return f"all {len(matching)} matching slots are taken: {taken_text}"
     return (
         f"queued at the ResourceManager behind {_ahead(rm, request.allocation_id)} earlier "
         "request(s)"
