@@ -10,17 +10,22 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from jobledger.cli import log as cli_log
 from jobledger.cli import main
 from jobledger.projections import log_index
 from jobledger.projections.history import iso, jobs_in
 from jobledger.projections.log_file import LogRecord, read_export, write_export
 from jobledger.projections.positions import log_order
-from jobledger.schemas.tasks import TaskDeploymentRequested
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.topics import TopicRole
 
 from .golden_logs import LOGS
 
@@ -51,6 +56,37 @@ def _written(records: list[LogRecord], path: Path) -> Path:
     return path
 
 
+def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
+    """The log with every fifth task state report of the job topic refused by the services:
+    a dead letter naming it, appended at the end (after every checkpoint that holds it)."""
+    reports = [r for r in records if r.role is TopicRole.JOB
+               and isinstance(r.event, TaskExecutionStateChanged)][::5]  # fmt: skip
+    last = max(r.timestamp for r in records)
+    letters = [
+        LogRecord(TopicRole.DEAD_LETTER, 0, i, last + 1 + i, DeadLettered(
+            event_id=f"dead-{i}", event_time=last + 1 + i, producer="the service runtime",
+            source_topic=f"jobledger.{r.role.value}", source_partition=r.partition,
+            source_offset=r.offset, original_key=r.event.job_id.encode(), reason="refused",
+        ))
+        for i, r in enumerate(reports)
+    ]  # fmt: skip
+    return [*records, *letters]
+
+
+def _clocks_apart(records: list[LogRecord]) -> list[LogRecord]:
+    """The log as producers with clocks apart write it: in each partition, every fourth
+    record stamped later than the one after it (log order and time cuts then interleave)."""
+    out = list(records)
+    by_partition: dict[tuple[TopicRole, int], list[int]] = {}
+    for i, r in enumerate(out):
+        by_partition.setdefault((r.role, r.partition), []).append(i)
+    for places in by_partition.values():
+        for a, b in list(pairwise(places))[::4]:
+            out[a], out[b] = (replace(out[a], timestamp=out[b].timestamp + 5),
+                              replace(out[b], timestamp=out[a].timestamp))  # fmt: skip
+    return out
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each golden log as checked in, in log order, and with each partition's records
@@ -66,27 +102,37 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             log_order(records), here / f"{source.stem}.o.avro"
         )
         found[f"{source.stem}.reversed"] = _written(records[::-1], here / f"{source.stem}.r.avro")
+        found[f"{source.stem}.refused"] = _written(
+            _dead_lettered(records), here / f"{source.stem}.d.avro"
+        )
+        found[f"{source.stem}.clocks"] = _written(
+            _clocks_apart(records), here / f"{source.stem}.c.avro"
+        )
     return found
 
 
-def _questions(path: Path) -> list[list[str]]:
+def _questions(path: Path) -> list[tuple[list[str], bool]]:
     """Every command at positions of every form, with targets of every kind the log has,
-    and some that name nothing."""
+    and some that name nothing; each with whether the index must answer it alone (a
+    question about the whole log that names something in it)."""
     ordered = log_order(read_export(path))
     n = len(ordered)
     middle = ordered[n // 2]
     unique = next(r for r in ordered[n // 3 :]
                   if sum(o.event.event_id == r.event.event_id for o in ordered) == 1)  # fmt: skip
     at = [
-        "end", "count:0", "count:1", f"count:{n // 3}", f"count:{n // 2}", f"count:{n - 1}",
-        f"{middle.role.value}/{middle.partition}@{middle.offset}", f"id:{unique.event.event_id}",
-        f"s@{middle.timestamp}", iso(ordered[2 * n // 3].timestamp),
-        f"count:{n + 1}", "job/77@0", f"{middle.role.value}/{middle.partition}@999999", "id:nope",
+        "end", f"count:{n // 2 + 7}", f"{middle.role.value}/{middle.partition}@{middle.offset}",
+        f"id:{unique.event.event_id}", f"s@{middle.timestamp}",
     ]  # fmt: skip
-    jobs = jobs_in(ordered)[:2]
+    if n < 1000:
+        at += [
+            "count:0", f"count:{n // 3}", iso(ordered[2 * n // 3].timestamp), f"count:{n + 1}",
+            "job/77@0", f"{middle.role.value}/{middle.partition}@999999", "id:nope",
+        ]  # fmt: skip
+    jobs = jobs_in(ordered)[:1]
     deployments = [r.event for r in ordered if isinstance(r.event, TaskDeploymentRequested)]
-    targets = ["nope", unique.event.event_id, *(f"{d.job_id}/{d.vertex_id}[{d.subtask_index}]"
-                                                 for d in deployments[:2])]  # fmt: skip
+    targets = [unique.event.event_id, *(f"{d.job_id}/{d.vertex_id}[{d.subtask_index}]"
+                                        for d in deployments[:2])]  # fmt: skip
     if deployments:
         d = deployments[-1]
         targets += [f"{d.job_id}/{d.vertex_id}[{d.subtask_index}]#{d.attempt_number}",
@@ -94,22 +140,32 @@ def _questions(path: Path) -> list[list[str]]:
     questions = []
     for position in at:
         where = ["--at", position]
-        questions += [["slots", *where], ["slots", *where, "-o", "json"]]
-        for job in [*jobs, "no-such-job"]:
+        whole = position == "end"
+        questions += [(["slots", *where], whole), (["slots", *where, "-o", "json"], whole)]
+        questions += [(["history", "no-such-job", *where], False)]
+        for job in jobs:
             questions += [
-                ["history", job, *where], ["history", job, *where, "-o", "json"],
-                ["history", job, "--timers", *where, "-o", "jsonl"],
-                ["timeline", job, *where], ["timeline", job, *where, "-o", "json"],
+                (["history", job, *where], whole),
+                (["history", job, *where, "-o", "json"], whole),
+                (["history", job, "--timers", *where, "-o", "jsonl"], whole),
+                (["timeline", job, *where], whole),
+                (["timeline", job, *where, "-o", "json"], whole),
             ]  # fmt: skip
-        questions += [["explain", target, *where] for target in targets]
-        questions += [["explain", targets[-1], *where, "-o", "json"]]
-        questions += [["diff", "count:1", position], ["diff", position, "-o", "json"]]
+        questions += [
+            (["diff", "count:1", position], False),
+            (["diff", position, "-o", "json"], False),
+        ]
+        if position in at[:2]:
+            questions += [(["explain", target, *where], whole) for target in targets]
+            questions += [(["explain", "nope", *where], False)]
+            questions += [(["explain", targets[-1], *where, "-o", "json"], whole)]
     return questions
 
 
 @pytest.mark.parametrize("log", [
-    "wordcount", "wordcount-fail-once.ordered", "wordcount-fail-once.reversed", "slot-shortage",
-    "stale-leader", "stale-leader.reversed", "generated", "generated.ordered",
+    "wordcount-fail-once", "wordcount.ordered", "stale-leader.reversed", "slot-shortage",
+    "generated", "generated.reversed", "wordcount-fail-once.refused", "generated.refused",
+    "wordcount-fail-once.clocks",
 ])  # fmt: skip
 def test_every_answer_is_the_one_read_from_the_whole_file(
     log: str, logs: dict[str, Path], capsys: pytest.CaptureFixture[str],
@@ -117,10 +173,15 @@ def test_every_answer_is_the_one_read_from_the_whole_file(
 ) -> None:  # fmt: skip
     monkeypatch.setattr(log_index, "CHECKPOINT", 37)
     monkeypatch.setenv("JOBLEDGER_HOME", str(tmp_path))
+    whole_reads = []
+    read_whole = cli_log.log_records
+    monkeypatch.setattr(cli_log, "log_records", lambda *a: whole_reads.append(a) or read_whole(*a))
     path = logs[log]
-    for question in _questions(path):
+    for question, from_index in _questions(path):
         args = [*question, "--file", str(path)]
+        whole_reads.clear()
         indexed = ask(capsys, args)
+        assert not (from_index and whole_reads), f"{question} read the whole file"
         assert indexed == ask(capsys, [*args, "--no-index"]), question
     assert Path(f"{path}.index").is_dir()
 
