@@ -45,7 +45,7 @@ from .log_file import LOG_ROLES, ExportFile, ExportUnreadable, LogRecord, record
 from .positions import Cut, Position, PositionError
 from .replay import dead_lettered
 
-VERSION = 3
+VERSION = 4
 """Of the index's layout: an index of another version is rebuilt."""
 CHECKPOINT = 50_000
 """Log records between two snapshots of the reducers: a cut replays at most this many."""
@@ -53,6 +53,9 @@ COLUMNS = (
     "partition_key", "offset", "timestamp", "event_time", "kind", "job", "belongs",
     "event_id", "allocation", "resource", "request", "request2", "rejected", "block", "in_block",
 )  # fmt: skip
+DERIVED = ("by_event_id", "by_partition", "ranks")
+"""Orders worked out from the columns once, at build: the records by event id hash, by
+partition, and each record's place in its partition."""
 REQUESTS = ("SlotRequested", "NewAllocatedSlotRequested")
 """The events that ask for a slot: `slots` ages a pending request from the first of them."""
 
@@ -110,18 +113,26 @@ class LogIndex:
         self.columns = {name: self._load(name) for name in COLUMNS}
         if any(len(c) != self.count for c in self.columns.values()):
             raise ValueError("its arrays are not one per record")
-        self.by_event_id = np.argsort(self.columns["event_id"], kind="stable")
+        derived = {name: self._load(name) for name in DERIVED}
+        if any(len(d) != self.count for d in derived.values()):
+            raise ValueError("its orders are not one per record")
+        bounds = {"partition_key": len(self.partitions), "block": len(self.block_offsets),
+                  "by_event_id": self.count, "by_partition": self.count}  # fmt: skip
+        for name, bound in bounds.items():
+            values = self.columns.get(name, derived.get(name))
+            if values.dtype.kind not in "iu" or (
+                len(values) and (values.min() < 0 or values.max() >= bound)
+            ):
+                raise ValueError(f"its {name} array names what is not there")
+        self.by_event_id = derived["by_event_id"]
         self.sorted_ids = self.columns["event_id"][self.by_event_id]
         key = self.columns["partition_key"]
-        self.by_partition = np.argsort(key, kind="stable")
+        self.by_partition = derived["by_partition"]
         """Log positions grouped by partition, each partition's in log (offset) order."""
         self.starts = np.concatenate(
             [[0], np.cumsum(np.bincount(key, minlength=len(self.partitions)))]
         )
-        self.ranks = np.empty(self.count, np.int64)
-        self.ranks[self.by_partition] = np.arange(self.count) - np.repeat(
-            self.starts[:-1], np.diff(self.starts)
-        )
+        self.ranks = derived["ranks"]
         """Each record's place in its partition."""
         self.admitted = self._admitted()
         self._file: ExportFile | None = None
@@ -473,6 +484,8 @@ def build(export: Path, directory: Path, now: dict[str, Any], progress: Progress
     for name, values in v.items():
         np.save(staging / f"{name}.npy", values[order], allow_pickle=False)
     np.save(staging / "block_offsets.npy", np.array(block_offsets, np.int64), allow_pickle=False)
+    for name, values in _derived(v["event_id"][order], file_key[order], len(keys)).items():
+        np.save(staging / f"{name}.npy", values, allow_pickle=False)
     meta = {
         "version": VERSION, "export": now, "count": len(order),
         "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
@@ -484,6 +497,19 @@ def build(export: Path, directory: Path, now: dict[str, Any], progress: Progress
         directory.rename(old)
     staging.rename(directory)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _derived(event_id: np.ndarray, key: np.ndarray, keys: int) -> dict[str, np.ndarray]:
+    """The DERIVED orders of the columns (log order)."""
+    by_partition = np.argsort(key, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=keys))])
+    ranks = np.empty(len(key), np.int64)
+    ranks[by_partition] = np.arange(len(key)) - np.repeat(starts[:-1], np.diff(starts))
+    return {
+        "by_event_id": np.argsort(event_id, kind="stable"),
+        "by_partition": by_partition,
+        "ranks": ranks,
+    }
 
 
 def _first_read(

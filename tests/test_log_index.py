@@ -247,7 +247,7 @@ def test_an_index_rewritten_byte_for_byte_is_still_stale(
     assert "is stale" in _history(capsys, log)[2]
 
 
-@pytest.mark.parametrize("damage", ["meta", "array", "pickle", "short"])
+@pytest.mark.parametrize("damage", ["meta", "array", "pickle", "short", "range"])
 def test_a_damaged_index_is_rebuilt_not_trusted(
     damage: str, log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -259,8 +259,11 @@ def test_a_damaged_index_is_rebuilt_not_trusted(
         (index / "belongs.npy").write_bytes(b"\x93NUMPY garbage")
     elif damage == "pickle":  # an object array would unpickle (run code) if loaded with pickle
         np.save(index / "job.npy", np.array([object()], dtype=object), allow_pickle=True)
-    else:
+    elif damage == "short":
         np.save(index / "kind.npy", np.zeros(3, np.int16))
+    else:  # the right shape, naming a partition the log does not have
+        keys = np.load(index / "partition_key.npy")
+        np.save(index / "partition_key.npy", keys + 1000)
     again = _history(capsys, log)
     assert again[:2] == (code, out)
     assert again[2].startswith(f"the index of {log} is unreadable (")
