@@ -26,6 +26,7 @@ import heapq
 import json
 import os
 import shutil
+import weakref
 import zlib
 from array import array
 from collections.abc import Callable, Iterable
@@ -156,9 +157,12 @@ class LogIndex:
         return next((k for k, (r, p) in enumerate(self.partitions)
                      if (r.value, p) == (role, partition)), None)  # fmt: skip
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+    def _export(self) -> ExportFile:
+        """The export, opened once for every question's reads (closed with the index)."""
+        if self._file is None:
+            self._file = ExportFile(self.export)
+            weakref.finalize(self, self._file.close)
+        return self._file
 
     # -- cuts --------------------------------------------------------------------------
 
@@ -223,16 +227,15 @@ class LogIndex:
     def records(self, positions: Iterable[int]) -> list[LogRecord]:
         """The records at these log positions, in log order, decoding each block once."""
         wanted = sorted(set(int(p) for p in positions) - set(self._decoded))
-        if wanted and self._file is None:
-            self._file = ExportFile(self.export)
         block, in_block = self.columns["block"], self.columns["in_block"]
         by_block: dict[int, list[int]] = {}
         for p in wanted:
             by_block.setdefault(int(block[p]), []).append(p)
         for b, ps in sorted(by_block.items()):
-            rows = self._file.block_at(int(self.block_offsets[b]))
+            export = self._export()
+            rows = export.block_at(int(self.block_offsets[b]))
             for p in ps:
-                self._decoded[p] = next(self._file.records([rows[in_block[p]]]))
+                self._decoded[p] = next(export.records([rows[in_block[p]]]))
         return [self._decoded[int(p)] for p in sorted(set(int(p) for p in positions))]
 
     def _with_id(self, event_id: str, held: np.ndarray) -> list[int]:
@@ -379,8 +382,7 @@ class LogIndex:
 
     def _stream(self, positions: list[int]) -> Iterable[LogRecord]:
         """The records at these positions in log order, a block at a time, none kept."""
-        if self._file is None:
-            self._file = ExportFile(self.export)
+        export = self._export()
         block, in_block = self.columns["block"], self.columns["in_block"]
         by_block: dict[int, list[int]] = {}
         for p in positions:
@@ -390,8 +392,8 @@ class LogIndex:
         for p in positions:
             b = int(block[p])
             if b not in rows_of:
-                rows_of[b] = self._file.block_at(int(self.block_offsets[b]))
-            yield next(self._file.records([rows_of[b][in_block[p]]]))
+                rows_of[b] = export.block_at(int(self.block_offsets[b]))
+            yield next(export.records([rows_of[b][in_block[p]]]))
             remaining[b] -= 1
             if not remaining[b]:
                 del rows_of[b]
