@@ -91,7 +91,9 @@ def main() -> int:
         question = [*shlex.split(args.question), "--file", str(path)]
         whole, whole_s = ask([*question, "--no-index"])
         built = time.perf_counter()
-        index = open_index(path, lambda items, _what, _total: items, lambda _line: None)
+        index = open_index(path, lambda items, _what, _total: items, print)
+        if index is None:
+            raise SystemExit(f"no index of {path} could be kept")
         build_s = time.perf_counter() - built
         indexed, indexed_s = ask(question)
         if indexed != whole:

@@ -162,7 +162,7 @@ def log_index(args: argparse.Namespace) -> LogIndex | None:
     index keeps the state the default configuration replays to)."""
     if not args.file or args.no_index or getattr(args, "conf", None):
         return None
-    if getattr(args, "opened_index", None) is None:
+    if not hasattr(args, "opened_index"):
         args.opened_index = open_index(
             args.file, progress, lambda line: print(line, file=sys.stderr)
         )

@@ -418,9 +418,10 @@ def identity(export: Path) -> dict[str, Any]:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sync": marker}
 
 
-def open_index(export: Path, progress: Progress, say: Callable[[str], None]) -> LogIndex:
+def open_index(export: Path, progress: Progress, say: Callable[[str], None]) -> LogIndex | None:
     """The index of `export`: the one kept for it if it is the file's and readable, else
-    built anew (with progress) and kept."""
+    built anew (with progress) and kept; None, said in one line, where it cannot be kept
+    (the question is then answered from the whole file)."""
     directory = index_directory(export)
     now = identity(export)
     why = "missing"
@@ -433,11 +434,15 @@ def open_index(export: Path, progress: Progress, say: Callable[[str], None]) -> 
                 why = "stale (the file changed since)"
             else:
                 return LogIndex(export, directory, meta)
-        except (OSError, ValueError, KeyError, TypeError, SnapshotRefused) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             why = f"unreadable ({exc})"
         say(f"the index of {export} is {why}: rebuilding it")
-    build(export, directory, now, progress)
-    return LogIndex(export, directory, json.loads((directory / "meta.json").read_text()))
+    try:
+        build(export, directory, now, progress)
+        return LogIndex(export, directory, json.loads((directory / "meta.json").read_text()))
+    except OSError as exc:
+        say(f"cannot keep an index of {export} ({exc}): reading the whole file")
+        return None
 
 
 # -- building ------------------------------------------------------------------------------
