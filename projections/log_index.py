@@ -529,43 +529,47 @@ def _first_read(
     letters = []
     block_offsets = []
     with ExportFile(export) as opened, bulk_replay():
-        for block in progress(opened.blocks(), f"indexing {export}", None):
-            b = len(block_offsets)
-            block_offsets.append(block.offset)
-            for i, row in enumerate(opened.rows(block)):
-                name, data = row["event"]
-                kind = name.rsplit(".", 1)[-1]
-                try:
-                    role = LOG_ROLES.index(TopicRole(row["role"]))
-                except ValueError as exc:
-                    raise ExportUnreadable(f"{export}: a record of topic role {row['role']!r}, "
-                                           "which is no part of a log") from exc  # fmt: skip
-                if role == LOG_ROLES.index(TopicRole.DEAD_LETTER):
-                    letters.append(record_of(row))
-                columns.role.append(role)
-                columns.partition.append(row["partition"])
-                v["offset"].append(row["offset"])
-                v["timestamp"].append(row["timestamp"])
-                v["event_time"].append(data["event_time"])
-                v["kind"].append(_name(kinds, kind))
-                v["job"].append(_name(jobs, data.get("job_id")))
-                v["belongs"].append(_name(jobs, _belongs(kind, data)))
-                v["event_id"].append(digest(data["event_id"]))
-                for column, attr in (("allocation", "allocation_id"), ("resource", "resource_id")):
-                    value = data.get(attr)
-                    v[column].append(digest(value) if isinstance(value, str) else 0)
-                first, second = (
-                    _request_digest(data["job_id"], data["slot_request_id"])
-                    if kind in REQUESTS else (0, 0)
-                )  # fmt: skip
-                v["request"].append(first)
-                v["request2"].append(second)
-                refuses = kind == "EventRejected" and (
-                    data.get("rejected_event_type") == "TaskExecutionStateChanged"
-                )
-                v["rejected"].append(digest(data["rejected_event_id"]) if refuses else 0)
-                v["block"].append(b)
-                v["in_block"].append(i)
+
+        def rows() -> Iterable[tuple[int, int, dict[str, Any]]]:
+            for b, block in enumerate(opened.blocks()):
+                block_offsets.append(block.offset)
+                for i, row in enumerate(opened.rows(block)):
+                    yield b, i, row
+
+        for b, i, row in progress(rows(), f"indexing {export}", None):
+            name, data = row["event"]
+            kind = name.rsplit(".", 1)[-1]
+            try:
+                role = LOG_ROLES.index(TopicRole(row["role"]))
+            except ValueError as exc:
+                raise ExportUnreadable(f"{export}: a record of topic role {row['role']!r}, "
+                                       "which is no part of a log") from exc  # fmt: skip
+            if role == LOG_ROLES.index(TopicRole.DEAD_LETTER):
+                letters.append(record_of(row))
+            columns.role.append(role)
+            columns.partition.append(row["partition"])
+            v["offset"].append(row["offset"])
+            v["timestamp"].append(row["timestamp"])
+            v["event_time"].append(data["event_time"])
+            v["kind"].append(_name(kinds, kind))
+            v["job"].append(_name(jobs, data.get("job_id")))
+            v["belongs"].append(_name(jobs, _belongs(kind, data)))
+            v["event_id"].append(digest(data["event_id"]))
+            for column, attr in (("allocation", "allocation_id"), ("resource", "resource_id")):
+                value = data.get(attr)
+                v[column].append(digest(value) if isinstance(value, str) else 0)
+            first, second = (
+                _request_digest(data["job_id"], data["slot_request_id"])
+                if kind in REQUESTS else (0, 0)
+            )  # fmt: skip
+            v["request"].append(first)
+            v["request2"].append(second)
+            refuses = kind == "EventRejected" and (
+                data.get("rejected_event_type") == "TaskExecutionStateChanged"
+            )
+            v["rejected"].append(digest(data["rejected_event_id"]) if refuses else 0)
+            v["block"].append(b)
+            v["in_block"].append(i)
     return columns, kinds, jobs, dead_lettered(letters), block_offsets
 
 
