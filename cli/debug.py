@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from jobledger.projections.diff import diff
-from jobledger.projections.explain import explain
+from jobledger.projections.explain import Story, explain, task_job
 from jobledger.projections.history import Entry, belongs_to, history
 from jobledger.projections.log_file import LOG_ROLES, LogRecord
+from jobledger.projections.log_index import IndexedCut, LogIndex
 from jobledger.projections.positions import (
     FORMS,
     Cut,
@@ -19,22 +22,20 @@ from jobledger.projections.positions import (
     PositionError,
     cut,
 )
-from jobledger.projections.slots import slot_report
+from jobledger.projections.slots import pending_requests, slot_report
 from jobledger.projections.tables import as_of_line
 from jobledger.projections.timeline import bars, timeline
 from jobledger.projections.timeline import draw as draw_timeline
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
+from jobledger.services.driver import ReducerDriver
 
-from .log import cut_of, log_options, ordered_log, reducers_of, replayed
-from .options import (
-    bootstrap_of,
-    position,
-    prefix_of,
-)
+from .log import cut_of, log_index, log_options, ordered_log, reducers_of, replayed
+from .options import bootstrap_of, position, position_of, prefix_of
 
 Subparsers = argparse._SubParsersAction
+T = TypeVar("T")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -89,11 +90,26 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_diff, parser=p)
 
 
+def _indexed(args: argparse.Namespace, read: Callable[[LogIndex, IndexedCut], T | None]) -> (
+    tuple[Cut, T] | None
+):  # fmt: skip
+    """What `read` takes from the `--file`'s index at the command's `--at`, with the cut;
+    None where the file has no index here or the index cannot say (a position or target
+    that names nothing: the unindexed path says what exists)."""
+    index = log_index(args)
+    if index is None:
+        return None
+    upto = index.cut(position_of(args))
+    found = None if upto is None else read(index, upto)
+    return None if found is None else (upto, found)
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     if args.follow and (args.file or args.at):
         raise argparse.ArgumentTypeError("--follow reads the live log: not with --file or --at")
-    upto = cut_of(args)
-    entries = history(upto.records, args.job, timers=args.timers)
+    indexed = _indexed(args, lambda index, upto: index.history_records(upto, args.job))
+    upto, records = indexed or (cut_of(args), None)
+    entries = history(upto.records if records is None else records, args.job, timers=args.timers)
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), "job": args.job,
                           "events": [e.to_dict() for e in entries]}, indent=2))  # fmt: skip
@@ -143,8 +159,14 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
 
 
 def cmd_slots(args: argparse.Namespace) -> int:
-    upto = cut_of(args)
-    report = slot_report(replayed(upto, driver_factory=reducers_of(args)).driver, upto)
+    indexed = _indexed(args, lambda index, upto: index.state(upto))
+    if indexed is None:
+        upto = cut_of(args)
+        report = slot_report(replayed(upto, driver_factory=reducers_of(args)).driver, upto)
+    else:
+        upto, driver = indexed
+        asked = log_index(args).request_times(upto, pending_requests(driver))
+        report = slot_report(driver, upto, asked)
     if args.output == "json":
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -170,18 +192,23 @@ def cmd_slots(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    ordered = ordered_log(args)
-    before = cut(ordered, args.before)
-    after = cut(ordered, args.after or Position.parse("end"))
-    if len(before.records) > len(after.records):
+    index = log_index(args)
+    points = (args.before, args.after or Position.parse("end"))
+    cuts = [index.cut(point) for point in points] if index is not None else [None]
+    if None in cuts:
+        ordered = ordered_log(args)
+        cuts = [cut(ordered, point) for point in points]
+    before, after = cuts
+    if before.size > after.size:
         raise PositionError(
             f"{before.position} is after {after.position} in this log: give the earlier first"
         )
     reducers = reducers_of(args)
-    changes = diff(
-        replayed(before, driver_factory=reducers).driver.to_dict(),
-        replayed(after, driver_factory=reducers).driver.to_dict(),
-    )
+    if index is not None and isinstance(before, IndexedCut):
+        states = [index.state(before), index.state(after)]
+    else:
+        states = [replayed(c, driver_factory=reducers).driver for c in (before, after)]
+    changes = diff(states[0].to_dict(), states[1].to_dict())
     if args.output == "json":
         answer = {"from": before.as_of(), "to": after.as_of(),
                   "changes": [c.to_dict() for c in changes]}  # fmt: skip
@@ -195,10 +222,28 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explained(index: LogIndex, upto: IndexedCut, target: str) -> Story | None:
+    """`explain` from the index: a task from its job's records and the state of its
+    partitions, anything else from the records naming it and their causes."""
+    job = task_job(target)
+    if job is None:
+        records = index.explain_records(upto, target)
+        return None if records is None else explain(records, ReducerDriver(), target)
+    if not index.submitted(upto, job):
+        return None
+    records = index.job_records(upto, job)
+    driver = index.state(upto, index.job_partitions(upto, job))
+    return explain(records, driver, target)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
-    upto = cut_of(args)
-    story = explain(upto.records, replayed(upto, driver_factory=reducers_of(args)).driver,
-                    args.target)  # fmt: skip
+    indexed = _indexed(args, lambda index, upto: _explained(index, upto, args.target))
+    if indexed is None:
+        upto = cut_of(args)
+        story = explain(upto.records, replayed(upto, driver_factory=reducers_of(args)).driver,
+                        args.target)  # fmt: skip
+    else:
+        upto, story = indexed
     if args.output == "json":
         print(json.dumps({"as_of": upto.as_of(), **story.to_dict()}, indent=2))
         return 0
@@ -215,17 +260,19 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError(
             f"-o {args.output}: text, json, or a file ending in {', '.join(PICTURES)}"
         )
-    upto = cut_of(args)
-    history(upto.records, args.job)  # an unknown job is an error naming the known ones
+    indexed = _indexed(args, lambda index, upto: index.job_records(upto, args.job))
+    upto, records = indexed or (cut_of(args), None)
+    records = upto.records if records is None else records
+    history(records, args.job)  # an unknown job is an error naming the known ones
     if args.output == "json":
-        drawn, restarts = bars(upto.records, args.job, reducers_of(args))
+        drawn, restarts = bars(records, args.job, reducers_of(args))
         print(json.dumps({"as_of": upto.as_of(), "job": args.job, "restarts_s": restarts,
                           "bars": [vars(b) for b in drawn]}, indent=2))  # fmt: skip
         return 0
     if args.output == "text":
         print(as_of_line(upto))
-        print("\n".join(timeline(upto.records, args.job)))
+        print("\n".join(timeline(records, args.job)))
         return 0
-    count = draw_timeline(upto.records, args.job, Path(args.output), reducers_of(args))
+    count = draw_timeline(records, args.job, Path(args.output), reducers_of(args))
     print(f"wrote {args.output}: {count} bars ({as_of_line(upto)})")
     return 0

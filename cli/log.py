@@ -19,6 +19,7 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
+from jobledger.projections.log_index import LogIndex, open_index
 from jobledger.projections.parallel import default_jobs
 from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
@@ -82,10 +83,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_replay, parser=p)
 
 
-def progress(items: Iterable[T], what: str) -> Iterable[T]:
+def progress(items: Iterable[T], what: str, total: int | None = None) -> Iterable[T]:
     """Items, counted on stderr as they go when a person watches it (a long log takes a
     while to read and replay; a pipe or a file gets no progress lines)."""
-    return tqdm(items, desc=what, unit=" records", file=sys.stderr, leave=False,
+    return tqdm(items, desc=what, unit=" records", file=sys.stderr, leave=False, total=total,
                 disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
 
 
@@ -133,6 +134,10 @@ def log_options(
     """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
     (None: the command declares its own -o)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    p.add_argument(
+        "--no-index", action="store_true",
+        help="read the whole --file for the answer, not the index kept beside it",
+    )  # fmt: skip
     registry_option(p)
     configuration_option(p)
     if at:
@@ -149,6 +154,19 @@ def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
 def cut_of(args: argparse.Namespace) -> Cut:
     """The log up to the command's `--at`."""
     return cut(ordered_log(args), position_of(args))
+
+
+def log_index(args: argparse.Namespace) -> LogIndex | None:
+    """The index of the command's `--file` (built on first use, with progress), or None:
+    the command reads the broker, asked for no index, or sets reducers' options (`-D`; the
+    index keeps the state the default configuration replays to)."""
+    if not args.file or args.no_index or getattr(args, "conf", None):
+        return None
+    if not hasattr(args, "opened_index"):
+        args.opened_index = open_index(
+            args.file, progress, lambda line: print(line, file=sys.stderr)
+        )
+    return args.opened_index
 
 
 def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bool]:

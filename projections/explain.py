@@ -41,6 +41,12 @@ _TASK = re.compile(
 )
 
 
+def task_job(target: str) -> str | None:
+    """The job of a task target (`JOB/VERTEX[SUBTASK]#ATTEMPT`), None for any other."""
+    match = _TASK.match(target)
+    return match["job"] if match else None
+
+
 class UnknownTarget(LookupError):
     """A target naming nothing in the log; the message says what does exist."""
 

@@ -7,14 +7,16 @@ travel in the file and it replays with no broker and no registry.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from confluent_kafka import Consumer
-from fastavro import parse_schema, reader, writer
+from fastavro import block_reader, parse_schema, writer
 from fastavro.read import SchemaResolutionError
 
 from jobledger.schemas import (
@@ -165,29 +167,96 @@ def read_export(path: Path) -> Iterator[LogRecord]:
     written by an earlier version is read into today's events by Avro schema resolution
     (fields added since take their defaults); one written with today's schema is read as it
     is, resolution costing three times the reading."""
-    with open(path, "rb") as fo:
+    with ExportFile(path) as export:
+        for rows in export.blocks():
+            yield from export.records(rows)
+
+
+class ExportFile:
+    """An export opened for reading its Avro blocks: all in order, or one by its offset in
+    the file (what the log's index, log_index.py, reads a few records by). Raises what
+    `read_export` does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "rb")  # noqa: SIM115 (closed by close(), as a context manager)
         try:
-            rows = reader(fo, return_record_name=True, return_record_name_override=True)
-            if schema_fingerprint(parse_schema(rows.writer_schema)) != _current_fingerprint():
-                fo.seek(0)
-                rows = reader(fo, reader_schema=export_schema(), return_record_name=True,
-                              return_record_name_override=True)  # fmt: skip
+            self._blocks = self._opened()
+        except BaseException:
+            self._file.close()
+            raise
+        self.data_start = self._file.tell()
+        self._file.seek(self.data_start - 16)
+        self.sync_marker = self._file.read(16)
+        """The file's Avro sync marker (the header's last 16 bytes): random per file written."""
+
+    def _opened(self) -> block_reader:
+        with self._unreadable():
+            blocks = block_reader(self._file, return_record_name=True,
+                                  return_record_name_override=True)  # fmt: skip
+            self.writer_schema = blocks.writer_schema
+            if schema_fingerprint(parse_schema(blocks.writer_schema)) != _current_fingerprint():
+                self._file.seek(0)
+                blocks = block_reader(self._file, reader_schema=export_schema(),
+                                      return_record_name=True,
+                                      return_record_name_override=True)  # fmt: skip
+            return blocks
+
+    def __enter__(self) -> ExportFile:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def blocks(self) -> Iterator[Any]:
+        """Every block from the first, each with its `offset` and `num_records`."""
+        self._file.seek(self.data_start)
+        with self._unreadable():
+            yield from self._blocks
+
+    def block_at(self, offset: int) -> list[dict[str, Any]]:
+        """The rows of the block that starts at `offset` (as `blocks` gave it)."""
+        self._file.seek(offset)
+        with self._unreadable():
+            return list(next(self._blocks))
+
+    def rows(self, block: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """A block's rows, as Avro gives them (what the log's index reads)."""
+        with self._unreadable():
+            yield from block
+
+    def records(self, rows: Iterable[dict[str, Any]]) -> Iterator[LogRecord]:
+        with self._unreadable():
             for row in rows:  # resolution is checked as the first record is read
-                name, data = row["event"]
-                cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
-                yield LogRecord(
-                    TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
-                    event_from_avro_dict(cls, data),
-                )  # fmt: skip
+                yield record_of(row)
+
+    @contextmanager
+    def _unreadable(self) -> Iterator[None]:
+        try:
+            yield
         except SchemaResolutionError:
-            name = rows.writer_schema.get("name") if isinstance(rows.writer_schema, dict) else None
+            schema = getattr(self, "writer_schema", None)
+            name = schema.get("name") if isinstance(schema, dict) else None
             raise ExportUnreadable(
-                f"{path} is not a jobledger export (an Avro container file written by "
+                f"{self.path} is not a jobledger export (an Avro container file written by "
                 f"`jobledger export`): its records are {name or 'another schema'}, not a "
                 "jobledger.export.LogRecord today's events can be read into"
             ) from None
-        except (ValueError, KeyError, TypeError, EOFError) as exc:
+        except (ValueError, KeyError, TypeError, EOFError, StopIteration, zlib.error) as exc:
             raise ExportUnreadable(
-                f"{path} is not a jobledger export (an Avro container file written by "
+                f"{self.path} is not a jobledger export (an Avro container file written by "
                 f"`jobledger export`): {exc}"
             ) from exc
+
+
+def record_of(row: dict[str, Any]) -> LogRecord:
+    """A row of an export as the record it is."""
+    name, data = row["event"]
+    cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
+    return LogRecord(
+        TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
+        event_from_avro_dict(cls, data),
+    )  # fmt: skip

@@ -120,20 +120,29 @@ class Cut:
     """The inputs the whole log dead-lettered (a dead letter comes after its input, maybe
     after the cut): replaying the cut must skip them too."""
     offsets: dict[str, int] = field(default_factory=dict)
+    size: int | None = None
+    """How many records the cut holds. Given only when `records` are some of them, those a
+    question needs (a cut the log's index resolved, log_index.py); `offsets` and `latest`
+    are then given too, not derived from `records`."""
+    latest: int | None = None
 
     def __post_init__(self) -> None:
+        if self.size is not None:
+            return
+        self.size = len(self.records)
         for record in self.records:
             self.offsets[f"{record.role.value}/{record.partition}"] = record.offset
+        self.latest = max((r.event.event_time for r in self.records), default=None)
 
     @property
     def time(self) -> int | None:
         """The latest event time the cut holds: "now" for ages, derived from the log only."""
-        return max((r.event.event_time for r in self.records), default=None)
+        return self.latest
 
     def as_of(self) -> dict[str, object]:
         return {
             "position": self.position,
-            "records": len(self.records),
+            "records": self.size,
             "offsets": dict(sorted(self.offsets.items())),
         }
 

@@ -56,8 +56,12 @@ class SlotReport:
         }
 
 
-def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
-    requested_at = _request_times(upto)
+def slot_report(
+    driver: ReducerDriver, upto: Cut, requested_at: dict[tuple[str, str], int] | None = None
+) -> SlotReport:
+    """The report of the state `driver` at the cut `upto`; `requested_at` (job, request) ->
+    when first asked for, if known (the log's index knows), else read from the cut."""
+    requested_at = _request_times(upto) if requested_at is None else requested_at
     now = upto.time
     report = SlotReport(upto.as_of())
     rm = driver.resource_manager
@@ -101,6 +105,16 @@ def slot_report(driver: ReducerDriver, upto: Cut) -> SlotReport:
     return report
 
 
+def pending_requests(driver: ReducerDriver) -> set[tuple[str, str]]:
+    """(job, slot request) of every request a pool waits on: the ones `slot_report` ages."""
+    return {
+        (job_id, request.slot_request_id)
+        for job_id, jm in driver.job_masters.items()
+        for request in [*jm.pool.waiting_for_resource_manager.values(),
+                        *jm.pool.pending_requests.values()]
+    }  # fmt: skip
+
+
 def _table_state(table, index: int) -> str | None:
     if table is None:
         return None
@@ -118,15 +132,15 @@ def _request_times(upto: Cut) -> dict[tuple[str, str], int]:
     return times
 
 
-Matching = tuple[list[tuple[str, int, Slot]], list[str]]
+Matching = tuple[list[tuple[str, int, Slot]], list[str], str]
 
 
 def _matching_slots(
     rm: ResourceManager, wanted: ResourceProfile, seen: dict[ResourceProfile, Matching]
 ) -> Matching:
-    """Every slot whose TaskExecutor's profile serves `wanted`, and those of them taken;
-    worked out once per profile (`seen`), not once per pending request: thousands of
-    requests over thousands of slots took minutes."""
+    """Every slot whose TaskExecutor's profile serves `wanted`, those of them taken, and
+    the taken as one text; worked out once per profile (`seen`), not once per pending
+    request: thousands of requests over thousands of slots took minutes."""
     found = seen.get(wanted)
     if found is None:
         matching = [
@@ -139,7 +153,7 @@ def _matching_slots(
             f"{rid}/{index} to {slot.job_id or '?'}" for rid, index, slot in matching
             if slot.state is not SlotState.FREE
         ]  # fmt: skip
-        found = seen[wanted] = (matching, taken)
+        found = seen[wanted] = (matching, taken, ", ".join(taken))
     return found
 
 
@@ -153,7 +167,7 @@ def _why_pending(
     if not rm.task_executors:
         return "no TaskExecutor is registered at the ResourceManager"
     wanted = request.resource_profile
-    matching, taken = _matching_slots(rm, wanted, seen)
+    matching, taken, taken_text = _matching_slots(rm, wanted, seen)
     if not matching:
         offered = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
         if offered == ["UNKNOWN"]:
@@ -181,7 +195,7 @@ def _why_pending(
             "to allocate the slot and offer it to the job"
         )
     if len(taken) == len(matching):
-        return f"all {len(matching)} matching slots are taken: {', '.join(taken)}"
+        return f"all {len(matching)} matching slots are taken: {taken_text}"
     return (
         f"queued at the ResourceManager behind {_ahead(rm, request.allocation_id)} earlier "
         "request(s)"

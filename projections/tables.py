@@ -16,7 +16,7 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
 def as_of_line(cut: Cut) -> str:
     """Which part of the log an answer reflects, in one line."""
     offsets = " ".join(f"{p}@{o}" for p, o in sorted(cut.offsets.items())) or "none"
-    return f"as of {cut.position}: {len(cut.records)} records, last offsets {offsets}"
+    return f"as of {cut.position}: {cut.size} records, last offsets {offsets}"
 
 
 def state_table(result: ReplayResult, cut: Cut) -> str:

@@ -1,0 +1,297 @@
+"""The log's index (projections/log_index.py) changes how fast the debugging commands answer
+an export, never what they answer: every command, at many positions, in text and JSON, is
+asked of the golden logs and of a generated one, written in three layouts (as exported, in
+log order, and with partitions out of offset order), with checkpoints every few records, and
+its answer (and exit code and errors) must be byte for byte the one `--no-index` gives by
+reading the whole file. A stale or damaged index is rebuilt, said in one line, not trusted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import replace
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobledger.cli import log as cli_log
+from jobledger.cli import main
+from jobledger.projections import log_index
+from jobledger.projections.history import iso, jobs_in
+from jobledger.projections.log_file import LogRecord, read_export, write_export
+from jobledger.projections.positions import log_order
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.topics import TopicRole
+
+from .golden_logs import LOGS
+
+BENCH = Path(__file__).parent.parent / "bench"
+
+
+def ask(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _generated(path: Path) -> None:
+    """bench/replay.py's realistic log (waves of jobs, failures, restarts), 3,000 records."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_debugging", BENCH / "debugging.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.write_log(path, 3_000)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _written(records: list[LogRecord], path: Path) -> Path:
+    with open(path, "wb") as out:
+        write_export(records, out)
+    return path
+
+
+def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
+    """The log with every fifth task state report of the job topic refused by the services:
+    a dead letter naming it, appended at the end (after every checkpoint that holds it)."""
+    reports = [r for r in records if r.role is TopicRole.JOB
+               and isinstance(r.event, TaskExecutionStateChanged)][::5]  # fmt: skip
+    last = max(r.timestamp for r in records)
+    letters = [
+        LogRecord(TopicRole.DEAD_LETTER, 0, i, last + 1 + i, DeadLettered(
+            event_id=f"dead-{i}", event_time=last + 1 + i, producer="the service runtime",
+            source_topic=f"jobledger.{r.role.value}", source_partition=r.partition,
+            source_offset=r.offset, original_key=r.event.job_id.encode(), reason="refused",
+        ))
+        for i, r in enumerate(reports)
+    ]  # fmt: skip
+    return [*records, *letters]
+
+
+def _clocks_apart(records: list[LogRecord]) -> list[LogRecord]:
+    """The log as producers with clocks apart write it: in each partition, every fourth
+    record stamped later than the one after it (log order and time cuts then interleave)."""
+    out = list(records)
+    by_partition: dict[tuple[TopicRole, int], list[int]] = {}
+    for i, r in enumerate(out):
+        by_partition.setdefault((r.role, r.partition), []).append(i)
+    for places in by_partition.values():
+        for a, b in list(pairwise(places))[::4]:
+            out[a], out[b] = (replace(out[a], timestamp=out[b].timestamp + 5),
+                              replace(out[b], timestamp=out[a].timestamp))  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each golden log as checked in, in log order, and with each partition's records
+    reversed in the file (log order is the same; the index keeps no state for them)."""
+    here = tmp_path_factory.mktemp("logs")
+    found = {}
+    generated = here / "generated.avro"
+    _generated(generated)
+    for source in [*sorted(LOGS.glob("*.avro")), generated]:
+        records = list(read_export(source))
+        found[source.stem] = _written(records, here / f"{source.stem}.avro")
+        found[f"{source.stem}.ordered"] = _written(
+            log_order(records), here / f"{source.stem}.o.avro"
+        )
+        found[f"{source.stem}.reversed"] = _written(records[::-1], here / f"{source.stem}.r.avro")
+        found[f"{source.stem}.refused"] = _written(
+            _dead_lettered(records), here / f"{source.stem}.d.avro"
+        )
+        found[f"{source.stem}.clocks"] = _written(
+            _clocks_apart(records), here / f"{source.stem}.c.avro"
+        )
+    return found
+
+
+def _questions(path: Path) -> list[tuple[list[str], bool]]:
+    """Every command at positions of every form, with targets of every kind the log has,
+    and some that name nothing; each with whether the index must answer it alone (a
+    question about the whole log that names something in it)."""
+    ordered = log_order(read_export(path))
+    n = len(ordered)
+    middle = ordered[n // 2]
+    unique = next(r for r in ordered[n // 3 :]
+                  if sum(o.event.event_id == r.event.event_id for o in ordered) == 1)  # fmt: skip
+    at = [
+        "end", f"count:{n // 2 + 7}", f"{middle.role.value}/{middle.partition}@{middle.offset}",
+        f"id:{unique.event.event_id}", f"s@{middle.timestamp}",
+    ]  # fmt: skip
+    if n < 1000:
+        at += [
+            "count:0", f"count:{n // 3}", iso(ordered[2 * n // 3].timestamp), f"count:{n + 1}",
+            "job/77@0", f"{middle.role.value}/{middle.partition}@999999", "id:nope",
+        ]  # fmt: skip
+    jobs = jobs_in(ordered)[:1]
+    deployments = [r.event for r in ordered if isinstance(r.event, TaskDeploymentRequested)]
+    targets = [unique.event.event_id, *(f"{d.job_id}/{d.vertex_id}[{d.subtask_index}]"
+                                        for d in deployments[:2])]  # fmt: skip
+    if deployments:
+        d = deployments[-1]
+        targets += [f"{d.job_id}/{d.vertex_id}[{d.subtask_index}]#{d.attempt_number}",
+                    d.allocation_id, d.resource_id, f"{d.job_id}/nope[0]"]  # fmt: skip
+    questions = []
+    for position in at:
+        where = ["--at", position]
+        whole = position == "end"
+        questions += [(["slots", *where], whole), (["slots", *where, "-o", "json"], whole)]
+        questions += [(["history", "no-such-job", *where], False)]
+        for job in jobs:
+            questions += [
+                (["history", job, *where], whole),
+                (["history", job, *where, "-o", "json"], whole),
+                (["history", job, "--timers", *where, "-o", "jsonl"], whole),
+                (["timeline", job, *where], whole),
+                (["timeline", job, *where, "-o", "json"], whole),
+            ]  # fmt: skip
+        questions += [
+            (["diff", "count:1", position], False),
+            (["diff", position, "-o", "json"], False),
+        ]
+        if position in at[:2]:
+            questions += [(["explain", target, *where], whole) for target in targets]
+            questions += [(["explain", "nope", *where], False)]
+            questions += [(["explain", targets[-1], *where, "-o", "json"], whole)]
+    return questions
+
+
+@pytest.mark.parametrize("log", [
+    "wordcount-fail-once", "wordcount.ordered", "stale-leader.reversed", "slot-shortage",
+    "generated", "generated.reversed", "wordcount-fail-once.refused", "generated.refused",
+    "wordcount-fail-once.clocks",
+])  # fmt: skip
+def test_every_answer_is_the_one_read_from_the_whole_file(
+    log: str, logs: dict[str, Path], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(log_index, "CHECKPOINT", 37)
+    monkeypatch.setenv("JOBLEDGER_HOME", str(tmp_path))
+    whole_reads = []
+    read_whole = cli_log.log_records
+    monkeypatch.setattr(cli_log, "log_records", lambda *a: whole_reads.append(a) or read_whole(*a))
+    path = logs[log]
+    for question, from_index in _questions(path):
+        args = [*question, "--file", str(path)]
+        whole_reads.clear()
+        indexed = ask(capsys, args)
+        assert not (from_index and whole_reads), f"{question} read the whole file"
+        assert indexed == ask(capsys, [*args, "--no-index"]), question
+    assert Path(f"{path}.index").is_dir()
+
+
+def test_a_picture_is_drawn_from_the_same_bars(
+    logs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = logs["wordcount-fail-once"]
+    job = jobs_in(list(read_export(path)))[0]
+    picture = tmp_path / "t.svg"
+    args = ["timeline", job, "--file", str(path), "-o", str(picture)]
+    assert ask(capsys, args) == ask(capsys, [*args, "--no-index"])
+    assert "wrote" in capsys.readouterr().out or picture.stat().st_size > 0
+
+
+def _index_of(path: Path) -> Path:
+    return Path(f"{path}.index")
+
+
+@pytest.fixture
+def log(logs: dict[str, Path], tmp_path: Path) -> Path:
+    copy = tmp_path / "log.avro"
+    copy.write_bytes(logs["wordcount-fail-once"].read_bytes())
+    return copy
+
+
+def _history(capsys: pytest.CaptureFixture[str], log: Path) -> tuple[int, str, str]:
+    job = jobs_in(list(read_export(log)))[0]
+    return ask(capsys, ["history", job, "--file", str(log), "-o", "json"])
+
+
+def test_an_index_is_built_once_and_reused(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _history(capsys, log)
+    assert (code, err) == (0, "")
+    built = (_index_of(log) / "meta.json").stat().st_mtime_ns
+    assert _history(capsys, log) == (0, out, "")
+    assert (_index_of(log) / "meta.json").stat().st_mtime_ns == built
+
+
+def test_an_index_of_a_changed_file_is_rebuilt(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _code, out, _ = _history(capsys, log)
+    records = list(read_export(log))
+    _written(records[: len(records) // 2], log)  # another file now stands at that path
+    answer = ask(capsys, ["history", jobs_in(records)[0], "--file", str(log), "-o", "json"])
+    assert answer[2] == f"the index of {log} is stale (the file changed since): rebuilding it\n"
+    assert answer[:2] == ask(capsys, ["history", jobs_in(records)[0], "--file", str(log),
+                                      "-o", "json", "--no-index"])[:2]  # fmt: skip
+    assert json.loads(answer[1])["as_of"]["records"] == len(records) // 2
+    assert answer[1] != out
+
+
+def test_an_index_rewritten_byte_for_byte_is_still_stale(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same records written again are another file (a new sync marker), even at the
+    same size and modification time."""
+    _history(capsys, log)
+    meta = json.loads((_index_of(log) / "meta.json").read_text())
+    meta["export"]["sync"] = "00" * 16
+    (_index_of(log) / "meta.json").write_text(json.dumps(meta))
+    assert "is stale" in _history(capsys, log)[2]
+
+
+@pytest.mark.parametrize("damage", ["meta", "array", "pickle", "short", "range"])
+def test_a_damaged_index_is_rebuilt_not_trusted(
+    damage: str, log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _history(capsys, log)
+    index = _index_of(log)
+    if damage == "meta":
+        (index / "meta.json").write_text("{not json")
+    elif damage == "array":
+        (index / "belongs.npy").write_bytes(b"\x93NUMPY garbage")
+    elif damage == "pickle":  # an object array would unpickle (run code) if loaded with pickle
+        np.save(index / "job.npy", np.array([object()], dtype=object), allow_pickle=True)
+    elif damage == "short":
+        np.save(index / "kind.npy", np.zeros(3, np.int16))
+    else:  # the right shape, naming a partition the log does not have
+        keys = np.load(index / "partition_key.npy")
+        np.save(index / "partition_key.npy", keys + 1000)
+    again = _history(capsys, log)
+    assert again[:2] == (code, out)
+    assert again[2].startswith(f"the index of {log} is unreadable (")
+    assert again[2].endswith("): rebuilding it\n") and again[2].count("\n") == 1
+    assert _history(capsys, log) == (code, out, "")
+
+
+def test_a_damaged_snapshot_costs_time_not_correctness(
+    logs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(log_index, "CHECKPOINT", 20)
+    log = tmp_path / "log.avro"
+    log.write_bytes(logs["wordcount-fail-once"].read_bytes())
+    args = ["diff", "count:50", "--file", str(log), "-o", "json"]
+    expected = ask(capsys, [*args, "--no-index"])
+    assert ask(capsys, args) == expected
+    snapshots = sorted(_index_of(log).glob("snap-*"))
+    assert len(snapshots) > 5
+    for snapshot in snapshots:
+        snapshot.write_bytes(b"JLSNAP\x05 torn")
+    assert ask(capsys, args) == expected
+
+
+def test_with_reducer_options_the_whole_file_is_read(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The index keeps the state the default configuration replays to: `-D` replays."""
+    args = ["slots", "--file", str(log), "-D", "slot.request.timeout=1000"]
+    assert ask(capsys, args) == ask(capsys, [*args, "--no-index"])
+    assert not _index_of(log).exists()
