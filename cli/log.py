@@ -146,9 +146,20 @@ def log_options(
         p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
 
 
+EXPORT_HINT_RECORDS = 100_000
+"""From this many records read from the broker on, a question says how to ask the next ones
+of an export's index instead: the broker's log is read whole for each question."""
+
+
 def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
     """The log, from the broker or `--file`, in the order it was appended."""
-    return log_order(log_records(args, args.file))
+    records = log_records(args, args.file)
+    if args.file is None and len(records) >= EXPORT_HINT_RECORDS:
+        print(f"jobledger: read all {len(records)} records of the log from the broker for this "
+              "answer; to ask more of it, `jobledger export LOG.avro` once and ask with "
+              "`--file LOG.avro` (answered from an index kept beside it)",
+              file=sys.stderr)  # fmt: skip
+    return log_order(records)
 
 
 def cut_of(args: argparse.Namespace) -> Cut:
