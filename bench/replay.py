@@ -366,9 +366,13 @@ def run(target: int, bootstrap: str, jobs: int) -> int:
     del head
 
     def restart() -> ReducerDriver:
-        restored = decode(snapshot_bytes).driver
-        for topic, value in in_order[-tail:]:
-            restored.process(serde.decode(value, topic))
+        """As a service's rebuild does it (`runtime._rebuild`): the snapshot, then the tail,
+        under the bulk collection policy (this process holds the whole log and a full state
+        besides: collecting them over and over tripled the time)."""
+        with bulk_replay():
+            restored = decode(snapshot_bytes).driver
+            for topic, value in in_order[-tail:]:
+                restored.process(serde.decode(value, topic))
         return restored
 
     restored, restart_s = timed(restart)

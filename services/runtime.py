@@ -230,15 +230,15 @@ class ServiceRuntime:
         if committed.offset < 0:
             return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
         end = committed.offset
-        found = self._latest_snapshot(committed.topic, committed.partition)
-        if found is not None and found.next_offset <= end:
-            driver, start = found.driver, found.next_offset
-        else:
-            driver, start = self.driver_factory(), 0
-        worker = PartitionWorker(role, committed.partition, driver, producer, start)
-        if found is not None and start:
-            worker.rebuilt_from_snapshot_at = start
-        with bulk_replay():
+        with bulk_replay():  # the snapshot's objects and the tail's, collected in bulk
+            found = self._latest_snapshot(committed.topic, committed.partition)
+            if found is not None and found.next_offset <= end:
+                driver, start = found.driver, found.next_offset
+            else:
+                driver, start = self.driver_factory(), 0
+            worker = PartitionWorker(role, committed.partition, driver, producer, start)
+            if found is not None and start:
+                worker.rebuilt_from_snapshot_at = start
             for msg in self._read_range(committed.topic, committed.partition, start, end):
                 event, _ = self._admit(msg, driver)
                 if event is not None:
