@@ -36,7 +36,6 @@ from eventsourcing_peer import Peer
 from fastavro import parse_schema
 
 from jobledger.projections.log_file import export_schema, read_export
-from jobledger.projections.parallel import default_jobs, run_groups
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
@@ -65,6 +64,7 @@ from jobledger.services.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.gc_policy import bulk_replay
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
+from jobledger.services.parallel import default_jobs, run_groups
 from jobledger.services.partitioning import partition_of
 from jobledger.services.snapshot import Snapshot, decode, encode
 

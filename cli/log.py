@@ -19,7 +19,6 @@ from jobledger.projections.log_file import (
     read_log,
     write_export,
 )
-from jobledger.projections.parallel import default_jobs
 from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
@@ -27,6 +26,7 @@ from jobledger.schemas import EventSerde
 from jobledger.services import kafka
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.gc_policy import bulk_replay
+from jobledger.services.parallel import default_jobs
 
 from .options import (
     at_option,
@@ -43,7 +43,7 @@ from .options import (
 
 tqdm.monitor_interval = 0
 """No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
-and a process with a second thread replays in one process (projections/parallel.py)."""
+and a process with a second thread replays in one process (services/parallel.py)."""
 
 Subparsers = argparse._SubParsersAction
 T = TypeVar("T")

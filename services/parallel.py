@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from jobledger.services.gc_policy import bulk_replay
+from .gc_policy import bulk_replay
 
 K = TypeVar("K")
 R = TypeVar("R")
