@@ -62,7 +62,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services import broker
 from jobledger.services.driver import PartitionedDriver, ReducerDriver
-from jobledger.services.gc_policy import bulk_replay
+from jobledger.services.gc_policy import bulk_replay, settled
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
 from jobledger.services.key_groups import compute_key_group_range_for_operator_index
 from jobledger.services.parallel import default_jobs, run_groups
@@ -381,6 +381,7 @@ def run(target: int, bootstrap: str, jobs: int) -> int:
         besides: collecting them over and over tripled the time)."""
         with bulk_replay():
             restored = decode(snapshot_bytes).driver
+            settled()
             for topic, value in in_order[-tail:]:
                 restored.process(serde.decode(value, topic))
         return restored

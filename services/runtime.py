@@ -42,7 +42,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from . import kafka, snapshot
 from .driver import ReducerDriver
-from .gc_policy import bulk_replay
+from .gc_policy import bulk_replay, settled
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
 from .parallel import can_fork, default_jobs, run_groups
 from .partitioning import misrouted
@@ -237,6 +237,7 @@ class ServiceRuntime:
         end = committed.offset
         with bulk_replay():  # the snapshot's objects and the tail's, collected in bulk
             found = self._latest_snapshot(committed.topic, committed.partition)
+            settled()
             if found is not None and found.next_offset <= end:
                 driver, start = found.driver, found.next_offset
             else:
