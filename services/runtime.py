@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -72,6 +73,17 @@ OWNER_OF_ROLE = {role: kind for kind, role in TOPIC_OF_OWNER.items()}
 PARALLEL_REBUILD_RECORDS = 20_000
 """Tails shorter than this in all are reduced in the service's own process (about half a
 second of reducing: less than forking and sending the states back)."""
+
+
+class _Tail(NamedTuple):
+    """A partition to rebuild, as read: the state of its latest snapshot (a new one where
+    there is none or it is refused), the offset that reflects, the committed offset, and the
+    values of the records in between."""
+
+    driver: ReducerDriver
+    start: int
+    end: int
+    values: list[bytes]
 
 
 @dataclass(frozen=True)
@@ -272,34 +284,33 @@ class ServiceRuntime:
             return {(tp.topic, tp.partition): self._rebuild(tp, producers[(tp.topic, tp.partition)])
                     for tp in committed}  # fmt: skip
         read = {(tp.topic, tp.partition): self._read_rebuild(tp) for tp in committed}
-        if sum(len(values) for *_, values in read.values()) < PARALLEL_REBUILD_RECORDS:
+        if sum(len(tail.values) for tail in read.values()) < PARALLEL_REBUILD_RECORDS:
             jobs = 1
 
         def reduce_group(keys: list[tuple[str, int]]) -> dict[tuple[str, int], ReducerDriver]:
-            return {key: self._reduce_tail(key, read[key][0], read[key][3]) for key in keys}
+            return {key: self._reduce_tail(key, read[key].driver, read[key].values) for key in keys}
 
-        drivers = run_groups({key: len(read[key][3]) for key in read}, reduce_group, jobs)
+        drivers = run_groups(
+            {key: len(tail.values) for key, tail in read.items()}, reduce_group, jobs
+        )
         workers = {}
-        for (topic, partition), (_, start, end, values) in read.items():
+        for (topic, partition), tail in read.items():
             worker = PartitionWorker(
                 self.roles[topic], partition, drivers[(topic, partition)],
-                producers[(topic, partition)], end,
+                producers[(topic, partition)], tail.end,
             )  # fmt: skip
-            if start:
-                worker.rebuilt_from_snapshot_at = start
+            if tail.start:
+                worker.rebuilt_from_snapshot_at = tail.start
             workers[(topic, partition)] = worker
             log.info(
-                "rebuilt %s/%d from %s + %d records (%d processes)", topic, partition,
-                f"snapshot@{start}" if start else "the beginning", len(values), jobs,
+                "rebuilt %s/%d from %s + %d records (processes: %d)", topic, partition,
+                f"snapshot@{tail.start}" if tail.start else "the beginning", len(tail.values),
+                jobs,
             )  # fmt: skip
         return workers
 
-    def _read_rebuild(
-        self, committed: TopicPartition
-    ) -> tuple[ReducerDriver, int, int, list[bytes]]:
-        """What rebuilding a partition starts from: the state of its latest snapshot (a new
-        one where there is none or it is refused), the offset it reflects, the committed
-        offset, and the values of the records in between."""
+    def _read_rebuild(self, committed: TopicPartition) -> _Tail:
+        """What rebuilding a partition starts from (`_Tail`)."""
         end = max(committed.offset, 0)
         with bulk_replay():
             found = self._latest_snapshot(committed.topic, committed.partition) if end else None
@@ -309,7 +320,7 @@ class ServiceRuntime:
             driver, start = self.driver_factory(), 0
         values = [msg.value() for msg in
                   self._read_range(committed.topic, committed.partition, start, end)]  # fmt: skip
-        return driver, start, end, values
+        return _Tail(driver, start, end, values)
 
     def _reduce_tail(
         self, key: tuple[str, int], driver: ReducerDriver, values: list[bytes]

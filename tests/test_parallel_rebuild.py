@@ -54,6 +54,6 @@ def test_partitions_rebuilt_side_by_side_are_those_rebuilt_one_by_one(cluster, m
     finally:
         runtime.consumer.close()
         runtime._reader.close()
-    assert "(2 processes)" in caplog.text
+    assert "(processes: 2)" in caplog.text
     assert side_by_side == one_by_one
     assert any(state[3].job_masters for state in side_by_side.values())
