@@ -183,7 +183,11 @@ class ReducerDriver:
         return decisions
 
     def _remember(self, event_id: str) -> None:
-        _keep_recent(self.recent, event_id, None)
+        """Add an id `process` found not in the window (so it goes last as it is added)."""
+        recent = self.recent
+        recent[event_id] = None
+        if len(recent) > DEDUP_WINDOW:
+            recent.popitem(last=False)
 
     def run(self, events: Iterable[Event]) -> list[Event]:
         """Process inputs and everything they lead to until nothing is left; returns the whole
