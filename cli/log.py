@@ -20,7 +20,6 @@ from jobledger.projections.log_file import (
     write_export,
 )
 from jobledger.projections.log_index import LogIndex, open_index
-from jobledger.projections.parallel import default_jobs
 from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
@@ -28,6 +27,7 @@ from jobledger.schemas import EventSerde
 from jobledger.services import kafka
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.gc_policy import bulk_replay
+from jobledger.services.parallel import default_jobs
 
 from .options import (
     at_option,
@@ -44,7 +44,7 @@ from .options import (
 
 tqdm.monitor_interval = 0
 """No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
-and a process with a second thread replays in one process (projections/parallel.py)."""
+and a process with a second thread replays in one process (services/parallel.py)."""
 
 Subparsers = argparse._SubParsersAction
 T = TypeVar("T")

@@ -14,11 +14,11 @@ from confluent_kafka import KafkaException
 from jobledger.projections.explain import UnknownTarget
 from jobledger.projections.history import UnknownJob
 from jobledger.projections.log_file import ExportUnreadable
-from jobledger.projections.parallel import ReplayWorkerFailed
 from jobledger.projections.positions import PositionError
 from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
 from jobledger.services.loopback import BrokerError
+from jobledger.services.parallel import ReplayWorkerFailed
 from jobledger.services.runner.kv_state import KvStateLookupError
 
 from . import broker, debug, events, job, job_views, kvstate, log, runner, services, tail, ui

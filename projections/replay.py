@@ -18,9 +18,9 @@ from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
 from jobledger.services.gc_policy import bulk_replay
+from jobledger.services.parallel import run_groups
 
 from .log_file import LogRecord
-from .parallel import run_groups
 
 
 @dataclass

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .key_groups import KeyGroupRange, assign_to_key_group
+from .key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange, assign_to_key_group
+from .reducer import runs
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class KvStateLocation:
     job_vertex_id: str
     num_key_groups: int
     registration_name: str
-    key_groups: list[KvStateRegistration | None] = field(default_factory=list)
+    key_groups: list[KvStateRegistration | None] = runs(
+        at_most=UPPER_BOUND_MAX_PARALLELISM, default_factory=list
+    )
 
     def __post_init__(self) -> None:
         if not self.key_groups:

@@ -30,6 +30,21 @@ def in_snapshot(f: dataclasses.Field[Any]) -> bool:
     return bool(f.metadata.get("snapshot", True))
 
 
+def runs(at_most: int, **kwargs: Any) -> Any:
+    """A list field of reducer state whose items come in long runs of one immutable value (a
+    KvStateLocation's key groups: one registration per range of them). A snapshot writes
+    each run once, as its value and length, and reads it back as one object shared by the
+    run, as the list held it: written item by item, they were most of a snapshot's objects.
+    `at_most` bounds the list a snapshot may build (a forged length is refused, not
+    allocated). Takes `dataclasses.field`'s arguments (services/snapshot_format.py)."""
+    return dataclasses.field(metadata={"runs_at_most": at_most}, **kwargs)
+
+
+def runs_at_most(f: dataclasses.Field[Any]) -> int | None:
+    """The bound of a `runs` field, or None for any other field."""
+    return f.metadata.get("runs_at_most")
+
+
 def handles(event_type: type[Event]) -> Callable[[F], F]:
     """Mark a method as the handler of `event_type`: `(self, event, out: Decisions)`."""
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -42,8 +43,9 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from . import kafka, snapshot
 from .driver import ReducerDriver
-from .gc_policy import bulk_replay
+from .gc_policy import bulk_replay, settled
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
+from .parallel import can_fork, default_jobs, run_groups
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -67,6 +69,21 @@ class ServiceHalted(RuntimeError):
 
 
 OWNER_OF_ROLE = {role: kind for kind, role in TOPIC_OF_OWNER.items()}
+
+PARALLEL_REBUILD_RECORDS = 20_000
+"""Tails shorter than this in all are reduced in the service's own process (about half a
+second of reducing: less than forking and sending the states back)."""
+
+
+class _Tail(NamedTuple):
+    """A partition to rebuild, as read: the state of its latest snapshot (a new one where
+    there is none or it is refused), the offset that reflects, the committed offset, and the
+    values of the records in between."""
+
+    driver: ReducerDriver
+    start: int
+    end: int
+    values: list[bytes]
 
 
 @dataclass(frozen=True)
@@ -180,9 +197,9 @@ class ServiceRuntime:
             producers = {
                 (tp.topic, tp.partition): p for tp, p in zip(partitions, made, strict=True)
             }
-        for tp in consumer.committed(partitions, timeout=30):
-            key = (tp.topic, tp.partition)
-            self.workers[key] = self._rebuild(tp, producers[key])
+        self.workers.update(
+            self._rebuild_all(consumer.committed(partitions, timeout=30), producers)
+        )
         log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
 
     def _check_partition_counts(self) -> None:
@@ -230,15 +247,16 @@ class ServiceRuntime:
         if committed.offset < 0:
             return PartitionWorker(role, committed.partition, self.driver_factory(), producer, 0)
         end = committed.offset
-        found = self._latest_snapshot(committed.topic, committed.partition)
-        if found is not None and found.next_offset <= end:
-            driver, start = found.driver, found.next_offset
-        else:
-            driver, start = self.driver_factory(), 0
-        worker = PartitionWorker(role, committed.partition, driver, producer, start)
-        if found is not None and start:
-            worker.rebuilt_from_snapshot_at = start
-        with bulk_replay():
+        with bulk_replay():  # the snapshot's objects and the tail's, collected in bulk
+            found = self._latest_snapshot(committed.topic, committed.partition)
+            settled()
+            if found is not None and found.next_offset <= end:
+                driver, start = found.driver, found.next_offset
+            else:
+                driver, start = self.driver_factory(), 0
+            worker = PartitionWorker(role, committed.partition, driver, producer, start)
+            if found is not None and start:
+                worker.rebuilt_from_snapshot_at = start
             for msg in self._read_range(committed.topic, committed.partition, start, end):
                 event, _ = self._admit(msg, driver)
                 if event is not None:
@@ -251,6 +269,70 @@ class ServiceRuntime:
             f"snapshot@{start}" if found and start else "the beginning", end - start,
         )  # fmt: skip
         return worker
+
+    def _rebuild_all(
+        self, committed: list[TopicPartition], producers: dict[tuple[str, int], Producer]
+    ) -> dict[tuple[str, int], PartitionWorker]:
+        """Every newly owned partition rebuilt, as `_rebuild` does one: on all cores when the
+        tails to replay are long and forking is safe. The one reader reads each partition's
+        snapshot and tail here, one after another; the tails are then reduced side by side,
+        one group of partitions per process (`parallel.run_groups`, the replay's way), and
+        the states come back to this process. Short tails are reduced here: sending a state
+        back costs more than reducing a few thousand records."""
+        jobs = default_jobs()
+        if len(committed) < 2 or jobs < 2 or not can_fork():
+            return {(tp.topic, tp.partition): self._rebuild(tp, producers[(tp.topic, tp.partition)])
+                    for tp in committed}  # fmt: skip
+        read = {(tp.topic, tp.partition): self._read_rebuild(tp) for tp in committed}
+        if sum(len(tail.values) for tail in read.values()) < PARALLEL_REBUILD_RECORDS:
+            jobs = 1
+
+        def reduce_group(keys: list[tuple[str, int]]) -> dict[tuple[str, int], ReducerDriver]:
+            return {key: self._reduce_tail(key, read[key].driver, read[key].values) for key in keys}
+
+        drivers = run_groups(
+            {key: len(tail.values) for key, tail in read.items()}, reduce_group, jobs
+        )
+        workers = {}
+        for (topic, partition), tail in read.items():
+            worker = PartitionWorker(
+                self.roles[topic], partition, drivers[(topic, partition)],
+                producers[(topic, partition)], tail.end,
+            )  # fmt: skip
+            if tail.start:
+                worker.rebuilt_from_snapshot_at = tail.start
+            workers[(topic, partition)] = worker
+            log.info(
+                "rebuilt %s/%d from %s + %d records (processes: %d)", topic, partition,
+                f"snapshot@{tail.start}" if tail.start else "the beginning", len(tail.values),
+                jobs,
+            )  # fmt: skip
+        return workers
+
+    def _read_rebuild(self, committed: TopicPartition) -> _Tail:
+        """What rebuilding a partition starts from (`_Tail`)."""
+        end = max(committed.offset, 0)
+        with bulk_replay():
+            found = self._latest_snapshot(committed.topic, committed.partition) if end else None
+        if found is not None and found.next_offset <= end:
+            driver, start = found.driver, found.next_offset
+        else:
+            driver, start = self.driver_factory(), 0
+        values = [msg.value() for msg in
+                  self._read_range(committed.topic, committed.partition, start, end)]  # fmt: skip
+        return _Tail(driver, start, end, values)
+
+    def _reduce_tail(
+        self, key: tuple[str, int], driver: ReducerDriver, values: list[bytes]
+    ) -> ReducerDriver:
+        """`driver` after the records `values` of partition `key` that a reducer may see (a
+        refused record was dead-lettered live, and changes nothing here either)."""
+        topic, partition = key
+        for value in values:
+            event, _ = self._admit_value(topic, partition, value, driver)
+            if event is not None:
+                driver.process(event)
+        return driver
 
     def _transactional_producer(self, topic: str, partition: int) -> Producer:
         """The partition's producer: its transactional id names the partition, so making it
@@ -307,16 +389,21 @@ class ServiceRuntime:
     # -- processing ----------------------------------------------------------------------
 
     def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, str | None]:
-        """The input's event, or why no reducer may see it: not a decodable event, not where
-        its route puts it (another topic, or a partition its key does not hash to), or a
-        producer it may not claim (`ReducerDriver.refusal`)."""
+        """The input's event, or why no reducer may see it (`_admit_value`)."""
+        return self._admit_value(msg.topic(), msg.partition(), msg.value(), driver)
+
+    def _admit_value(
+        self, topic: str, partition: int, value: bytes | None, driver: ReducerDriver
+    ) -> tuple[Event | None, str | None]:
+        """The event of a record of `topic`/`partition`, or why no reducer may see it: not a
+        decodable event, not where its route puts it (another topic, or a partition its key
+        does not hash to), or a producer it may not claim (`ReducerDriver.refusal`)."""
         try:
-            event = self.serde.decode(msg.value(), msg.topic())
+            event = self.serde.decode(value, topic)
         except DecodeError as exc:
             return None, str(exc)
-        topic = msg.topic()
         reason = misrouted(
-            event, self.roles[topic], msg.partition(), self._partition_counts[topic]
+            event, self.roles[topic], partition, self._partition_counts[topic]
         ) or driver.refusal(event)
         return (None, reason) if reason else (event, None)
 

@@ -274,7 +274,10 @@ class Scheduler:
         execution.slot_index = fulfilled.slot_index
         if self._lazy():
             self._deploy(ev, out)
-        elif all(e.has_slot for e in self.graph.executions() if e.state in BULK):
+        # from the last: slots come in the order requested, so one still without a slot is
+        # met first, not after every one that has its slot (a scan per slot, per job)
+        elif all(other.current.has_slot for other in reversed(self.graph.execution_vertices())
+                 if other.current.state in BULK):  # fmt: skip
             for waiting in self.graph.execution_vertices():
                 self._deploy(waiting, out)
 
@@ -455,18 +458,19 @@ class Scheduler:
         """Move the job on once its executions allow: FINISHED, CANCELED, FAILED, or restart."""
         if self.graph is None:
             return
-        executions = list(self.graph.executions())
-        if self.status is JobStatus.RUNNING and all(
-            e.state is ExecutionState.FINISHED for e in executions
-        ):
-            self._end(JobStatus.FINISHED, None, out)
+        # asked after every task state a job sees: each check walks the executions only where
+        # its answer can move the job, a RUNNING one from the last (the last deployed finish
+        # last: an unfinished one is met first, not after all the finished ones)
+        if self.status is JobStatus.RUNNING:
+            vertices = reversed(self.graph.execution_vertices())
+            if all(ev.current.state is ExecutionState.FINISHED for ev in vertices):
+                self._end(JobStatus.FINISHED, None, out)
         elif self.status is JobStatus.RESTARTING:
             self.restart_if_due(out)
-        elif self._all_terminal():
-            if self.status is JobStatus.CANCELLING:
-                self._end(JobStatus.CANCELED, None, out)
-            elif self.status is JobStatus.FAILING:
-                self._end(JobStatus.FAILED, self.failure_cause, out)
+        elif self.status is JobStatus.CANCELLING and self._all_terminal():
+            self._end(JobStatus.CANCELED, None, out)
+        elif self.status is JobStatus.FAILING and self._all_terminal():
+            self._end(JobStatus.FAILED, self.failure_cause, out)
 
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
         """A globally terminal status; every slot goes back (the pool closes)."""

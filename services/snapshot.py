@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.read import SchemaResolutionError
 
 from jobledger.schemas.catalog import fingerprint_number, schema_fingerprint
 
@@ -142,6 +143,11 @@ def decode(data: bytes | None) -> Snapshot | None:
         raise
     except SnapshotDataError as exc:
         raise SnapshotRefused(str(exc)) from None
+    except SchemaResolutionError as exc:  # a field whose type changed, not only added
+        raise SnapshotRefused(
+            f"it was written with state schema 0x{fingerprint_number(written_with):016x}, "
+            f"whose values do not upcast to this version's: {exc}"
+        ) from None
     except Exception as exc:  # fastavro raises many types on a torn or corrupt body
         raise SnapshotRefused(f"it is corrupt: {exc!r}") from None
     finally:

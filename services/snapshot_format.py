@@ -25,6 +25,7 @@ schema into the current one (added fields take their defaults, removed ones are 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import types
 import typing
 from collections import OrderedDict
@@ -40,7 +41,7 @@ from jobledger.schemas.construct import from_avro
 from jobledger.schemas.model import AvroInt, CatalogEnum
 from jobledger.schemas.serde import DecodeError, SingleObjectSerde
 
-from .reducer import in_snapshot
+from .reducer import in_snapshot, runs_at_most
 
 
 class SnapshotDataError(ValueError):
@@ -173,6 +174,44 @@ class StateSchema:
         )
         return schema, codec
 
+    def _runs(self, annotation: Any, at_most: int) -> tuple[Any, _Codec]:
+        """A list as an array of runs {length, value}: consecutive equal items written once,
+        read back as one object repeated (the items are immutable, so sharing is safe)."""
+        if typing.get_origin(annotation) is not list:
+            raise TypeError(f"only a list can be written as runs, not {annotation!r}")
+        item_schema, item = self._of(typing.get_args(annotation)[0])
+        name = f"RunOf{item.name}"
+        enc, dec = item.encode, item.decode
+        schema: Any = f"jobledger.snapshot.{name}"
+        if name not in self._tuples:
+            schema = {
+                "type": "record",
+                "name": name,
+                "namespace": "jobledger.snapshot",
+                "fields": [
+                    {"name": "length", "type": "long"},
+                    {"name": "value", "type": item_schema},
+                ],
+            }
+
+            def encode(value: list[Any]) -> list[dict[str, Any]]:
+                return [
+                    {"length": sum(1 for _ in run), "value": enc(first)}
+                    for first, run in itertools.groupby(value)
+                ]
+
+            def decode(datum: list[dict[str, Any]]) -> list[Any]:
+                items: list[Any] = []
+                for run in datum:
+                    length = run["length"]
+                    if length < 1 or len(items) + length > at_most:
+                        raise ValueError(f"a run of {length} makes a list longer than {at_most}")
+                    items += [dec(run["value"])] * length
+                return items
+
+            self._tuples[name] = _Codec(name, encode, decode)
+        return {"type": "array", "items": schema}, self._tuples[name]
+
     def _map(self, annotation: Any, origin: type, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
         build = OrderedDict if origin is OrderedDict else dict
         if args[0] is not str:  # an Avro map's keys are strings: other keys go as entries
@@ -216,7 +255,8 @@ class StateSchema:
             hints = typing.get_type_hints(cls, include_extras=True)
             kept = [f for f in dataclasses.fields(cls) if in_snapshot(f)]
             fields = [(f.name, hints[f.name], _dataclass_default(f), False) for f in kept]
-            return self._record(cls, fields, init={f.name for f in kept if f.init})
+            bounds = {f.name: runs_at_most(f) for f in kept if runs_at_most(f) is not None}
+            return self._record(cls, fields, init={f.name for f in kept if f.init}, runs=bounds)
         raise TypeError(f"{cls.__qualname__} is neither a dataclass, a pydantic record nor an enum")
 
     def _enum(self, cls: type[Enum]) -> tuple[Any, _Codec]:
@@ -225,17 +265,31 @@ class StateSchema:
                                   "namespace": _namespace(cls), "symbols": symbols}  # fmt: skip
         if issubclass(cls, CatalogEnum):
             schema["default"] = cls.UNKNOWN.value
-        codec = self._named[cls] = _Codec(cls.__name__, lambda value: value.value, cls)
+        # the member by its value from the enum's own table: calling the class goes through
+        # EnumType.__call__, a fifth of the cost of reading an ExecutionState (a symbol no
+        # member has is a KeyError, refused as the call's ValueError was)
+        codec = self._named[cls] = _Codec(
+            cls.__name__, lambda value: value.value, cls._value2member_map_.__getitem__
+        )
         return schema, codec
 
     def _record(
-        self, cls: type, fields: list[tuple[str, Any, Any, bool]], init: set[str]
+        self,
+        cls: type,
+        fields: list[tuple[str, Any, Any, bool]],
+        init: set[str],
+        runs: dict[str, int] | None = None,
     ) -> tuple[Any, _Codec]:
+        """A record of `fields` (name, type, default, int32); the fields named in `runs`
+        (with their bound) are lists written as runs (`reducer.runs`)."""
         codec = self._named[cls] = _Codec(cls.__name__, _identity, _identity)
         avro_fields, converters = [], []
         self._building.add(cls)
         for name, annotation, default, int32 in fields:
-            schema, field_codec = self._of(annotation, int32)
+            if runs and name in runs:
+                schema, field_codec = self._runs(annotation, runs[name])
+            else:
+                schema, field_codec = self._of(annotation, int32)
             field: dict[str, Any] = {"name": name, "type": schema}
             if default is not dataclasses.MISSING:
                 datum = field_codec.encode(default)

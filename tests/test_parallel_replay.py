@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from jobledger.projections.log_file import read_export
-from jobledger.projections.parallel import can_fork, groups
 from jobledger.projections.replay import replay
 from jobledger.schemas import EventSerde
 from jobledger.services.driver import DECIDING_PRODUCERS, ReducerDriver
 from jobledger.services.kafka import append_events, transactional_producer
+from jobledger.services.parallel import can_fork, groups
 
 from .golden_logs import LOGS, as_log
 from .scheduler_golden import SCENARIOS
@@ -150,7 +150,7 @@ READ_THEN_ASK = """
 import argparse, sys
 from pathlib import Path
 from jobledger.cli.log import log_records
-from jobledger.projections.parallel import can_fork
+from jobledger.services.parallel import can_fork
 log_records(argparse.Namespace(), Path(sys.argv[1]))
 print(can_fork())
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import itertools
 import json
 import os
 import pickle
@@ -18,7 +19,9 @@ from hypothesis import strategies as st
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.catalog import schema_fingerprint
 from jobledger.schemas.jobs import JobSubmitted
+from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.topics import TopicRole
+from jobledger.schemas.types import KeyGroupRange
 from jobledger.services import snapshot
 from jobledger.services.kafka import (
     SERVICES_GROUP_PREFIX,
@@ -40,7 +43,7 @@ from jobledger.services.snapshot import (
     encode,
 )
 
-from .jobs import JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
+from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
 from .runtime_harness import RuntimeThread, wait_until_quiet
 
 
@@ -65,6 +68,13 @@ def _cluster_mid_job() -> JobCluster:
     cluster = JobCluster(task_executors=2, slots=4)
     cluster.submit([vertex("a", 2), vertex("b", 2, ("a", "ALL_TO_ALL", "BLOCKING"))],
                    restart=fixed_delay(2, 10))  # fmt: skip
+    cluster.run([
+        cluster.clock(KvStateRegistered, job_id=JOB, job_master_id=JM, job_vertex_id="b",
+                      key_group_range=KeyGroupRange(start_key_group=start, end_key_group=end),
+                      registration_name="counts", kv_state_id=f"kv-{start}", server_host="h",
+                      server_port=9069)
+        for start, end in [(0, 63), (64, 127)]
+    ])  # fmt: skip
     return cluster
 
 
@@ -156,6 +166,72 @@ def test_a_damaged_snapshot_is_refused_or_read_never_a_crash(data):
 
 
 _REAL_SNAPSHOT = encode(Snapshot(_cluster_mid_job().driver, 1))
+
+
+def _kv_locations(datum):
+    """Every KvStateLocation record inside a decoded snapshot datum."""
+    if isinstance(datum, dict):
+        if {"registration_name", "num_key_groups", "key_groups"} <= datum.keys():
+            yield datum
+        for value in datum.values():
+            yield from _kv_locations(value)
+    elif isinstance(datum, list):
+        for value in datum:
+            yield from _kv_locations(value)
+
+
+def _datum(data: bytes):
+    return schemaless_reader(
+        io.BytesIO(data[len(_header()) :]), parse_schema(current_schema()), None
+    )
+
+
+def test_key_groups_are_written_once_per_run_and_read_back_shared():
+    """A KvStateLocation's key groups come in runs of one registration: each run is written
+    once and read back as one object, as the registry held it, not one per key group."""
+    driver = _cluster_mid_job().driver
+    location = next(iter(driver.job_masters[JOB].registry.locations.values()))
+    assert location.num_registered_key_groups > 1
+
+    restored = decode(encode(Snapshot(driver, 0))).driver
+    again = next(iter(restored.job_masters[JOB].registry.locations.values()))
+
+    assert again == location
+    [written] = [loc for loc in _kv_locations(_datum(_REAL_SNAPSHOT))
+                 if loc["registration_name"] == location.registration_name]  # fmt: skip
+    runs = [(run["length"], run["value"] and run["value"]["kv_state_id"])
+            for run in written["key_groups"]]  # fmt: skip
+    expected = [(sum(1 for _ in group), reg and reg.kv_state_id)
+                for reg, group in itertools.groupby(location.key_groups)]  # fmt: skip
+    assert runs == expected and len(runs) < len(location.key_groups)
+    assert len({id(reg) for reg in again.key_groups}) == len(runs)
+
+
+@pytest.mark.parametrize("length", [0, -1, 1 << 40])
+def test_a_run_of_a_forged_length_is_refused(length):
+    datum = _datum(_REAL_SNAPSHOT)
+    next(_kv_locations(datum))["key_groups"][0]["length"] = length
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema()), datum)
+    with pytest.raises(SnapshotRefused, match="makes a list longer than"):
+        decode(_header() + out.getvalue())
+
+
+def test_a_snapshot_of_key_groups_item_by_item_is_refused_with_its_reason():
+    """The schema before runs wrote every key group: its snapshots do not upcast (Avro cannot
+    turn an item into a run), so they are refused, and the partition rebuilt from the log."""
+    old_schema = json.loads((snapshot.HISTORY / "42ef8a86b12993a1.avsc").read_text())
+    old_writer = parse_schema(old_schema)
+    datum = _datum(_REAL_SNAPSHOT)
+    for location in _kv_locations(datum):
+        location["key_groups"] = [run["value"] for run in location["key_groups"]
+                                  for _ in range(run["length"])]  # fmt: skip
+    body = io.BytesIO()
+    schemaless_writer(body, old_writer, datum)
+    payload = MAGIC + bytes([VERSION]) + schema_fingerprint(old_writer) + body.getvalue()
+
+    with pytest.raises(SnapshotRefused, match="0x42ef8a86b12993a1, whose values do not upcast"):
+        decode(payload)
 
 
 def test_a_snapshot_of_an_earlier_schema_is_upcast(tmp_path, monkeypatch):

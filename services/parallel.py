@@ -1,4 +1,5 @@
-"""Replaying partitions side by side, one group of partitions per worker process.
+"""Replaying partitions side by side, one group of partitions per worker process: `jobledger
+replay --jobs`, and a service rebuilding the partitions it takes over (`runtime._rebuild_all`).
 
 Partitions are independent by design (DESIGN.md rule 4): each has its own reducers and its
 own dedup window, so replaying groups of them in separate processes and putting the drivers
@@ -9,8 +10,10 @@ The workers are forked, not spawned: a spawned worker gets its records by pickli
 pickling a decoded event and reading it back costs ~45 µs (measured, 100k events of
 bench/replay.py), four times what replaying it costs. A forked worker already holds the log the
 parent read and sends back only the drivers of its partitions. Forking a process that runs
-other threads can copy a lock some thread holds, so a parent with threads running (a service,
-a live consumer) replays in one process instead. A worker that dies is a `ReplayWorkerFailed`
+other threads can copy a lock some thread holds, so a parent with Python threads running (a
+service hosted in a thread, a live consumer's helper) replays in one process instead. The
+Kafka clients' own native threads do not count: a worker only decodes and reduces what the
+parent read, and never calls a client it inherited. A worker that dies is a `ReplayWorkerFailed`
 naming what happened, never a wait without end: the pool notices a dead worker and fails.
 """
 
@@ -24,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from jobledger.services.gc_policy import bulk_replay
+from .gc_policy import bulk_replay
 
 K = TypeVar("K")
 R = TypeVar("R")
