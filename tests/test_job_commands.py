@@ -17,6 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from jobledger.cli import main
 from jobledger.cli.job import TIMED_OUT, load_job_graph
 from jobledger.projections.history import history
+from jobledger.projections.job_results import JobWatcher
 from jobledger.projections.positions import log_order
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
@@ -465,3 +466,41 @@ def test_wait_believes_no_end_the_services_dead_lettered(cluster, capsys):
         "JobStatusChanged claims to be a decision of the JobMaster of job 'j2', which derived no "
         "event 'forged-end'"
     )
+
+
+@pytest.mark.broker
+def test_a_watcher_judges_an_end_by_the_dead_letters_written_after_it_read_them(cluster, capsys):
+    """The watcher read the forged end, and the dead letters to their end, before the services
+    judged it: their commit past the end is the news, so the dead letters are read again up to
+    where they end then (the dead letter may have come after the watcher's last poll) before
+    the end is believed or not. Here nothing is polled between the services' judgement and
+    `judge`, so an end believed on the committed offset alone is believed."""
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j3")[0] == 0
+    with RuntimeThread(cluster):
+        running = wait_for_log(cluster, lambda rs: next(
+            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == "j3"
+             and r.event.to_status is JobStatus.RUNNING), None), "the job RUNNING")  # fmt: skip
+    watcher = JobWatcher(cluster.bootstrap, cluster.prefix, ("j3",))
+    try:
+        watcher.catch_up(30)
+        append(cluster, [running.event.model_copy(update={
+            "event_id": "forged-end", "from_status": JobStatus.RUNNING,
+            "to_status": JobStatus.FINISHED,
+        })])  # fmt: skip
+        deadline = time.monotonic() + 30
+        while watcher.status("j3") is not JobStatus.FINISHED:  # read, not judged yet
+            assert time.monotonic() < deadline, "the watcher did not read the forged end"
+            watcher.poll()
+        with RuntimeThread(cluster):
+            wait_for_log(cluster, lambda rs: any(
+                isinstance(r.event, DeadLettered) for r in rs), "the dead letter")  # fmt: skip
+            deadline = time.monotonic() + 30
+            while "j3" not in watcher.forged and "j3" not in watcher.ended:
+                assert time.monotonic() < deadline, "the services' judgement was not seen"
+                watcher.judge(30)
+    finally:
+        watcher.close()
+    assert "j3" not in watcher.ended
+    [claim] = watcher.forged["j3"]
+    assert claim.startswith(f"JobStatusChanged at job/{running.partition}@"), claim
+    assert claim.endswith("which derived no event 'forged-end'"), claim

@@ -215,6 +215,33 @@ def test_restart_from_checkpoint_reads_every_record_once(
 
 
 @READERS
+def test_a_batch_not_committed_before_a_restart_is_read_again_whole(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
+) -> None:
+    """A batch whose offsets the checkpoint holds but whose commit it does not (the query
+    stopped in it) is read again on restart between the same offsets: `readOnDriver` reads it
+    in a task (`readBetweenOffsets`), as it has no records held for it; then the query goes on
+    after it."""
+    topic = new_topic(cluster, "replay")
+    checkpoint = tmp_path / "checkpoint"
+    write_transaction(cluster.bootstrap, topic, records(0, "a", 4) + records(1, "a", 2))
+    df = source(spark, cluster.bootstrap, topic, startingOffsets="earliest", readOnDriver=on_driver)
+    first, _ = run_available_now(df, checkpoint)
+    assert flat(first) == consumer_reads(cluster.bootstrap, topic)
+    last = max(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+
+    before = consumer_reads(cluster.bootstrap, topic)
+    write_transaction(cluster.bootstrap, topic, records(2, "b", 3))
+    second, _ = run_available_now(df, checkpoint)
+
+    assert sorted(second[0]) == sorted(first[-1])
+    assert flat(second[1:]) == [
+        r for r in consumer_reads(cluster.bootstrap, topic) if r not in before
+    ]
+
+
+@READERS
 def test_a_topic_subscribed_on_restart_is_read_from_its_beginning(
     spark: SparkSession, cluster: Cluster, tmp_path: Path, on_driver: str
 ) -> None:
