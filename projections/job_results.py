@@ -110,6 +110,7 @@ class JobWatcher:
 
     @staticmethod
     def _key(tp: TopicPartition) -> tuple[str, int]:
+        """A partition as `unread` holds it (TopicPartition's equality counts the offset)."""
         return tp.topic, tp.partition
 
     def status(self, job_id: str) -> JobStatus | None:
@@ -152,14 +153,15 @@ class JobWatcher:
                 if event.to_status in GLOBALLY_TERMINAL:
                     self._claims.append(record)
 
-    def judge(self, timeout_s: float) -> None:
+    def judge(self, timeout_s: float, check_alive: Callable[[], None] = lambda: None) -> None:
         """Settle the claims the services have read: believed unless dead-lettered.
 
         The services commit their offset past a record in the transaction that writes its
         dead letter, if any, but the transaction's markers reach the offsets topic and the
         dead-letter partition in no set order. So once the commit is seen, the dead letters
         are read up to the end they had then (which holds any dead letter of that
-        transaction) as soon as that end is stable. Bounded by `timeout_s`."""
+        transaction) as soon as that end is stable. Bounded by `timeout_s`; `check_alive`
+        raises to stop sooner."""
         if not self._claims:
             return
         deadline = time.monotonic() + timeout_s
@@ -169,6 +171,7 @@ class JobWatcher:
             return
         written = self._end(IsolationLevel.READ_UNCOMMITTED, deadline)
         while self._end(IsolationLevel.READ_COMMITTED, deadline) < written:
+            check_alive()
             self._before(deadline)
             self.poll()
         # a seek to where the reading is would not report the end again: assign anew
@@ -178,10 +181,11 @@ class JobWatcher:
         )])  # fmt: skip
         self.unread.add(self._key(self.dead_letters))
         while self._key(self.dead_letters) in self.unread:
+            check_alive()
             self._before(deadline)
             self.poll()
+        self._claims = [c for c in self._claims if c not in read]
         for claim in read:
-            self._claims.remove(claim)
             self._settle(claim)
 
     def _committed(self, partitions: set[int], deadline: float) -> dict[int, int]:
@@ -203,8 +207,14 @@ class JobWatcher:
         return futures[self.dead_letters].result(timeout=self._left(deadline)).offset
 
     def _before(self, deadline: float) -> None:
+        """TimeoutError past `deadline`: the dead letters' end stayed unstable, held by a
+        transaction left open (a services instance that died mid-write; the instance that
+        takes its partitions over aborts it)."""
         if time.monotonic() > deadline:
-            raise TimeoutError("the dead letters were not read to their end in time")
+            raise TimeoutError(
+                "the dead-letter topic was not read to its end in time (a transaction on it is "
+                "still open: a services instance that died mid-write, until another takes over)"
+            )
 
     @staticmethod
     def _left(deadline: float) -> float:
@@ -252,7 +262,7 @@ class JobWatcher:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s")
             self.poll()
-            self.judge(max(0.0, deadline - time.monotonic()))
+            self.judge(max(0.0, deadline - time.monotonic()), check_alive)
         return self.ended[job_id].event
 
     def close(self) -> None:
@@ -260,6 +270,7 @@ class JobWatcher:
 
 
 def _record(msg: Message, event: Event) -> LogRecord:
+    """A job-topic record with where it is, for positions in messages."""
     return LogRecord(TopicRole.JOB, msg.partition(), msg.offset(), msg.timestamp()[1], event)
 
 

@@ -6,6 +6,9 @@ only (another leader may take the job over).
 
 from __future__ import annotations
 
+from jobledger.schemas import Event
+from jobledger.schemas.jobs import JobStatusChanged
+from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.types import JobStatus as J
 
 GLOBALLY_TERMINAL = frozenset({J.FAILED, J.CANCELED, J.FINISHED})
@@ -28,3 +31,13 @@ def transition_refusal(current: J, target: J) -> str | None:
     if target not in ALLOWED.get(current, frozenset()):
         return f"Job cannot go from {current} to {target}."
     return None
+
+
+def awaited_by_clients(event: Event) -> bool:
+    """Whether a client blocks on `event`: a job's end, or the refusal of its submission
+    (`job wait`, the demo). A client believes one only once the services have committed past
+    it unrefused (projections/job_results.py), so they commit past one as soon as they read it
+    back instead of after their idle interval."""
+    if isinstance(event, JobStatusChanged):
+        return event.to_status in GLOBALLY_TERMINAL
+    return isinstance(event, EventRejected) and event.rejected_event_type == "JobSubmitted"

@@ -44,6 +44,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from . import kafka, snapshot
 from .driver import ReducerDriver
 from .gc_policy import bulk_replay, settled
+from .job_status import awaited_by_clients
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
 from .parallel import can_fork, default_jobs, run_groups
 from .partitioning import misrouted
@@ -132,6 +133,9 @@ class PartitionWorker:
     uncommitted_since: float | None = None
     """When the oldest input processed but not yet committed was processed (it derived
     nothing, so redoing it after a crash changes nothing)."""
+    awaited: bool = False
+    """A record a client waits on (`job_status.awaited_by_clients`) was read and not yet
+    committed past: commit at once, not after the idle interval."""
 
 
 @dataclass
@@ -528,7 +532,7 @@ class ServiceRuntime:
             worker.next_offset = msg.offset() + 1
             worker.since_snapshot += 1
             worker.processed += 1
-        if outputs or self._snapshot_due(worker):
+        if outputs or worker.awaited or self._snapshot_due(worker):
             self._commit(worker, outputs)
         elif worker.uncommitted_since is None:
             worker.uncommitted_since = time.monotonic()
@@ -549,6 +553,7 @@ class ServiceRuntime:
 
         if self._transaction(worker, write, restore):
             worker.uncommitted_since = None
+            worker.awaited = False
 
     def _send_offsets(self, producer: Producer, offset: TopicPartition) -> None:
         """`send_offsets_to_transaction`, bounded. librdkafka can block in it past its own
@@ -644,6 +649,7 @@ class ServiceRuntime:
                 source_partition=msg.partition(), source_offset=msg.offset(),
                 original_key=msg.key(), original_value=msg.value(), reason=str(refusal),
             )]  # fmt: skip
+        worker.awaited |= awaited_by_clients(event)
         return worker.driver.process(event)
 
     def _produce(self, producer: Producer, event: Event) -> None:

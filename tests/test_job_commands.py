@@ -51,6 +51,9 @@ from .events import ANY
 from .runtime_harness import RuntimeThread, append, read
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "jobgraph.json"
+AWAITED_ONLY = {"idle_commit_interval_s": 3600.0}
+"""Services that commit past a record deriving nothing only if a client waits on it (a job's
+end, a refusal): `job wait` believes those once committed past, so it ends only if that holds."""
 GRAPH = json.loads(EXAMPLE.read_text())
 
 
@@ -297,7 +300,7 @@ def statuses(records, job_id: str) -> list[str]:
 
 @pytest.mark.broker
 def test_submit_the_jobmaster_decides_cancel_and_wait_says_canceled(cluster, capsys):
-    with RuntimeThread(cluster), TaskRunnerStandIn(cluster, finish=False):
+    with RuntimeThread(cluster, **AWAITED_ONLY), TaskRunnerStandIn(cluster, finish=False):
         status, out, err = jobledger(cluster, capsys, "job", "submit", str(EXAMPLE))
         assert status == 0, err
         job_id = out.strip()
@@ -333,7 +336,7 @@ def test_submit_the_jobmaster_decides_cancel_and_wait_says_canceled(cluster, cap
 
 @pytest.mark.broker
 def test_submit_tasks_finish_wait_says_finished_and_the_counts_are_queryable(cluster, capsys):
-    with RuntimeThread(cluster), TaskRunnerStandIn(cluster, finish=True):
+    with RuntimeThread(cluster, **AWAITED_ONLY), TaskRunnerStandIn(cluster, finish=True):
         status, out, err = jobledger(
             cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "numbers-1", "-o", "json"
         )
@@ -421,7 +424,7 @@ def test_wait_and_cancel_say_at_once_that_the_jobmaster_refused_a_submission(clu
         **cyclic, "job_id": "cyclic", "event_id": "in-1", "event_time": 1, "producer": "test",
     }))  # fmt: skip
     append(cluster, [job])
-    with RuntimeThread(cluster):
+    with RuntimeThread(cluster, **AWAITED_ONLY):
         status, out, err = jobledger(cluster, capsys, "job", "wait", "cyclic", "--timeout", "60")
     assert (status, out) == (1, "")
     assert err == ("jobledger: the JobMaster refused job cyclic: invalid JobGraph: the JobGraph "
