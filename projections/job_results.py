@@ -170,16 +170,17 @@ class JobWatcher:
         if not read:
             return
         written = self._end(IsolationLevel.READ_UNCOMMITTED, deadline)
-        while self._end(IsolationLevel.READ_COMMITTED, deadline) < written:
+        while (stable := self._end(IsolationLevel.READ_COMMITTED, deadline)) < written:
             check_alive()
             self._before(deadline)
             self.poll()
-        # a seek to where the reading is would not report the end again: assign anew
-        self.consumer.incremental_unassign([self.dead_letters])
-        self.consumer.incremental_assign([TopicPartition(
-            self.dead_letters.topic, self.dead_letters.partition, self._dead_letters_next
-        )])  # fmt: skip
-        self.unread.add(self._key(self.dead_letters))
+        if self._dead_letters_next < stable:  # maybe unread ones, maybe transaction markers
+            # a seek to where the reading is would not report the end again: assign anew
+            self.consumer.incremental_unassign([self.dead_letters])
+            self.consumer.incremental_assign([TopicPartition(
+                self.dead_letters.topic, self.dead_letters.partition, self._dead_letters_next
+            )])  # fmt: skip
+            self.unread.add(self._key(self.dead_letters))
         while self._key(self.dead_letters) in self.unread:
             check_alive()
             self._before(deadline)
