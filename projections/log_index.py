@@ -5,7 +5,9 @@ restores the nearest and replays only what comes after.
 Built on first use (two reads of the file, shown as progress) and kept beside the file (or
 under $JOBLEDGER_HOME/indexes where the file's directory is not writable); reused while the
 file is unchanged (its size, modification time and Avro sync marker, which is random per
-file written), rebuilt, said in one line, when stale or unreadable. It holds data only:
+file written), rebuilt, said in one line, when stale or unreadable (every file it holds is
+checked against the CRC-32 its meta.json keeps, and meta.json against its own: a flipped
+byte in an array mostly still loads, and answers wrongly). It holds data only:
 numpy arrays (read without pickle), JSON, and the reducers' state in the snapshot format
 (services/snapshot.py, which builds only the classes the state declares), so reading an
 index runs no code from it.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import io
 import json
 import os
 import shutil
@@ -46,7 +49,7 @@ from .log_file import LOG_ROLES, ExportFile, ExportUnreadable, LogRecord, record
 from .positions import Cut, Position, PositionError
 from .replay import dead_lettered
 
-VERSION = 4
+VERSION = 5
 """Of the index's layout: an index of another version is rebuilt."""
 CHECKPOINT = 50_000
 """Log records between two snapshots of the reducers: a cut replays at most this many."""
@@ -104,7 +107,10 @@ class LogIndex:
     def __init__(self, export: Path, directory: Path, meta: dict[str, Any]) -> None:
         self.export = export
         self.directory = directory
+        if meta.get("crc") != _meta_check(meta):
+            raise ValueError("its meta.json is not the one written")
         self.meta = meta
+        self.checks: dict[str, int] = meta["files"]
         self.count: int = meta["count"]
         self.kinds: list[str] = meta["kinds"]
         self.jobs = {name: i for i, name in enumerate(meta["jobs"])}
@@ -140,7 +146,15 @@ class LogIndex:
         self._decoded: dict[int, LogRecord] = {}
 
     def _load(self, name: str) -> np.ndarray:
-        return np.load(self.directory / f"{name}.npy", allow_pickle=False)
+        data = self._checked(f"{name}.npy")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+
+    def _checked(self, name: str) -> bytes:
+        """A file of the index, if it holds what was written (its CRC-32 in meta.json)."""
+        data = (self.directory / name).read_bytes()
+        if zlib.crc32(data) != self.checks.get(name):
+            raise ValueError(f"its {name} is not the one written")
+        return data
 
     def _admitted(self) -> np.ndarray:
         """Whether each record reaches a reducer: an input the services did not refuse."""
@@ -372,9 +386,9 @@ class LogIndex:
                        reverse=True)  # fmt: skip
         for rank in ranks:
             try:
-                data = zlib.decompress((self.directory / f"snap-{key}-{rank}").read_bytes())
+                data = zlib.decompress(self._checked(f"snap-{key}-{rank}"))
                 snapshot = decode(data)
-            except (OSError, zlib.error, SnapshotRefused):
+            except (OSError, ValueError, zlib.error, SnapshotRefused):
                 continue
             if snapshot is not None:
                 return rank, snapshot.driver
@@ -445,6 +459,13 @@ def open_index(export: Path, progress: Progress, say: Callable[[str], None]) -> 
         return None
 
 
+def _meta_check(meta: dict[str, Any]) -> int:
+    """The CRC-32 of meta.json's fields but `crc`: a flipped digit of a refused offset or a
+    snapshot's rank still reads as JSON, and would answer wrongly."""
+    return zlib.crc32(json.dumps({k: v for k, v in meta.items() if k != "crc"},
+                                 sort_keys=True).encode())  # fmt: skip
+
+
 # -- building ------------------------------------------------------------------------------
 
 
@@ -497,7 +518,9 @@ def build(export: Path, directory: Path, now: dict[str, Any], progress: Progress
         "version": VERSION, "export": now, "count": len(order),
         "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
         "refused": sorted(list(r) for r in refused), "snapshots": snapshots,
+        "files": {p.name: zlib.crc32(p.read_bytes()) for p in staging.iterdir()},
     }  # fmt: skip
+    meta["crc"] = _meta_check(meta)
     (staging / "meta.json").write_text(json.dumps(meta))
     old = directory.with_name(directory.name + f".old-{os.getpid()}")
     if directory.exists():

@@ -271,6 +271,30 @@ def test_a_damaged_index_is_rebuilt_not_trusted(
     assert _history(capsys, log) == (code, out, "")
 
 
+@pytest.mark.parametrize("damage", ["in_block", "meta"])
+def test_a_damaged_index_that_still_loads_is_rebuilt(
+    damage: str, log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Damage a load cannot see (an array of the right shape, type and range; meta.json
+    that still reads as JSON) is found by the checksums the index keeps of its files."""
+    job = jobs_in(list(read_export(log)))[0]
+    question = ["history", job] if damage == "in_block" else ["slots"]
+    args = [*question, "--file", str(log), "-o", "json"]
+    expected = ask(capsys, [*args, "--no-index"])
+    assert ask(capsys, args)[:2] == expected[:2]
+    index = _index_of(log)
+    if damage == "in_block":  # each record read from another row of its block
+        in_block = np.load(index / "in_block.npy")
+        np.save(index / "in_block.npy", np.zeros_like(in_block))
+    else:  # a snapshot's rank no longer a number
+        meta = json.loads((index / "meta.json").read_text())
+        meta["snapshots"] = {key: ["1"] for key in meta["snapshots"]}
+        (index / "meta.json").write_text(json.dumps(meta))
+    again = ask(capsys, args)
+    assert again[:2] == expected[:2]
+    assert again[2].startswith(f"the index of {log} is unreadable (its ")
+
+
 def test_a_damaged_snapshot_costs_time_not_correctness(
     logs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
