@@ -160,7 +160,8 @@ class LogIndex:
         """Whether each record reaches a reducer: an input the services did not refuse."""
         c = self.columns
         roles = np.array([LOG_ROLES.index(role) for role, _ in self.partitions], np.int8)
-        admitted = roles[c["partition_key"]] != LOG_ROLES.index(TopicRole.DEAD_LETTER)
+        self.letters = roles[c["partition_key"]] == LOG_ROLES.index(TopicRole.DEAD_LETTER)
+        admitted = ~self.letters
         for role, partition, offset in self.refused:
             key = self._key(role, partition)
             if key is not None:
@@ -268,8 +269,9 @@ class LogIndex:
 
     def job_records(self, cut: IndexedCut, job: str) -> list[LogRecord] | None:
         """Every record of `job` in the cut (naming it, or counted to it by `belongs_to`),
-        and the refusals of its task state reports (`refused_reports`); None if no record
-        belongs to it."""
+        the refusals of its task state reports (`refused_reports`), and the dead letters
+        naming its records (`failovers` skips what they name, whatever their key); None if
+        no record belongs to it."""
         j = self.jobs.get(job)
         held = self.mask(cut.limits)
         c = self.columns
@@ -277,7 +279,22 @@ class LogIndex:
             return None
         own = held & ((c["job"] == j) | (c["belongs"] == j))
         refusals = held & (c["rejected"] != 0) & np.isin(c["rejected"], c["event_id"][own])
-        return self.records(np.nonzero(own | refusals)[0])
+        letters = np.nonzero(held & self.letters & ~own)[0]
+        naming = [p for p, letter in zip(letters, self.records(letters), strict=True)
+                  if any(own[q] for q in self._named_by(letter))]  # fmt: skip
+        return self.records([*np.nonzero(own | refusals)[0], *naming])
+
+    def _named_by(self, letter: LogRecord) -> list[int]:
+        """The log positions of the record a dead letter names (none if not in the log)."""
+        found = []
+        for role, partition, offset in dead_lettered([letter]):
+            key = self._key(role, partition)
+            if key is not None:
+                rows = self._rows_of(key)  # in log order, which is offset order
+                at = np.searchsorted(self.columns["offset"][rows], offset)
+                if at < len(rows) and self.columns["offset"][rows[at]] == offset:
+                    found.append(int(rows[at]))
+        return found
 
     def submitted(self, cut: IndexedCut, job: str) -> bool:
         """Whether the cut holds the job's JobSubmitted."""

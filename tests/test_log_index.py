@@ -58,7 +58,8 @@ def _written(records: list[LogRecord], path: Path) -> Path:
 
 def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
     """The log with every fifth task state report of the job topic refused by the services:
-    a dead letter naming it, appended at the end (after every checkpoint that holds it)."""
+    a dead letter naming it, appended at the end (after every checkpoint that holds it);
+    every other one keyed as its record was not (by no job), found by what it names."""
     reports = [r for r in records if r.role is TopicRole.JOB
                and isinstance(r.event, TaskExecutionStateChanged)][::5]  # fmt: skip
     last = max(r.timestamp for r in records)
@@ -66,7 +67,8 @@ def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
         LogRecord(TopicRole.DEAD_LETTER, 0, i, last + 1 + i, DeadLettered(
             event_id=f"dead-{i}", event_time=last + 1 + i, producer="the service runtime",
             source_topic=f"jobledger.{r.role.value}", source_partition=r.partition,
-            source_offset=r.offset, original_key=r.event.job_id.encode(), reason="refused",
+            source_offset=r.offset, original_key=None if i % 2 else r.event.job_id.encode(),
+            reason="refused",
         ))
         for i, r in enumerate(reports)
     ]  # fmt: skip
