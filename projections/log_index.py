@@ -522,27 +522,35 @@ def build(export: Path, directory: Path, now: dict[str, Any], progress: Progress
     ranks = _checkpoint_ranks(file_key[order], len(keys))
     staging = directory.with_name(directory.name + f".building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    partitions = [[LOG_ROLES[r].value, p] for r, p in keys]
-    snapshots = _second_read(export, staging, file_key, order, ranks, refused, partitions, progress)
-    np.save(staging / "partition_key.npy", file_key[order], allow_pickle=False)
-    for name, values in v.items():
-        np.save(staging / f"{name}.npy", values[order], allow_pickle=False)
-    np.save(staging / "block_offsets.npy", np.array(block_offsets, np.int64), allow_pickle=False)
-    for name, values in _derived(v["event_id"][order], file_key[order], len(keys)).items():
-        np.save(staging / f"{name}.npy", values, allow_pickle=False)
-    meta = {
-        "version": VERSION, "export": now, "count": len(order),
-        "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
-        "refused": sorted(list(r) for r in refused), "snapshots": snapshots,
-        "files": {p.name: zlib.crc32(p.read_bytes()) for p in staging.iterdir()},
-    }  # fmt: skip
-    meta["crc"] = _meta_check(meta)
-    (staging / "meta.json").write_text(json.dumps(meta))
-    old = directory.with_name(directory.name + f".old-{os.getpid()}")
-    if directory.exists():
-        directory.rename(old)
-    staging.rename(directory)
+    try:  # a build that fails (no room, a concurrent build kept first) leaves nothing
+        staging.mkdir(parents=True)
+        partitions = [[LOG_ROLES[r].value, p] for r, p in keys]
+        snapshots = _second_read(
+            export, staging, file_key, order, ranks, refused, partitions, progress
+        )
+        np.save(staging / "partition_key.npy", file_key[order], allow_pickle=False)
+        for name, values in v.items():
+            np.save(staging / f"{name}.npy", values[order], allow_pickle=False)
+        np.save(
+            staging / "block_offsets.npy", np.array(block_offsets, np.int64), allow_pickle=False
+        )
+        for name, values in _derived(v["event_id"][order], file_key[order], len(keys)).items():
+            np.save(staging / f"{name}.npy", values, allow_pickle=False)
+        meta = {
+            "version": VERSION, "export": now, "count": len(order),
+            "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
+            "refused": sorted(list(r) for r in refused), "snapshots": snapshots,
+            "files": {p.name: zlib.crc32(p.read_bytes()) for p in staging.iterdir()},
+        }  # fmt: skip
+        meta["crc"] = _meta_check(meta)
+        (staging / "meta.json").write_text(json.dumps(meta))
+        old = directory.with_name(directory.name + f".old-{os.getpid()}")
+        if directory.exists():
+            directory.rename(old)
+        staging.rename(directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

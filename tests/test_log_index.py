@@ -321,3 +321,23 @@ def test_with_reducer_options_the_whole_file_is_read(
     args = ["slots", "--file", str(log), "-D", "slot.request.timeout=1000"]
     assert ask(capsys, args) == ask(capsys, [*args, "--no-index"])
     assert not _index_of(log).exists()
+
+
+def test_an_index_that_cannot_be_written_leaves_nothing_behind(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that runs out of room answers from the whole file and takes back what it
+    wrote (a half-built index of a large export would fill the disk further, per question)."""
+    expected = ask(capsys, ["slots", "--file", str(log), "--no-index"])
+
+    def no_room(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(log_index.np, "save", no_room)
+    code, out, err = ask(capsys, ["slots", "--file", str(log)])
+    assert (code, out) == expected[:2]
+    assert (
+        err == f"cannot keep an index of {log} ([Errno 28] No space left on device): "
+        "reading the whole file\n"
+    )
+    assert sorted(p.name for p in log.parent.iterdir()) == ["log.avro"]
