@@ -341,3 +341,18 @@ def test_an_index_that_cannot_be_written_leaves_nothing_behind(
         "reading the whole file\n"
     )
     assert sorted(p.name for p in log.parent.iterdir()) == ["log.avro"]
+
+
+def test_a_record_of_no_log_topic_is_one_line_either_way(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export holding a record of a topic no log holds (a snapshot's, keyed state's) is
+    refused in one line, read whole or indexed; read whole, it raised a ValueError."""
+    records = list(read_export(log))
+    records[3] = replace(records[3], role=TopicRole.KV_STATE)
+    _written(records, log)
+    for index in ([], ["--no-index"]):
+        code, out, err = ask(capsys, ["slots", "--file", str(log), *index])
+        assert (code, out) == (1, "")
+        assert "a record of topic role 'kvstate', which is no part of a log" in err
+        assert err.count("\n") == 1
