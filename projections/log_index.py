@@ -115,6 +115,7 @@ class LogIndex:
         self.kinds: list[str] = meta["kinds"]
         self.jobs = {name: i for i, name in enumerate(meta["jobs"])}
         self.partitions = [(TopicRole(role), p) for role, p in meta["partitions"]]
+        self.key_of = {(r.value, p): k for k, (r, p) in enumerate(self.partitions)}
         self.refused = {tuple(r) for r in meta["refused"]}
         self.block_offsets = self._load("block_offsets")
         self.columns = {name: self._load(name) for name in COLUMNS}
@@ -141,6 +142,9 @@ class LogIndex:
         )
         self.ranks = derived["ranks"]
         """Each record's place in its partition."""
+        self.partition_offsets = self.columns["offset"][self.by_partition]
+        """The offsets of `by_partition`: each partition's ascending (log order is offset
+        order in a partition), so a record is found by its offset in log(n)."""
         self.admitted = self._admitted()
         self._file: ExportFile | None = None
         self._decoded: dict[int, LogRecord] = {}
@@ -162,15 +166,25 @@ class LogIndex:
         roles = np.array([LOG_ROLES.index(role) for role, _ in self.partitions], np.int8)
         self.letters = roles[c["partition_key"]] == LOG_ROLES.index(TopicRole.DEAD_LETTER)
         admitted = ~self.letters
-        for role, partition, offset in self.refused:
-            key = self._key(role, partition)
-            if key is not None:
-                admitted &= ~((c["partition_key"] == key) & (c["offset"] == offset))
+        for where in self.refused:
+            admitted[self._at(*where)] = False
         return admitted
 
     def _key(self, role: str, partition: int) -> int | None:
-        return next((k for k, (r, p) in enumerate(self.partitions)
-                     if (r.value, p) == (role, partition)), None)  # fmt: skip
+        return self.key_of.get((role, partition))
+
+    def _at(self, role: str, partition: int, offset: int) -> np.ndarray:
+        """The log positions of the records at `offset` of a partition (none if not here)."""
+        key = self._key(role, partition)
+        if key is None:
+            return np.zeros(0, np.int64)
+        start, end = self.starts[key], self.starts[key + 1]
+        offsets = self.partition_offsets[start:end]
+        first, last = (
+            np.searchsorted(offsets, offset, "left"),
+            np.searchsorted(offsets, offset, "right"),
+        )
+        return self.by_partition[start + first : start + last]
 
     def _export(self) -> ExportFile:
         """The export, opened once for every question's reads (closed with the index)."""
@@ -280,21 +294,11 @@ class LogIndex:
         own = held & ((c["job"] == j) | (c["belongs"] == j))
         refusals = held & (c["rejected"] != 0) & np.isin(c["rejected"], c["event_id"][own])
         letters = np.nonzero(held & self.letters & ~own)[0]
-        naming = [p for p, letter in zip(letters, self.records(letters), strict=True)
-                  if any(own[q] for q in self._named_by(letter))]  # fmt: skip
+        naming = [
+            p for p, letter in zip(letters, self.records(letters), strict=True)
+            if any(own[self._at(*named)].any() for named in dead_lettered([letter]))
+        ]  # fmt: skip
         return self.records([*np.nonzero(own | refusals)[0], *naming])
-
-    def _named_by(self, letter: LogRecord) -> list[int]:
-        """The log positions of the record a dead letter names (none if not in the log)."""
-        found = []
-        for role, partition, offset in dead_lettered([letter]):
-            key = self._key(role, partition)
-            if key is not None:
-                rows = self._rows_of(key)  # in log order, which is offset order
-                at = np.searchsorted(self.columns["offset"][rows], offset)
-                if at < len(rows) and self.columns["offset"][rows[at]] == offset:
-                    found.append(int(rows[at]))
-        return found
 
     def submitted(self, cut: IndexedCut, job: str) -> bool:
         """Whether the cut holds the job's JobSubmitted."""
