@@ -253,10 +253,13 @@ class ExportFile:
 
 
 def record_of(row: dict[str, Any]) -> LogRecord:
-    """A row of an export as the record it is."""
+    """A row of an export as the record it is; ValueError for a topic no log holds (its
+    place in the log would be unknown: `positions.log_order` orders LOG_ROLES only)."""
     name, data = row["event"]
     cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
+    role = TopicRole(row["role"])
+    if role not in LOG_ROLES:
+        raise ValueError(f"a record of topic role {role.value!r}, which is no part of a log")
     return LogRecord(
-        TopicRole(row["role"]), row["partition"], row["offset"], row["timestamp"],
-        event_from_avro_dict(cls, data),
-    )  # fmt: skip
+        role, row["partition"], row["offset"], row["timestamp"], event_from_avro_dict(cls, data)
+    )

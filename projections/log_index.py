@@ -5,7 +5,9 @@ restores the nearest and replays only what comes after.
 Built on first use (two reads of the file, shown as progress) and kept beside the file (or
 under $JOBLEDGER_HOME/indexes where the file's directory is not writable); reused while the
 file is unchanged (its size, modification time and Avro sync marker, which is random per
-file written), rebuilt, said in one line, when stale or unreadable. It holds data only:
+file written), rebuilt, said in one line, when stale or unreadable (every file it holds is
+checked against the CRC-32 its meta.json keeps, and meta.json against its own: a flipped
+byte in an array mostly still loads, and answers wrongly). It holds data only:
 numpy arrays (read without pickle), JSON, and the reducers' state in the snapshot format
 (services/snapshot.py, which builds only the classes the state declares), so reading an
 index runs no code from it.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import io
 import json
 import os
 import shutil
@@ -46,7 +49,7 @@ from .log_file import LOG_ROLES, ExportFile, ExportUnreadable, LogRecord, record
 from .positions import Cut, Position, PositionError
 from .replay import dead_lettered
 
-VERSION = 4
+VERSION = 5
 """Of the index's layout: an index of another version is rebuilt."""
 CHECKPOINT = 50_000
 """Log records between two snapshots of the reducers: a cut replays at most this many."""
@@ -104,11 +107,15 @@ class LogIndex:
     def __init__(self, export: Path, directory: Path, meta: dict[str, Any]) -> None:
         self.export = export
         self.directory = directory
+        if meta.get("crc") != _meta_check(meta):
+            raise ValueError("its meta.json is not the one written")
         self.meta = meta
+        self.checks: dict[str, int] = meta["files"]
         self.count: int = meta["count"]
         self.kinds: list[str] = meta["kinds"]
         self.jobs = {name: i for i, name in enumerate(meta["jobs"])}
         self.partitions = [(TopicRole(role), p) for role, p in meta["partitions"]]
+        self.key_of = {(r.value, p): k for k, (r, p) in enumerate(self.partitions)}
         self.refused = {tuple(r) for r in meta["refused"]}
         self.block_offsets = self._load("block_offsets")
         self.columns = {name: self._load(name) for name in COLUMNS}
@@ -135,27 +142,49 @@ class LogIndex:
         )
         self.ranks = derived["ranks"]
         """Each record's place in its partition."""
+        self.partition_offsets = self.columns["offset"][self.by_partition]
+        """The offsets of `by_partition`: each partition's ascending (log order is offset
+        order in a partition), so a record is found by its offset in log(n)."""
         self.admitted = self._admitted()
         self._file: ExportFile | None = None
         self._decoded: dict[int, LogRecord] = {}
 
     def _load(self, name: str) -> np.ndarray:
-        return np.load(self.directory / f"{name}.npy", allow_pickle=False)
+        data = self._checked(f"{name}.npy")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+
+    def _checked(self, name: str) -> bytes:
+        """A file of the index, if it holds what was written (its CRC-32 in meta.json)."""
+        data = (self.directory / name).read_bytes()
+        if zlib.crc32(data) != self.checks.get(name):
+            raise ValueError(f"its {name} is not the one written")
+        return data
 
     def _admitted(self) -> np.ndarray:
         """Whether each record reaches a reducer: an input the services did not refuse."""
         c = self.columns
         roles = np.array([LOG_ROLES.index(role) for role, _ in self.partitions], np.int8)
-        admitted = roles[c["partition_key"]] != LOG_ROLES.index(TopicRole.DEAD_LETTER)
-        for role, partition, offset in self.refused:
-            key = self._key(role, partition)
-            if key is not None:
-                admitted &= ~((c["partition_key"] == key) & (c["offset"] == offset))
+        self.letters = roles[c["partition_key"]] == LOG_ROLES.index(TopicRole.DEAD_LETTER)
+        admitted = ~self.letters
+        for where in self.refused:
+            admitted[self._at(*where)] = False
         return admitted
 
     def _key(self, role: str, partition: int) -> int | None:
-        return next((k for k, (r, p) in enumerate(self.partitions)
-                     if (r.value, p) == (role, partition)), None)  # fmt: skip
+        return self.key_of.get((role, partition))
+
+    def _at(self, role: str, partition: int, offset: int) -> np.ndarray:
+        """The log positions of the records at `offset` of a partition (none if not here)."""
+        key = self._key(role, partition)
+        if key is None:
+            return np.zeros(0, np.int64)
+        start, end = self.starts[key], self.starts[key + 1]
+        offsets = self.partition_offsets[start:end]
+        first, last = (
+            np.searchsorted(offsets, offset, "left"),
+            np.searchsorted(offsets, offset, "right"),
+        )
+        return self.by_partition[start + first : start + last]
 
     def _export(self) -> ExportFile:
         """The export, opened once for every question's reads (closed with the index)."""
@@ -254,8 +283,9 @@ class LogIndex:
 
     def job_records(self, cut: IndexedCut, job: str) -> list[LogRecord] | None:
         """Every record of `job` in the cut (naming it, or counted to it by `belongs_to`),
-        and the refusals of its task state reports (`refused_reports`); None if no record
-        belongs to it."""
+        the refusals of its task state reports (`refused_reports`), and the dead letters
+        naming its records (`failovers` skips what they name, whatever their key); None if
+        no record belongs to it."""
         j = self.jobs.get(job)
         held = self.mask(cut.limits)
         c = self.columns
@@ -263,7 +293,12 @@ class LogIndex:
             return None
         own = held & ((c["job"] == j) | (c["belongs"] == j))
         refusals = held & (c["rejected"] != 0) & np.isin(c["rejected"], c["event_id"][own])
-        return self.records(np.nonzero(own | refusals)[0])
+        letters = np.nonzero(held & self.letters & ~own)[0]
+        naming = [
+            p for p, letter in zip(letters, self.records(letters), strict=True)
+            if any(own[self._at(*named)].any() for named in dead_lettered([letter]))
+        ]  # fmt: skip
+        return self.records([*np.nonzero(own | refusals)[0], *naming])
 
     def submitted(self, cut: IndexedCut, job: str) -> bool:
         """Whether the cut holds the job's JobSubmitted."""
@@ -372,9 +407,9 @@ class LogIndex:
                        reverse=True)  # fmt: skip
         for rank in ranks:
             try:
-                data = zlib.decompress((self.directory / f"snap-{key}-{rank}").read_bytes())
+                data = zlib.decompress(self._checked(f"snap-{key}-{rank}"))
                 snapshot = decode(data)
-            except (OSError, zlib.error, SnapshotRefused):
+            except (OSError, ValueError, zlib.error, SnapshotRefused):
                 continue
             if snapshot is not None:
                 return rank, snapshot.driver
@@ -445,6 +480,13 @@ def open_index(export: Path, progress: Progress, say: Callable[[str], None]) -> 
         return None
 
 
+def _meta_check(meta: dict[str, Any]) -> int:
+    """The CRC-32 of meta.json's fields but `crc`: a flipped digit of a refused offset or a
+    snapshot's rank still reads as JSON, and would answer wrongly."""
+    return zlib.crc32(json.dumps({k: v for k, v in meta.items() if k != "crc"},
+                                 sort_keys=True).encode())  # fmt: skip
+
+
 # -- building ------------------------------------------------------------------------------
 
 
@@ -484,25 +526,35 @@ def build(export: Path, directory: Path, now: dict[str, Any], progress: Progress
     ranks = _checkpoint_ranks(file_key[order], len(keys))
     staging = directory.with_name(directory.name + f".building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    partitions = [[LOG_ROLES[r].value, p] for r, p in keys]
-    snapshots = _second_read(export, staging, file_key, order, ranks, refused, partitions, progress)
-    np.save(staging / "partition_key.npy", file_key[order], allow_pickle=False)
-    for name, values in v.items():
-        np.save(staging / f"{name}.npy", values[order], allow_pickle=False)
-    np.save(staging / "block_offsets.npy", np.array(block_offsets, np.int64), allow_pickle=False)
-    for name, values in _derived(v["event_id"][order], file_key[order], len(keys)).items():
-        np.save(staging / f"{name}.npy", values, allow_pickle=False)
-    meta = {
-        "version": VERSION, "export": now, "count": len(order),
-        "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
-        "refused": sorted(list(r) for r in refused), "snapshots": snapshots,
-    }  # fmt: skip
-    (staging / "meta.json").write_text(json.dumps(meta))
-    old = directory.with_name(directory.name + f".old-{os.getpid()}")
-    if directory.exists():
-        directory.rename(old)
-    staging.rename(directory)
+    try:  # a build that fails (no room, a concurrent build kept first) leaves nothing
+        staging.mkdir(parents=True)
+        partitions = [[LOG_ROLES[r].value, p] for r, p in keys]
+        snapshots = _second_read(
+            export, staging, file_key, order, ranks, refused, partitions, progress
+        )
+        np.save(staging / "partition_key.npy", file_key[order], allow_pickle=False)
+        for name, values in v.items():
+            np.save(staging / f"{name}.npy", values[order], allow_pickle=False)
+        np.save(
+            staging / "block_offsets.npy", np.array(block_offsets, np.int64), allow_pickle=False
+        )
+        for name, values in _derived(v["event_id"][order], file_key[order], len(keys)).items():
+            np.save(staging / f"{name}.npy", values, allow_pickle=False)
+        meta = {
+            "version": VERSION, "export": now, "count": len(order),
+            "kinds": list(kinds), "jobs": list(jobs), "partitions": partitions,
+            "refused": sorted(list(r) for r in refused), "snapshots": snapshots,
+            "files": {p.name: zlib.crc32(p.read_bytes()) for p in staging.iterdir()},
+        }  # fmt: skip
+        meta["crc"] = _meta_check(meta)
+        (staging / "meta.json").write_text(json.dumps(meta))
+        old = directory.with_name(directory.name + f".old-{os.getpid()}")
+        if directory.exists():
+            directory.rename(old)
+        staging.rename(directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -58,7 +58,8 @@ def _written(records: list[LogRecord], path: Path) -> Path:
 
 def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
     """The log with every fifth task state report of the job topic refused by the services:
-    a dead letter naming it, appended at the end (after every checkpoint that holds it)."""
+    a dead letter naming it, appended at the end (after every checkpoint that holds it);
+    every other one keyed as its record was not (by no job), found by what it names."""
     reports = [r for r in records if r.role is TopicRole.JOB
                and isinstance(r.event, TaskExecutionStateChanged)][::5]  # fmt: skip
     last = max(r.timestamp for r in records)
@@ -66,7 +67,8 @@ def _dead_lettered(records: list[LogRecord]) -> list[LogRecord]:
         LogRecord(TopicRole.DEAD_LETTER, 0, i, last + 1 + i, DeadLettered(
             event_id=f"dead-{i}", event_time=last + 1 + i, producer="the service runtime",
             source_topic=f"jobledger.{r.role.value}", source_partition=r.partition,
-            source_offset=r.offset, original_key=r.event.job_id.encode(), reason="refused",
+            source_offset=r.offset, original_key=None if i % 2 else r.event.job_id.encode(),
+            reason="refused",
         ))
         for i, r in enumerate(reports)
     ]  # fmt: skip
@@ -271,6 +273,30 @@ def test_a_damaged_index_is_rebuilt_not_trusted(
     assert _history(capsys, log) == (code, out, "")
 
 
+@pytest.mark.parametrize("damage", ["in_block", "meta"])
+def test_a_damaged_index_that_still_loads_is_rebuilt(
+    damage: str, log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Damage a load cannot see (an array of the right shape, type and range; meta.json
+    that still reads as JSON) is found by the checksums the index keeps of its files."""
+    job = jobs_in(list(read_export(log)))[0]
+    question = ["history", job] if damage == "in_block" else ["slots"]
+    args = [*question, "--file", str(log), "-o", "json"]
+    expected = ask(capsys, [*args, "--no-index"])
+    assert ask(capsys, args)[:2] == expected[:2]
+    index = _index_of(log)
+    if damage == "in_block":  # each record read from another row of its block
+        in_block = np.load(index / "in_block.npy")
+        np.save(index / "in_block.npy", np.zeros_like(in_block))
+    else:  # a snapshot's rank no longer a number
+        meta = json.loads((index / "meta.json").read_text())
+        meta["snapshots"] = {key: ["1"] for key in meta["snapshots"]}
+        (index / "meta.json").write_text(json.dumps(meta))
+    again = ask(capsys, args)
+    assert again[:2] == expected[:2]
+    assert again[2].startswith(f"the index of {log} is unreadable (its ")
+
+
 def test_a_damaged_snapshot_costs_time_not_correctness(
     logs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -295,3 +321,38 @@ def test_with_reducer_options_the_whole_file_is_read(
     args = ["slots", "--file", str(log), "-D", "slot.request.timeout=1000"]
     assert ask(capsys, args) == ask(capsys, [*args, "--no-index"])
     assert not _index_of(log).exists()
+
+
+def test_an_index_that_cannot_be_written_leaves_nothing_behind(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that runs out of room answers from the whole file and takes back what it
+    wrote (a half-built index of a large export would fill the disk further, per question)."""
+    expected = ask(capsys, ["slots", "--file", str(log), "--no-index"])
+
+    def no_room(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(log_index.np, "save", no_room)
+    code, out, err = ask(capsys, ["slots", "--file", str(log)])
+    assert (code, out) == expected[:2]
+    assert (
+        err == f"cannot keep an index of {log} ([Errno 28] No space left on device): "
+        "reading the whole file\n"
+    )
+    assert sorted(p.name for p in log.parent.iterdir()) == ["log.avro"]
+
+
+def test_a_record_of_no_log_topic_is_one_line_either_way(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export holding a record of a topic no log holds (a snapshot's, keyed state's) is
+    refused in one line, read whole or indexed; read whole, it raised a ValueError."""
+    records = list(read_export(log))
+    records[3] = replace(records[3], role=TopicRole.KV_STATE)
+    _written(records, log)
+    for index in ([], ["--no-index"]):
+        code, out, err = ask(capsys, ["slots", "--file", str(log), *index])
+        assert (code, out) == (1, "")
+        assert "a record of topic role 'kvstate', which is no part of a log" in err
+        assert err.count("\n") == 1
