@@ -46,7 +46,7 @@ from .driver import ReducerDriver
 from .gc_policy import bulk_replay, settled
 from .job_status import awaited_by_clients
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
-from .parallel import can_fork, default_jobs, run_groups
+from .parallel import ReplayWorkerFailed, can_fork, default_jobs, run_groups
 from .partitioning import misrouted
 
 log = logging.getLogger("jobledger.runtime")
@@ -294,9 +294,18 @@ class ServiceRuntime:
         def reduce_group(keys: list[tuple[str, int]]) -> dict[tuple[str, int], ReducerDriver]:
             return {key: self._reduce_tail(key, read[key].driver, read[key].values) for key in keys}
 
-        drivers = run_groups(
-            {key: len(tail.values) for key, tail in read.items()}, reduce_group, jobs
-        )
+        try:
+            drivers = run_groups(
+                {key: len(tail.values) for key, tail in read.items()}, reduce_group, jobs
+            )
+        except ReplayWorkerFailed as exc:
+            # a worker killed (out of memory, say) would kill it again at every start: go on
+            # in this process, from tails read anew (this process's own group was reduced)
+            log.error("a rebuild worker failed (%s); rebuilding in this process instead", exc)
+            read = {(tp.topic, tp.partition): self._read_rebuild(tp) for tp in committed}
+            jobs = 1
+            with bulk_replay():
+                drivers = reduce_group(list(read))
         workers = {}
         for (topic, partition), tail in read.items():
             worker = PartitionWorker(

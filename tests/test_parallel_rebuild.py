@@ -5,6 +5,7 @@ one gives (over a real broker)."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def _rebuilt(runtime: ServiceRuntime, committed: list[TopicPartition]) -> dict:
     }
 
 
-@pytest.mark.broker
-def test_partitions_rebuilt_side_by_side_are_those_rebuilt_one_by_one(cluster, monkeypatch, caplog):
+def _golden_log_rebuilt(cluster, monkeypatch, caplog, worker_dies: bool) -> tuple[dict, dict]:
+    """The golden word count's partitions rebuilt one by one, then side by side (where a
+    forked worker dies at once if `worker_dies`)."""
     producer = transactional_producer(cluster.bootstrap, "test")
     append_events(producer, cluster.prefix, [r.event for r in read_export(WORDCOUNT)], EventSerde())
     producer.flush(30)
@@ -49,11 +51,31 @@ def test_partitions_rebuilt_side_by_side_are_those_rebuilt_one_by_one(cluster, m
         one_by_one = _rebuilt(runtime, committed)
         monkeypatch.setattr(runtime_module, "default_jobs", lambda: 2)
         monkeypatch.setattr(runtime_module, "PARALLEL_REBUILD_RECORDS", 0)
+        if worker_dies:
+            parent, reduce_tail = os.getpid(), runtime._reduce_tail
+            monkeypatch.setattr(runtime, "_reduce_tail", lambda *a: reduce_tail(*a)
+                                if os.getpid() == parent else os._exit(9))  # fmt: skip
         with caplog.at_level(logging.INFO, logger="jobledger.runtime"):
             side_by_side = _rebuilt(runtime, committed)
     finally:
         runtime.consumer.close()
         runtime._reader.close()
+    return one_by_one, side_by_side
+
+
+@pytest.mark.broker
+def test_partitions_rebuilt_side_by_side_are_those_rebuilt_one_by_one(cluster, monkeypatch, caplog):
+    one_by_one, side_by_side = _golden_log_rebuilt(cluster, monkeypatch, caplog, False)
     assert "(processes: 2)" in caplog.text
     assert side_by_side == one_by_one
     assert any(state[3].job_masters for state in side_by_side.values())
+
+
+@pytest.mark.broker
+def test_a_rebuild_worker_that_dies_leaves_the_rebuild_to_the_service(cluster, monkeypatch, caplog):
+    """A worker killed (out of memory, say) would be killed again at every start: the service
+    rebuilds in its own process instead of stopping, to the same state."""
+    one_by_one, side_by_side = _golden_log_rebuilt(cluster, monkeypatch, caplog, True)
+    assert "a rebuild worker failed (a replay worker process died" in caplog.text
+    assert "(processes: 1)" in caplog.text
+    assert side_by_side == one_by_one
