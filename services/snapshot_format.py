@@ -219,7 +219,7 @@ class StateSchema:
         if typing.get_origin(annotation) is not list:
             raise TypeError(f"only a list can be written as columns, not {annotation!r}")
         (cls,) = typing.get_args(annotation)
-        schema, encode, decode_rows = self._table(cls)
+        schema, encode, decode_rows = self._table(cls, at_most)
 
         def decode(datum: dict[str, Any]) -> list[Any]:
             count = datum["count"]
@@ -232,10 +232,14 @@ class StateSchema:
 
         return schema, _Codec(f"ColumnsOf{cls.__name__}", encode, decode)
 
-    def _table(self, cls: Any) -> tuple[Any, Callable[[Any], Any], Callable[[Any, int], Any]]:
+    def _table(
+        self, cls: Any, at_most: int
+    ) -> tuple[Any, Callable[[Any], Any], Callable[[Any, int], Any]]:
         """(schema, encode rows, decode (datum, row count)) of a table of `cls` rows: a
-        column of immutable values is runs of equal values (`_run_column`), of a plain
-        dataclass a nested table, of anything else an array of the values as written."""
+        column of immutable values is runs of equal values (`_column`), of a plain
+        dataclass a nested table, of a list of them a ragged one (`_ragged`: the rows of
+        all the lists in one table of at most `at_most`), of anything else an array of the
+        values as written."""
         name = f"ColumnsOf{cls.__name__}"
         if name in self._tables:
             return f"jobledger.snapshot.{name}", *self._tables[name][1:]
@@ -245,8 +249,11 @@ class StateSchema:
         fields: list[dict[str, Any]] = [{"name": "count", "type": "long"}]
         columns = []
         for f in dataclasses.fields(cls):
+            item = typing.get_args(hints[f.name])
             if _plain_dataclass(hints[f.name]):
-                schema, encode, decode = self._table(hints[f.name])
+                schema, encode, decode = self._table(hints[f.name], at_most)
+            elif typing.get_origin(hints[f.name]) is list and _plain_dataclass(item[0]):
+                schema, encode, decode = self._ragged(item[0], at_most)
             else:
                 schema, encode, decode = self._column(hints[f.name])
             fields.append({"name": f.name, "type": schema})
@@ -271,6 +278,46 @@ class StateSchema:
         self._tables[name] = (None, encode_rows, decode_rows)
         return {"type": "record", "name": name, "namespace": "jobledger.snapshot",
                 "fields": fields}, encode_rows, decode_rows  # fmt: skip
+
+    def _ragged(
+        self, cls: Any, at_most: int
+    ) -> tuple[Any, Callable[[Any], Any], Callable[[Any, int], Any]]:
+        """A column of lists of `cls` (an ExecutionVertex's prior attempts): each list's
+        size, as runs (most are empty), and the rows of all of them in one table of at most
+        `at_most` rows, cut back into a fresh list per row on reading."""
+        name = f"RaggedOf{cls.__name__}"
+        if name in self._tables:
+            return f"jobledger.snapshot.{name}", *self._tables[name][1:]
+        sizes_schema, write_sizes, read_sizes = self._column(int)
+        rows_schema, write_rows, read_rows = self._table(cls, at_most)
+
+        def encode(lists: list[list[Any]]) -> dict[str, Any]:
+            return {
+                "sizes": write_sizes([len(items) for items in lists]),
+                "rows": write_rows([item for items in lists for item in items]),
+            }
+
+        def decode(datum: dict[str, Any], count: int) -> list[list[Any]]:
+            sizes, total = read_sizes(datum["sizes"], count), datum["rows"]["count"]
+            if len(sizes) != count or min(sizes, default=0) < 0 or sum(sizes) != total:
+                raise ValueError(f"{len(sizes)} list sizes do not cut {total} rows in {count}")
+            if total > at_most:
+                raise ValueError(f"a table of {total} rows is not within 0..{at_most}")
+            rows, lists, at = read_rows(datum["rows"], total), [], 0
+            for size in sizes:
+                lists.append(rows[at : at + size])
+                at += size
+            return lists
+
+        self._tables[name] = (None, encode, decode)
+        fields = [{"name": "sizes", "type": sizes_schema}, {"name": "rows", "type": rows_schema}]
+        schema = {
+            "type": "record",
+            "name": name,
+            "namespace": "jobledger.snapshot",
+            "fields": fields,
+        }
+        return schema, encode, decode
 
     def _column(
         self, annotation: Any

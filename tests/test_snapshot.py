@@ -241,6 +241,12 @@ def _expand(column):
         return column
     if "count" in column:
         return _rows(column)
+    if "sizes" in column:  # ragged: each row's list of the rows of one table
+        rows, sizes, at, lists = _rows(column["rows"]), _expand(column["sizes"]), 0, []
+        for size in sizes:
+            lists.append(rows[at : at + size])
+            at += size
+        return lists
     if not column["lengths"]:
         return column["values"]
     return [v for v, n in zip(column["values"], column["lengths"], strict=True) for _ in range(n)]
@@ -344,7 +350,9 @@ def _set(path, value):
         (_set(["version", "lengths"], [1 << 40]), "makes a column longer than"),
         (_set(["version", "lengths"], [0, 2]), "run lengths for"),
         (_set(["subtask_index", "values"], [0]), "zip|has columns of"),
-        (_set(["prior"], []), "zip"),
+        (_set(["prior", "sizes", "values"], [-1]), "list sizes do not cut 0 rows in 2"),
+        (_set(["prior", "rows", "count"], 1), "list sizes do not cut 1 rows in 2"),
+        (_set(["prior", "sizes"], {"values": [1 << 40], "lengths": []}), "list sizes do not"),
     ],
 )
 def test_a_forged_table_is_refused_with_its_reason(change, reason):
