@@ -10,6 +10,14 @@ catalog reads. Reading walks the same types, so the only classes a snapshot can 
 the ones the current code declares at that place, from values Avro has already typed: a
 forged record can hold wrong values, never new code.
 
+Two layouts keep the bulk of a snapshot few values to read (fastavro's cost is per value):
+a list marked `runs()` is written as runs of equal items, and one marked `columns()` (an
+ExecutionGraph's subtasks) as a table: its row count, then a column per field, each column
+of immutable values as runs, a nested dataclass as a nested table, a list of them ragged.
+The driver's dedup windows (OrderedDicts of event ids) are one packed string of their keys.
+Every count, run and width read is checked against the rows it builds, so a forged one is
+refused, never allocated.
+
 Fields marked `derived()` are left out: indexes a class rebuilds in `__post_init__` from the
 fields that are written (the ResourceManager's free-slot index, the ExecutionGraph's attempt
 index), and what lives only while one input is reduced. An object with such fields or a
@@ -408,6 +416,8 @@ class StateSchema:
                 width = len(packed) // count
                 keys = [packed[i : i + width] for i in range(0, len(packed), width or 1)]
                 keys = keys if width else [""]
+            if len(keys) != count:  # before the values: their runs expand to `count`
+                raise ValueError(f"{len(keys)} keys where the window says {count}")
             values = read_values(datum["values"], count)
             if len(values) != count:
                 raise ValueError(f"{len(values)} values for {count} keys")

@@ -373,6 +373,8 @@ def test_a_forged_table_is_refused_with_its_reason(change, reason):
          "values for 2 keys"),
         ({"count": 0, "keys": "ab", "widths": [], "values": {"values": [], "lengths": []}},
          "do not cut 0 keys evenly"),
+        ({"count": 1 << 40, "keys": "", "widths": [],
+          "values": {"values": [None], "lengths": [1 << 40]}}, "1 keys where the window says"),
     ],
 )  # fmt: skip
 def test_a_forged_window_is_refused_with_its_reason(window, reason):
