@@ -23,7 +23,7 @@ from jobledger.schemas.types import (
 )
 
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
-from .reducer import derived
+from .reducer import columns, derived
 
 MAX_SUBTASKS_PER_JOB = 100_000
 """A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
@@ -72,7 +72,7 @@ class ExecutionJobVertex:
     vertex: JobVertex
     parallelism: int
     max_parallelism: int
-    subtasks: list[ExecutionVertex]
+    subtasks: list[ExecutionVertex] = columns(at_most=MAX_SUBTASKS_PER_JOB)
 
     @property
     def vertex_id(self) -> str:

@@ -45,6 +45,21 @@ def runs_at_most(f: dataclasses.Field[Any]) -> int | None:
     return f.metadata.get("runs_at_most")
 
 
+def columns(at_most: int, **kwargs: Any) -> Any:
+    """A list field of reducer state holding many plain dataclasses (an ExecutionGraph's
+    subtasks): a snapshot writes it column by column, each field's values in one array, and
+    a column of immutable values (strings, numbers, enum members) as runs of equal values,
+    which most of them are (every subtask of a vertex names it, most are FINISHED at attempt
+    0). Written record by record, these were half of a snapshot's reading time. `at_most`
+    bounds the list a snapshot may build. Takes `dataclasses.field`'s arguments."""
+    return dataclasses.field(metadata={"columns_at_most": at_most}, **kwargs)
+
+
+def columns_at_most(f: dataclasses.Field[Any]) -> int | None:
+    """The bound of a `columns` field, or None for any other field."""
+    return f.metadata.get("columns_at_most")
+
+
 def handles(event_type: type[Event]) -> Callable[[F], F]:
     """Mark a method as the handler of `event_type`: `(self, event, out: Decisions)`."""
 

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import pickle
+from collections import OrderedDict
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -222,7 +223,7 @@ def test_a_snapshot_of_key_groups_item_by_item_is_refused_with_its_reason():
     turn an item into a run), so they are refused, and the partition rebuilt from the log."""
     old_schema = json.loads((snapshot.HISTORY / "42ef8a86b12993a1.avsc").read_text())
     old_writer = parse_schema(old_schema)
-    datum = _datum(_REAL_SNAPSHOT)
+    datum = _as_rows(_datum(_REAL_SNAPSHOT))
     for location in _kv_locations(datum):
         location["key_groups"] = [run["value"] for run in location["key_groups"]
                                   for _ in range(run["length"])]  # fmt: skip
@@ -232,6 +233,167 @@ def test_a_snapshot_of_key_groups_item_by_item_is_refused_with_its_reason():
 
     with pytest.raises(SnapshotRefused, match="0x42ef8a86b12993a1, whose values do not upcast"):
         decode(payload)
+
+
+def _expand(column):
+    """A table's column as one value per row: runs expanded, nested tables as rows."""
+    if isinstance(column, list):
+        return column
+    if "count" in column:
+        return _rows(column)
+    if "sizes" in column:  # ragged: each row's list of the rows of one table
+        rows, sizes, at, lists = _rows(column["rows"]), _expand(column["sizes"]), 0, []
+        for size in sizes:
+            lists.append(rows[at : at + size])
+            at += size
+        return lists
+    if not column["lengths"]:
+        return column["values"]
+    return [v for v, n in zip(column["values"], column["lengths"], strict=True) for _ in range(n)]
+
+
+def _rows(table):
+    columns = {name: _expand(column) for name, column in table.items() if name != "count"}
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def _as_rows(datum):
+    """A current snapshot datum as the schema before tables wrote it: every ExecutionGraph's
+    subtasks record by record, the dedup windows as maps of their ids."""
+    for location in _graphs(datum):
+        for job_vertex in location["vertices"].values():
+            job_vertex["subtasks"] = _rows(job_vertex["subtasks"])
+    driver = datum["driver"]
+    for name in ("recent", "rejected"):
+        window = driver[name]
+        width = len(window["keys"]) // window["count"] if window["count"] else 0
+        keys = [window["keys"][i * width : (i + 1) * width] for i in range(window["count"])]
+        driver[name] = dict(zip(keys, _expand(window["values"]), strict=True))
+    return datum
+
+
+def _graphs(datum):
+    if isinstance(datum, dict):
+        if isinstance(datum.get("vertices"), dict):  # an ExecutionGraph's, not a JobGraph's
+            yield datum
+        for value in datum.values():
+            yield from _graphs(value)
+    elif isinstance(datum, list):
+        for value in datum:
+            yield from _graphs(value)
+
+
+def _old_payload(history_file: str, datum) -> bytes:
+    writer = parse_schema(json.loads((snapshot.HISTORY / history_file).read_text()))
+    body = io.BytesIO()
+    schemaless_writer(body, writer, datum)
+    return MAGIC + bytes([VERSION]) + schema_fingerprint(writer) + body.getvalue()
+
+
+def test_a_snapshot_of_subtasks_record_by_record_is_refused_with_its_reason():
+    """The schema before tables wrote each subtask as a record: Avro cannot turn an array
+    of records into a table, so its snapshots are refused (and the partition rebuilt from
+    the log), never misread."""
+    datum = _as_rows(_datum(_REAL_SNAPSHOT))
+    assert datum["driver"]["recent"], "the windows are part of what is written the old way"
+    with pytest.raises(SnapshotRefused, match="0xcdd59e043d386369, whose values do not upcast"):
+        decode(_old_payload("cdd59e043d386369.avsc", datum))
+
+
+def test_subtasks_are_written_as_columns_of_runs_and_read_back_as_they_were():
+    driver = _cluster_mid_job().driver
+    driver.job_masters[JOB].graph.reset(
+        driver.job_masters[JOB].graph.vertices["a"].subtasks[0], lambda v, i, n: f"{v}-{i}-{n}"
+    )
+    restored = decode(encode(Snapshot(driver, 0))).driver
+
+    graph, again = driver.job_masters[JOB].graph, restored.job_masters[JOB].graph
+    assert again == graph and again.attempts.keys() == graph.attempts.keys()
+    subtasks = [ev for jv in again.vertices.values() for ev in jv.subtasks]
+    assert len({id(ev.prior) for ev in subtasks}) == len(subtasks), "no list is shared"
+    assert len({id(ev.current) for ev in subtasks}) == len(subtasks)
+    [table] = [jv["subtasks"] for g in _graphs(_datum(encode(Snapshot(driver, 0))))
+               for vid, jv in g["vertices"].items() if vid == "b"]  # fmt: skip
+    assert table["job_vertex_id"] == {"values": ["b"], "lengths": [2]}
+    assert table["subtask_index"] == {"values": [0, 1], "lengths": []}
+
+
+def _forged(change) -> bytes:
+    datum = _datum(_REAL_SNAPSHOT)
+    change(datum)
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema()), datum)
+    return _header() + out.getvalue()
+
+
+def _first_table(datum):
+    return next(iter(next(_graphs(datum))["vertices"].values()))["subtasks"]
+
+
+def _set(path, value):
+    def change(datum):
+        *parents, last = path
+        target = _first_table(datum)
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_set(["count"], 1 << 40), "rows is not within"),
+        (_set(["count"], 3), "rows inside a row of|makes a column longer|zip"),
+        (_set(["current", "count"], 1), "rows inside a row of"),
+        (_set(["version", "lengths"], [1 << 40]), "makes a column longer than"),
+        (_set(["version", "lengths"], [0, 2]), "run lengths for"),
+        (_set(["subtask_index", "values"], [0]), "zip|has columns of"),
+        (_set(["prior", "sizes", "values"], [-1]), "list sizes do not cut 0 rows in 2"),
+        (_set(["prior", "rows", "count"], 1), "list sizes do not cut 1 rows in 2"),
+        (_set(["prior", "sizes"], {"values": [1 << 40], "lengths": []}), "list sizes do not"),
+    ],
+)
+def test_a_forged_table_is_refused_with_its_reason(change, reason):
+    with pytest.raises(SnapshotRefused, match=reason):
+        decode(_forged(change))
+
+
+@pytest.mark.parametrize(
+    ("window", "reason"),
+    [
+        ({"count": 2, "keys": "abc", "widths": [], "values": {"values": [None], "lengths": [2]}},
+         "do not cut 2 keys evenly"),
+        ({"count": 2, "keys": "abc", "widths": [1, 1],
+          "values": {"values": [None], "lengths": [2]}}, "key widths do not cut"),
+        ({"count": 2, "keys": "aa", "widths": [], "values": {"values": [None], "lengths": [2]}},
+         "only 1 are distinct"),
+        ({"count": 2, "keys": "ab", "widths": [], "values": {"values": [None], "lengths": [1]}},
+         "values for 2 keys"),
+        ({"count": 0, "keys": "ab", "widths": [], "values": {"values": [], "lengths": []}},
+         "do not cut 0 keys evenly"),
+        ({"count": 1 << 40, "keys": "", "widths": [],
+          "values": {"values": [None], "lengths": [1 << 40]}}, "1 keys where the window says"),
+    ],
+)  # fmt: skip
+def test_a_forged_window_is_refused_with_its_reason(window, reason):
+    def change(datum):
+        datum["driver"]["recent"] = window
+
+    with pytest.raises(SnapshotRefused, match=reason):
+        decode(_forged(change))
+
+
+def test_windows_of_ids_of_any_length_round_trip_in_their_order():
+    driver = _cluster_mid_job().driver
+    for ids in ([], [""], ["b", "a"], ["x" * 32, "é", "", "yz"], ["dup1", "dup2"]):
+        driver.recent = OrderedDict.fromkeys(ids)
+        driver.rejected = OrderedDict((key, n) for n, key in enumerate(reversed(ids)))
+        restored = decode(encode(Snapshot(driver, 0))).driver
+        assert list(restored.recent.items()) == list(driver.recent.items())
+        assert list(restored.rejected.items()) == list(driver.rejected.items())
+        assert type(restored.recent) is OrderedDict and type(restored.rejected) is OrderedDict
 
 
 def test_a_snapshot_of_an_earlier_schema_is_upcast(tmp_path, monkeypatch):
