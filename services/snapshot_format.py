@@ -168,12 +168,7 @@ class StateSchema:
         name = "Tuple" + "".join(codec.name.capitalize() for _, codec in parts)
         if name in self._tuples:
             return f"jobledger.snapshot.{name}", self._tuples[name]
-        schema = {
-            "type": "record",
-            "name": name,
-            "namespace": "jobledger.snapshot",
-            "fields": [{"name": f"item{i}", "type": s} for i, (s, _) in enumerate(parts)],
-        }
+        schema = _record(name, [{"name": f"item{i}", "type": s} for i, (s, _) in enumerate(parts)])
         encoders = [(f"item{i}", codec.encode) for i, (_, codec) in enumerate(parts)]
         decoders = [(f"item{i}", codec.decode) for i, (_, codec) in enumerate(parts)]
         codec = self._tuples[name] = _Codec(
@@ -193,15 +188,10 @@ class StateSchema:
         enc, dec = item.encode, item.decode
         schema: Any = f"jobledger.snapshot.{name}"
         if name not in self._tuples:
-            schema = {
-                "type": "record",
-                "name": name,
-                "namespace": "jobledger.snapshot",
-                "fields": [
-                    {"name": "length", "type": "long"},
-                    {"name": "value", "type": item_schema},
-                ],
-            }
+            schema = _record(
+                name,
+                [{"name": "length", "type": "long"}, {"name": "value", "type": item_schema}],
+            )
 
             def encode(value: list[Any]) -> list[dict[str, Any]]:
                 return [
@@ -284,8 +274,7 @@ class StateSchema:
             return list(itertools.starmap(cls, zip(*values, strict=True)))
 
         self._tables[name] = (None, encode_rows, decode_rows)
-        return {"type": "record", "name": name, "namespace": "jobledger.snapshot",
-                "fields": fields}, encode_rows, decode_rows  # fmt: skip
+        return _record(name, fields), encode_rows, decode_rows
 
     def _ragged(
         self, cls: Any, at_most: int
@@ -319,13 +308,7 @@ class StateSchema:
 
         self._tables[name] = (None, encode, decode)
         fields = [{"name": "sizes", "type": sizes_schema}, {"name": "rows", "type": rows_schema}]
-        schema = {
-            "type": "record",
-            "name": name,
-            "namespace": "jobledger.snapshot",
-            "fields": fields,
-        }
-        return schema, encode, decode
+        return _record(name, fields), encode, decode
 
     def _column(
         self, annotation: Any
@@ -374,13 +357,7 @@ class StateSchema:
             {"name": "values", "type": {"type": "array", "items": schema}},
             {"name": "lengths", "type": {"type": "array", "items": "long"}},
         ]
-        schema = {
-            "type": "record",
-            "name": name,
-            "namespace": "jobledger.snapshot",
-            "fields": fields,
-        }
-        return schema, encode, decode
+        return _record(name, fields), encode, decode
 
     def _window(self, value_type: Any) -> tuple[Any, _Codec]:
         """An OrderedDict of str keys and immutable values (the driver's dedup windows of
@@ -433,8 +410,7 @@ class StateSchema:
             {"name": "values", "type": schema},
         ]
         codec = self._tuples[name] = _Codec(name, encode, decode)
-        return {"type": "record", "name": name, "namespace": "jobledger.snapshot",
-                "fields": fields}, codec  # fmt: skip
+        return _record(name, fields), codec
 
     def _map(self, annotation: Any, origin: type, args: tuple[Any, ...]) -> tuple[Any, _Codec]:
         build = OrderedDict if origin is OrderedDict else dict
@@ -624,3 +600,9 @@ def _dataclass_default(f: dataclasses.Field[Any]) -> Any:
 @cache
 def state_schema(root: type) -> StateSchema:
     return StateSchema(root)
+
+
+def _record(name: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Avro record `name` of the snapshot's own namespace (the types the format makes up:
+    tuples, runs, tables, windows)."""
+    return {"type": "record", "name": name, "namespace": "jobledger.snapshot", "fields": fields}
