@@ -23,7 +23,8 @@ FLEXIBLE_PRODUCE = range(9, 13)
 class NotLeaderOnce:
     """Refuses the first ProduceRequest naming `topic` with NOT_LEADER_OR_FOLLOWER; it never
     reaches the broker. The refusal is held until the client's next ProduceRequest on that
-    connection has gone to the broker (a client that pipelines then has a later write in
+    connection has been read by the proxy, and is released just before that request is passed
+    on (a client that pipelines then has a later write in
     flight, as when the leader comes up between two requests), or for `hold_s` at most (a
     client that waits for each answer sends nothing meanwhile, and must hear it to go on)."""
 

@@ -455,6 +455,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _starts_batch(msg: Message, batch_on: tuple[str, frozenset[bytes]]) -> bool:
+    """Whether the record carries `batchOnHeader`'s header with one of its values: read from
+    the headers, so the records that start no batch are never decoded here."""
     header, values = batch_on
     return any(k == header and v in values for k, v in msg.headers() or ())
 
@@ -563,10 +565,14 @@ class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
                 return
             elif time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"no progress to {self._target} for {self._options.timeout_s:.0f} s"
+                    f"the end offsets {self._target} were not all read within "
+                    f"{self._options.timeout_s:.0f} s"
                 )
 
     def _take(self, msg: Message) -> None:
+        """Hold a fetched record for the next batch (an end of partition only moves where
+        the partition is read to: a read_committed consumer skips markers and aborted
+        records, so the last record's offset alone would leave the batch's end short)."""
         error = msg.error()
         topic, p = msg.topic(), str(msg.partition())
         if error is not None:
@@ -584,6 +590,8 @@ class DriverKafkaStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvail
             self._due = True
 
     def _advance(self, topic: str, p: str, offset: int) -> None:
+        """Move where a partition is read to, never back and, under availableNow, never past
+        the target (records written after the run started belong to the next one)."""
         target = None if self._target is None else self._target[topic][p][1]
         offset = offset if target is None else min(offset, target)
         self._next[topic][p] = max(self._next[topic].get(p, offset), offset)
