@@ -17,6 +17,7 @@ from fastavro.schema import UnknownType, fingerprint, load_schema, to_parsing_ca
 
 from . import cluster, deadletters, jobs, kvstate, rejections, slots, tasks, timers
 from .avro import full_name, named_schema, record_schema, referenced_types
+from .avro_body import standalone
 from .model import Event, Record
 
 SCHEMA_DIR = Path(__file__).resolve().parent
@@ -174,12 +175,4 @@ class SchemaCatalog:
 
     def schema_json(self, cls: type[Event]) -> str:
         """The event's full schema as one standalone JSON document (for a schema registry)."""
-        return json.dumps(_strip_fastavro_keys(self._readers[cls]))
-
-
-def _strip_fastavro_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_fastavro_keys(v) for k, v in value.items() if not k.startswith("__")}
-    if isinstance(value, list):
-        return [_strip_fastavro_keys(v) for v in value]
-    return value
+        return json.dumps(standalone(self._readers[cls]))

@@ -7,7 +7,7 @@ more than decoding them (pydantic's validated construction ~2 µs per event, aga
 for the direct one here). So the replay and service path builds models directly:
 
 - `from_avro(cls)` is a function compiled once per class from its field annotations that
-  turns a record decoded by fastavro into the model: enum symbols into members, nested
+  turns a record decoded from Avro (`avro_body`) into the model: enum symbols into members, nested
   records into their models, lists, maps and optionals item by item, primitives as they are.
 - `trusted(cls, fields)` builds a model from keyword values a reducer passes, filling the
   defaults and copying lists and maps as validation would.
@@ -81,7 +81,7 @@ def _converter(annotation: Any, namespace: dict[str, Any]) -> str | None:
 
 @cache
 def from_avro(cls: type[Record]) -> Callable[[dict[str, Any]], Any]:
-    """The builder of `cls` from a record fastavro decoded and resolved to `cls`'s current
+    """The builder of `cls` from a record decoded and resolved to `cls`'s current
     schema (every field present). Raises KeyError or TypeError if the record is not one.
     Its source is written from the model's own field names and types, never from anything
     read: data only ever reaches it as the argument."""

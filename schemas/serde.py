@@ -20,8 +20,9 @@ from typing import Any
 from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from fastavro import schemaless_reader, schemaless_writer
+from fastavro import schemaless_writer
 
+from .avro_body import BodyError, BodyReader, standalone
 from .catalog import EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaError, WriterSchema
 from .construct import from_avro
 from .model import Event
@@ -50,9 +51,9 @@ class SingleObjectSerde:
 
     def __init__(self, catalog: SchemaCatalog) -> None:
         self.catalog = catalog
-        self._plans: dict[bytes, tuple[WriterSchema, dict[str, Any] | None, Any]] = {}
-        """Per fingerprint seen: the writer, the reader to resolve to (None when the writer
-        is current) and the model builder, so decoding looks them up once per schema."""
+        self._plans: dict[bytes, tuple[WriterSchema, BodyReader, Any]] = {}
+        """Per fingerprint seen: the writer, its bodies' reader (resolving them to the
+        current schema) and the model builder, so decoding looks them up once per schema."""
 
     def encode(self, event: Event) -> bytes:
         cls = type(event)
@@ -62,29 +63,32 @@ class SingleObjectSerde:
         schemaless_writer(out, self.catalog.reader(cls), event.model_dump())
         return out.getvalue()
 
-    def _plan(self, fp: bytes) -> tuple[WriterSchema, dict[str, Any] | None, Any]:
+    def _plan(self, fp: bytes) -> tuple[WriterSchema, BodyReader, Any]:
         plan = self._plans.get(fp)
         if plan is None:
             try:
                 writer = self.catalog.writer(fp)
             except UnknownSchemaError as exc:
                 raise DecodeError(str(exc)) from exc
-            reader = None if writer.is_current else self.catalog.reader(writer.event_type)
-            plan = self._plans[fp] = (writer, reader, from_avro(writer.event_type))
+            current = None if writer.is_current else self.catalog.reader(writer.event_type)
+            try:
+                body = BodyReader(standalone(writer.parsed), current and standalone(current))
+            except BodyError as exc:
+                raise DecodeError(
+                    f"{writer.event_type.type_name()} schema 0x{fp.hex()} does not resolve to "
+                    f"the current one: {exc}"
+                ) from exc
+            plan = self._plans[fp] = (writer, body, from_avro(writer.event_type))
         return plan
 
     def decode(self, data: bytes) -> Event:
         if len(data) < _FINGERPRINT_END or not data.startswith(SINGLE_OBJECT_MAGIC):
             raise DecodeError("not Avro single-object encoded (no C3 01 header)")
-        writer, reader, build = self._plan(bytes(data[2:_FINGERPRINT_END]))
-        body = io.BytesIO(data)
-        body.seek(_FINGERPRINT_END)
+        writer, body, build = self._plan(bytes(data[2:_FINGERPRINT_END]))
         try:
-            record = schemaless_reader(body, writer.parsed, reader)
-        except Exception as exc:  # fastavro raises many types on corrupt bodies
-            raise DecodeError(f"corrupt {writer.event_type.type_name()} body: {exc!r}") from exc
-        if body.tell() != len(data):
-            raise DecodeError(f"{writer.event_type.type_name()} body has trailing bytes")
+            record = body.read(bytes(data[_FINGERPRINT_END:]))
+        except BodyError as exc:
+            raise DecodeError(f"{writer.event_type.type_name()} body is {exc}") from exc
         try:
             return build(record)
         except (KeyError, TypeError, ValueError) as exc:

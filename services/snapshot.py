@@ -26,9 +26,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from fastavro.read import SchemaResolutionError
+from fastavro import parse_schema, schemaless_writer
 
+from jobledger.schemas.avro_body import BodyError, BodyReader
 from jobledger.schemas.catalog import fingerprint_number, schema_fingerprint
 
 from .driver import ReducerDriver
@@ -74,13 +74,22 @@ def _parsed_current() -> tuple[bytes, Any]:
 
 
 @cache
-def _known_writers() -> dict[bytes, Any]:
+def _known_writers() -> dict[bytes, dict[str, Any]]:
     """Earlier schemas by fingerprint: the snapshots this version can upcast."""
     writers = {}
     for path in sorted(HISTORY.glob("*.avsc")):
-        parsed = parse_schema(json.loads(path.read_text()))
-        writers[schema_fingerprint(parsed)] = parsed
+        schema = json.loads(path.read_text())
+        writers[schema_fingerprint(parse_schema(schema))] = schema
     return writers
+
+
+@cache
+def _body_reader(written_with: bytes) -> BodyReader:
+    """The reader of bodies written with a known schema, resolved to the current one;
+    BodyError if its values do not resolve to the current schema's."""
+    if written_with == _parsed_current()[0]:
+        return BodyReader(current_schema())
+    return BodyReader(_known_writers()[written_with], current_schema())
 
 
 def schema_file_text() -> str:
@@ -123,33 +132,29 @@ def decode(data: bytes | None) -> Snapshot | None:
         raise SnapshotRefused(f"it is version {data[len(MAGIC)]}, this reads version {VERSION}")
     if len(data) < _HEADER:
         raise SnapshotRefused("it ends inside its header")
-    fingerprint, current = _parsed_current()
-    written_with = data[len(MAGIC) + 1 : _HEADER]
-    writer = current if written_with == fingerprint else _known_writers().get(written_with)
-    if writer is None:
+    written_with = bytes(data[len(MAGIC) + 1 : _HEADER])
+    if written_with != _parsed_current()[0] and written_with not in _known_writers():
         raise SnapshotRefused(
             f"it was written with state schema 0x{fingerprint_number(written_with):016x}, "
             "which this version does not know"
         )
-    body = io.BytesIO(data[_HEADER:])
-    collecting = gc.isenabled()
-    gc.disable()  # a snapshot is millions of objects: collecting while building them is waste
     try:
-        datum = schemaless_reader(body, writer, None if writer is current else current)
-        if body.tell() != len(data) - _HEADER:
-            raise SnapshotRefused("it has bytes after its body")
-        snapshot = state_schema(Snapshot).decode(datum)
-    except SnapshotRefused:
-        raise
-    except SnapshotDataError as exc:
-        raise SnapshotRefused(str(exc)) from None
-    except SchemaResolutionError as exc:  # a field whose type changed, not only added
+        reader = _body_reader(written_with)
+    except BodyError as exc:  # a field whose type changed, not only added
         raise SnapshotRefused(
             f"it was written with state schema 0x{fingerprint_number(written_with):016x}, "
             f"whose values do not upcast to this version's: {exc}"
         ) from None
-    except Exception as exc:  # fastavro raises many types on a torn or corrupt body
-        raise SnapshotRefused(f"it is corrupt: {exc!r}") from None
+    collecting = gc.isenabled()
+    gc.disable()  # a snapshot is millions of objects: collecting while building them is waste
+    try:
+        snapshot = state_schema(Snapshot).decode(reader.read(bytes(data[_HEADER:])))
+    except BodyError as exc:
+        raise SnapshotRefused(f"its body is {exc}") from None
+    except SnapshotDataError as exc:
+        raise SnapshotRefused(str(exc)) from None
+    except Exception as exc:  # values no check foresaw: still a snapshot not to build on
+        raise SnapshotRefused(f"its values do not build the state: {exc!r}") from None
     finally:
         if collecting:
             gc.enable()

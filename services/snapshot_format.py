@@ -10,13 +10,16 @@ catalog reads. Reading walks the same types, so the only classes a snapshot can 
 the ones the current code declares at that place, from values Avro has already typed: a
 forged record can hold wrong values, never new code.
 
-Two layouts keep the bulk of a snapshot few values to read (fastavro's cost is per value):
+Two layouts keep the bulk of a snapshot few values to read (the decoder's cost is per value):
 a list marked `runs()` is written as runs of equal items, and one marked `columns()` (an
 ExecutionGraph's subtasks) as a table: its row count, then a column per field, each column
 of immutable values as runs, a nested dataclass as a nested table, a list of them ragged.
-The driver's dedup windows (OrderedDicts of event ids) are one packed string of their keys.
+The driver's dedup windows (OrderedDicts of event ids) are one packed string of their keys
+(and nothing for their values where all are None).
 Every count, run and width read is checked against the rows it builds, so a forged one is
-refused, never allocated.
+refused, never allocated. The decoder itself allocates an array's items before any check,
+so no array of the schema has items written in no bytes (a null), whose forged count no
+bytes would bound (`tests/test_snapshot.py` holds the schema to it).
 
 Fields marked `derived()` are left out: indexes a class rebuilds in `__post_init__` from the
 fields that are written (the ResourceManager's free-slot index, the ExecutionGraph's attempt
@@ -66,6 +69,15 @@ _PRIMITIVES: dict[Any, str] = {
 }
 
 
+def _nothing(_values: list[None]) -> None:
+    return None
+
+
+def _nones(_datum: None, count: int) -> list[None]:
+    """A window's values where all are None: as many as its keys, cut from its string."""
+    return [None] * count
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -74,7 +86,7 @@ def _identity(value: Any) -> Any:
 class _Codec:
     """How one declared type is written (`encode`: state -> Avro datum) and read back.
     `plain` types are their own Avro datum (str, int, a list of them...): containers of
-    them are taken as fastavro returns them, which is most of a snapshot's bulk."""
+    them are taken as the decoder returns them, which is most of a snapshot's bulk."""
 
     name: str
     encode: Callable[[Any], Any] = _identity
@@ -364,7 +376,12 @@ class StateSchema:
         100,000 event ids): the keys packed into one string, with their lengths where they
         differ, and the values as runs. Written as an Avro map, every id was a value of its
         own to read, and the OrderedDict was built from a dict; now one string is sliced."""
-        schema, write_values, read_values = self._column(value_type)
+        if value_type in (None, type(None)):
+            # no values to write: an array of nulls takes no bytes per item, so a forged
+            # count of 2**62 items would be read (and fill memory) before any check here
+            schema, write_values, read_values = "null", _nothing, _nones
+        else:
+            schema, write_values, read_values = self._column(value_type)
         name = f"WindowOf{self._of(value_type)[1].name.capitalize()}"
         if name in self._tuples:
             return f"jobledger.snapshot.{name}", self._tuples[name]

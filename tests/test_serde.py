@@ -131,6 +131,22 @@ def test_a_newer_enum_symbol_reads_as_unknown():
     assert event.execution_state is ExecutionState.UNKNOWN
 
 
+def test_a_writer_schema_whose_values_do_not_resolve_is_a_decode_error():
+    """A registered schema that changed a field's type (not only added one) cannot be read as
+    the current event: every record written with it is refused with the reason."""
+    changed = _old_version(TaskManagerRegistered, drop=set())
+    slots = next(f for f in changed["fields"] if f["name"] == "number_of_slots")
+    slots["type"] = "string"
+    catalog = SchemaCatalog()
+    writer = catalog.register_writer_schema(changed)
+    data = SINGLE_OBJECT_MAGIC + writer.fingerprint + b"\x00" * 16
+
+    with pytest.raises(
+        DecodeError, match=r"TaskManagerRegistered schema 0x[0-9a-f]+ does not resolve"
+    ):
+        EventSerde(catalog).decode(data, "t")
+
+
 def test_registering_a_schema_that_is_no_event_is_refused():
     with pytest.raises(UnknownSchemaError, match="not an event"):
         SchemaCatalog().register_writer_schema({"type": "record", "name": "Stranger", "fields": []})
@@ -153,8 +169,8 @@ GOOD = SINGLE.encode(_state_change(), "t")
         (None, "empty message value"),
         (b"garbage bytes", "not Avro single-object encoded"),
         (b"\xc3\x01" + b"\x00" * 8 + b"\x02", "no schema with fingerprint 0000000000000000"),
-        (GOOD[:-2], "corrupt TaskExecutionStateChanged body"),
-        (GOOD + b"\x00", "trailing bytes"),
+        (GOOD[:-2], "TaskExecutionStateChanged body is corrupt"),
+        (GOOD + b"\x00", "TaskExecutionStateChanged body is followed by bytes"),
         (b"\x00\x00\x00\x00\x07body", "no schema registry is configured"),
     ],
     ids=["empty", "none", "garbage", "unknown-fingerprint", "truncated", "trailing", "confluent"],
@@ -174,6 +190,15 @@ def test_bad_bytes_are_a_decode_error_with_the_reason(data, reason):
 def test_bad_confluent_bytes_are_a_decode_error_with_the_reason(data, reason):
     with pytest.raises(DecodeError, match=reason):
         CONFLUENT.decode(data, "t")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=40))
+def test_a_body_followed_by_any_bytes_is_refused(suffix):
+    """The decoder reads a body inside a record ending in 8 random bytes of its own: any
+    bytes after a whole body, even ones that decode as more fields, are found."""
+    with pytest.raises(DecodeError, match="body is followed by bytes"):
+        SINGLE.decode(GOOD + suffix, "t")
 
 
 @settings(max_examples=200, deadline=None)

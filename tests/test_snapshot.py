@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobledger.schemas import EventSerde, topic_name
-from jobledger.schemas.catalog import schema_fingerprint
+from jobledger.schemas.catalog import EVENT_TYPES, SchemaCatalog, schema_fingerprint
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.topics import TopicRole
@@ -124,7 +124,7 @@ def test_a_pickled_snapshot_of_an_older_version_is_refused_without_running_it(tm
 
 def test_a_pickle_behind_a_current_header_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "pwned"
-    with pytest.raises(SnapshotRefused, match="it is corrupt"):
+    with pytest.raises(SnapshotRefused, match="its body is corrupt"):
         decode(_header() + pickle.dumps(_Marker(str(marker))))
     assert not marker.exists()
 
@@ -145,8 +145,8 @@ def test_anything_but_a_snapshot_is_refused_with_its_reason():
         (b"PICKLE" + pickle.dumps(1), "magic"),
         (MAGIC + bytes([VERSION]) + b"\x01", "ends inside its header"),
         (_header(b"\x00" * 8) + real[len(_header()) :], "0x0000000000000000, which this versi"),
-        (real[:-7], "it is corrupt"),
-        (real + b"\x00", "bytes after its body"),
+        (real[:-7], "its body is corrupt"),
+        (real + b"\x00", "its body is followed by bytes"),
         (_with_garbage_event(real), "its values do not build the state"),
     ]
     assert decode(None) is None and decode(b"") is None
@@ -268,7 +268,8 @@ def _as_rows(datum):
         window = driver[name]
         width = len(window["keys"]) // window["count"] if window["count"] else 0
         keys = [window["keys"][i * width : (i + 1) * width] for i in range(window["count"])]
-        driver[name] = dict(zip(keys, _expand(window["values"]), strict=True))
+        values = [None] * len(keys) if window["values"] is None else _expand(window["values"])
+        driver[name] = dict(zip(keys, values, strict=True))
     return datum
 
 
@@ -363,18 +364,12 @@ def test_a_forged_table_is_refused_with_its_reason(change, reason):
 @pytest.mark.parametrize(
     ("window", "reason"),
     [
-        ({"count": 2, "keys": "abc", "widths": [], "values": {"values": [None], "lengths": [2]}},
-         "do not cut 2 keys evenly"),
-        ({"count": 2, "keys": "abc", "widths": [1, 1],
-          "values": {"values": [None], "lengths": [2]}}, "key widths do not cut"),
-        ({"count": 2, "keys": "aa", "widths": [], "values": {"values": [None], "lengths": [2]}},
-         "only 1 are distinct"),
-        ({"count": 2, "keys": "ab", "widths": [], "values": {"values": [None], "lengths": [1]}},
-         "values for 2 keys"),
-        ({"count": 0, "keys": "ab", "widths": [], "values": {"values": [], "lengths": []}},
-         "do not cut 0 keys evenly"),
-        ({"count": 1 << 40, "keys": "", "widths": [],
-          "values": {"values": [None], "lengths": [1 << 40]}}, "1 keys where the window says"),
+        ({"count": 2, "keys": "abc", "widths": [], "values": None}, "do not cut 2 keys evenly"),
+        ({"count": 2, "keys": "abc", "widths": [1, 1], "values": None}, "key widths do not cut"),
+        ({"count": 2, "keys": "aa", "widths": [], "values": None}, "only 1 are distinct"),
+        ({"count": 0, "keys": "ab", "widths": [], "values": None}, "do not cut 0 keys evenly"),
+        ({"count": 1 << 62, "keys": "", "widths": [], "values": None},
+         "1 keys where the window says"),
     ],
 )  # fmt: skip
 def test_a_forged_window_is_refused_with_its_reason(window, reason):
@@ -383,6 +378,64 @@ def test_a_forged_window_is_refused_with_its_reason(window, reason):
 
     with pytest.raises(SnapshotRefused, match=reason):
         decode(_forged(change))
+
+
+def _items_may_take_no_bytes(schema, named) -> bool:
+    """Whether a value of `schema` may be written in zero bytes (null, a fixed of size 0, a
+    record of such fields): an array of them has a count no bytes stand behind."""
+    if isinstance(schema, str):
+        return schema == "null" or (
+            schema in named and _items_may_take_no_bytes(named[schema], named)
+        )
+    if isinstance(schema, list):  # a union writes its branch's index
+        return False
+    kind = schema["type"]
+    if kind == "record":
+        return all(_items_may_take_no_bytes(f["type"], named) for f in schema["fields"])
+    return kind == "fixed" and schema["size"] == 0
+
+
+def _arrays_of_nothing(schema, named, path="") -> list[str]:
+    if isinstance(schema, list):
+        return [p for branch in schema for p in _arrays_of_nothing(branch, named, path)]
+    if not isinstance(schema, dict):
+        return []
+    kind = schema["type"]
+    if kind in ("record", "enum", "fixed"):
+        named[schema["name"]] = named[f"{schema.get('namespace', '')}.{schema['name']}"] = schema
+    if kind == "record":
+        return [p for f in schema["fields"]
+                for p in _arrays_of_nothing(f["type"], named, f"{path}.{f['name']}")]  # fmt: skip
+    if kind == "array":
+        here = [path] if _items_may_take_no_bytes(schema["items"], named) else []
+        return here + _arrays_of_nothing(schema["items"], named, f"{path}[]")
+    if kind == "map":  # every entry writes its key: at least a byte
+        return _arrays_of_nothing(schema["values"], named, f"{path}{{}}")
+    return _arrays_of_nothing(kind, named, path)
+
+
+def test_no_array_of_the_state_or_of_an_event_has_items_written_in_no_bytes():
+    """The decoder builds an array's items before anything here checks them: items of no
+    bytes would let a forged count of 2**62 fill memory (the dedup windows' values, all
+    None, were once such an array)."""
+    catalog = SchemaCatalog()
+    schemas = [current_schema(), *(json.loads(catalog.schema_json(c)) for c in EVENT_TYPES)]
+    assert [p for schema in schemas for p in _arrays_of_nothing(schema, {})] == []
+
+
+def test_a_snapshot_whose_window_held_an_array_of_nulls_is_refused_before_its_body_is_read():
+    """The schema before windows of None wrote no values had them as an array of nulls: its
+    snapshots do not upcast, and are refused before a byte of the body is read (a forged
+    count in that array once filled memory)."""
+    payload = MAGIC + bytes([VERSION]) + _history_fingerprint("f90778cfdd2b4dae") + b"\xff" * 9
+    with pytest.raises(SnapshotRefused, match="0xf90778cfdd2b4dae, whose values do not upcast"):
+        decode(payload)
+
+
+def _history_fingerprint(name: str) -> bytes:
+    return schema_fingerprint(
+        parse_schema(json.loads((snapshot.HISTORY / f"{name}.avsc").read_text()))
+    )
 
 
 def test_windows_of_ids_of_any_length_round_trip_in_their_order():
