@@ -49,12 +49,13 @@ from .replay import position
 
 POLL_S = 0.05
 JUDGING_POLL_S = 0.005
-"""The first wait of a watcher that has read an end (or a refusal) the services have not
-judged yet: their commit past it, which the watcher cannot be woken by (it writes no record),
-follows a few tens of milliseconds later, and a client polling at `POLL_S` noticed it up to
-50 ms late (half of a no-op job's last hop, `bench/e2e.py`). Each wait while the claim stays
-unjudged is twice the one before, up to `POLL_S`: a judgement that does not come (the
-services down) costs a few quick admin requests, then the usual rate."""
+JUDGING_QUICK_POLLS = 20
+"""A watcher that has read an end (or a refusal) the services have not judged yet waits
+`JUDGING_POLL_S` at its first `JUDGING_QUICK_POLLS` polls: their commit past it, which wakes
+no poll (it writes no record), follows a few tens of milliseconds later, and a client polling
+at `POLL_S` noticed it up to 50 ms late (half of a no-op job's last hop, `bench/e2e.py`). After
+those, each wait is twice the one before, up to `POLL_S`: a judgement that does not come (the
+services down) costs some quick admin requests, then the usual rate."""
 
 
 class SubmissionRefused(Exception):
@@ -134,7 +135,8 @@ class JobWatcher:
         """Read what has been committed since the last poll: waits at most `POLL_S` for it,
         less while a claim waits for the services' judgement (`JUDGING_POLL_S`)."""
         if self._claims:
-            wait = min(POLL_S, JUDGING_POLL_S * 2**self._unjudged_polls)
+            doublings = max(0, self._unjudged_polls + 1 - JUDGING_QUICK_POLLS)
+            wait = min(POLL_S, JUDGING_POLL_S * 2**doublings)
             self._unjudged_polls += wait < POLL_S
         else:
             wait, self._unjudged_polls = POLL_S, 0

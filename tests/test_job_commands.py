@@ -531,8 +531,9 @@ class _Enough(Exception):
 @pytest.mark.broker
 def test_a_watcher_looks_for_the_judgement_of_an_end_soon_then_ever_less_often(cluster, capsys):
     """The services' commit past an end wakes no poll (it writes no record), so a watcher
-    holding an end they have not judged yet waits briefly before it asks again, twice as long
-    each time, up to the usual poll. Here the services are down: nothing judges it."""
+    holding an end they have not judged yet asks again after a brief wait, some times, then
+    twice as long each time, up to the usual poll. Here the services are down: nothing judges
+    it."""
     assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j4")[0] == 0
     with RuntimeThread(cluster):
         running = wait_for_log(cluster, lambda rs: next(
@@ -550,15 +551,15 @@ def test_a_watcher_looks_for_the_judgement_of_an_end_soon_then_ever_less_often(c
             assert time.monotonic() < deadline, "the watcher did not read the end"
             watcher.poll()
         watcher.consumer = consumer = _Waits(watcher.consumer)
-        looks = iter(range(6))
+        looks = iter(range(26))
 
         def alive() -> None:
-            if next(looks) == 5:
+            if next(looks) == 25:
                 raise _Enough
 
         with pytest.raises(_Enough):
             watcher.wait("j4", 60, alive)
     finally:
         watcher.close()
-    assert consumer.waits == [0.005, 0.01, 0.02, 0.04, 0.05]
+    assert consumer.waits == [0.005] * 20 + [0.01, 0.02, 0.04, 0.05, 0.05]
     assert "j4" not in watcher.ended
