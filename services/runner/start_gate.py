@@ -34,8 +34,8 @@ REQUEST_TIMEOUT_S = 30.0
 class StartGate:
     """The driver's side: which attempts started, which were cancelled before they did."""
 
-    def __init__(self, host: str, leases: ProducerLeases | None = None) -> None:
-        self.leases = leases or ProducerLeases(lambda _: None)
+    def __init__(self, host: str, leases: ProducerLeases) -> None:
+        self.leases = leases
         self.lock = threading.Lock()
         self.started: set[str] = set()
         self.cancelled: set[str] = set()

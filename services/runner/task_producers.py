@@ -118,9 +118,15 @@ def acquire(
     if the driver leases its id, else a new one under a new id (`make(id, failures)`). The
     caller hands it back with `release` (or the worker's next task starts anew)."""
     held = _kept.pop((bootstrap, prefix), None)
-    if held is not None and not lease(lease_url, spark_job, partition, held.transactional_id):
-        _close(held)
-        held = None
+    if held is not None:
+        try:
+            leased = lease(lease_url, spark_job, partition, held.transactional_id)
+        except BaseException:
+            _close(held)
+            raise
+        if not leased:
+            _close(held)
+            held = None
     if held is None:
         held = WorkerProducer(f"{prefix}-{uuid.uuid4().hex}")
         if not lease(lease_url, spark_job, partition, held.transactional_id):
