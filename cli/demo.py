@@ -112,7 +112,10 @@ class Cluster:
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)
         progress(f"topics {self.prefix}* created")
-        self.watcher = JobWatcher(self.bootstrap, self.prefix)
+        # one serde for the run: making one parses every schema (~25 ms, a third of the
+        # first hop of a short job when each submission made its own; bench/e2e.py)
+        self.serde = EventSerde()
+        self.watcher = JobWatcher(self.bootstrap, self.prefix, serde=self.serde)
         self.client = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
         self.services = ServiceRuntime(
             self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500, batch_size=200)
@@ -141,7 +144,7 @@ class Cluster:
         self.services_thread.join(30)
 
     def submit(self, job: JobSubmitted) -> None:
-        submit(self.client, self.prefix, job, EventSerde())
+        submit(self.client, self.prefix, job, self.serde)
 
     def wait_for_end(self, job_id: str, timeout_s: float) -> JobStatusChanged:
         return self.watcher.wait(job_id, timeout_s, self.check_alive)

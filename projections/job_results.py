@@ -48,6 +48,14 @@ from .log_file import LogRecord
 from .replay import position
 
 POLL_S = 0.05
+JUDGING_POLL_S = 0.005
+JUDGING_QUICK_POLLS = 20
+"""A watcher that has read an end (or a refusal) the services have not judged yet waits
+`JUDGING_POLL_S` at its first `JUDGING_QUICK_POLLS` polls: their commit past it, which wakes
+no poll (it writes no record), follows a few tens of milliseconds later, and a client polling
+at `POLL_S` noticed it up to 50 ms late (half of a no-op job's last hop, `bench/e2e.py`). After
+those, each wait is twice the one before, up to `POLL_S`: a judgement that does not come (the
+services down) costs some quick admin requests, then the usual rate."""
 
 
 class SubmissionRefused(Exception):
@@ -82,6 +90,8 @@ class JobWatcher:
         dead-lettered, each with where it is and why."""
         self._claims: list[LogRecord] = []
         """Ends and refusals read but not yet judged by the services."""
+        self._unjudged_polls = 0
+        """Polls made since the oldest claim pending was read (`JUDGING_POLL_S`)."""
         self._dead: dict[tuple[int, int], str] = {}
         """The job topic's dead-lettered records: (partition, offset) -> the reason."""
         # librdkafka's default 500 ms fetch wait would be most of a short job's latency
@@ -122,8 +132,15 @@ class JobWatcher:
         return latest.to_status if isinstance(latest, JobStatusChanged) else None
 
     def poll(self) -> None:
-        """Read what has been committed since the last poll (waits at most `POLL_S`)."""
-        for msg in consume_available(self.consumer, 1_000, POLL_S):
+        """Read what has been committed since the last poll: waits at most `POLL_S` for it,
+        less while a claim waits for the services' judgement (`JUDGING_POLL_S`)."""
+        if self._claims:
+            doublings = max(0, self._unjudged_polls + 1 - JUDGING_QUICK_POLLS)
+            wait = min(POLL_S, JUDGING_POLL_S * 2**doublings)
+            self._unjudged_polls += wait < POLL_S
+        else:
+            wait, self._unjudged_polls = POLL_S, 0
+        for msg in consume_available(self.consumer, 1_000, wait):
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

@@ -507,3 +507,59 @@ def test_a_watcher_judges_an_end_by_the_dead_letters_written_after_it_read_them(
     [claim] = watcher.forged["j3"]
     assert claim.startswith(f"JobStatusChanged at job/{running.partition}@"), claim
     assert claim.endswith("which derived no event 'forged-end'"), claim
+
+
+class _Waits:
+    """A watcher's consumer that notes how long each of its polls may wait for a record."""
+
+    def __init__(self, consumer) -> None:
+        self.consumer, self.waits = consumer, []
+
+    def consume(self, num_messages: int, timeout: float):
+        if timeout:  # consume_available's second call takes what already arrived, waiting 0
+            self.waits.append(timeout)
+        return self.consumer.consume(num_messages, timeout)
+
+    def __getattr__(self, name: str):
+        return getattr(self.consumer, name)
+
+
+class _Enough(Exception):
+    """Ends a wait after the polls a test looks at."""
+
+
+@pytest.mark.broker
+def test_a_watcher_looks_for_the_judgement_of_an_end_soon_then_ever_less_often(cluster, capsys):
+    """The services' commit past an end wakes no poll (it writes no record), so a watcher
+    holding an end they have not judged yet asks again after a brief wait, some times, then
+    twice as long each time, up to the usual poll. Here the services are down: nothing judges
+    it."""
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j4")[0] == 0
+    with RuntimeThread(cluster):
+        running = wait_for_log(cluster, lambda rs: next(
+            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == "j4"
+             and r.event.to_status is JobStatus.RUNNING), None), "the job RUNNING")  # fmt: skip
+    watcher = JobWatcher(cluster.bootstrap, cluster.prefix, ("j4",))
+    try:
+        watcher.catch_up(30)
+        append(cluster, [running.event.model_copy(update={
+            "event_id": "unjudged-end", "from_status": JobStatus.RUNNING,
+            "to_status": JobStatus.FINISHED,
+        })])  # fmt: skip
+        deadline = time.monotonic() + 30
+        while watcher.status("j4") is not JobStatus.FINISHED:  # read, not judged
+            assert time.monotonic() < deadline, "the watcher did not read the end"
+            watcher.poll()
+        watcher.consumer = consumer = _Waits(watcher.consumer)
+        looks = iter(range(26))
+
+        def alive() -> None:
+            if next(looks) == 25:
+                raise _Enough
+
+        with pytest.raises(_Enough):
+            watcher.wait("j4", 60, alive)
+    finally:
+        watcher.close()
+    assert consumer.waits == [0.005] * 20 + [0.01, 0.02, 0.04, 0.05, 0.05]
+    assert "j4" not in watcher.ended

@@ -254,8 +254,16 @@ def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
         started = time.monotonic()
         write(cluster, cancellation(slow))
         ends = final_states(cluster, expected=1, timeout_s=60)
+        cancelled_within = time.monotonic() - started
+        # the cancelled Spark job's id was fenced; the next task never writes under it
+        fenced = set(runner.gate.leases.fenced)
+        after = deployment(cluster, "after", resource_id="cancel-0")
+        write(cluster, after, accepted(after))
+        ends = final_states(cluster, expected=2, timeout_s=60)
     assert ends["slow"].execution_state is ExecutionState.CANCELED
-    assert time.monotonic() - started < 60, "the task ran to its end instead of being cancelled"
+    assert cancelled_within < 60, "the task ran to its end instead of being cancelled"
+    assert len(fenced) == 1, "the cancelled Spark job's transactional id was not fenced"
+    assert ends["after"].execution_state is ExecutionState.FINISHED
 
 
 def test_a_query_that_ends_on_its_own_is_started_again(spark, cluster, tmp_path):

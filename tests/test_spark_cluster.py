@@ -213,8 +213,8 @@ def test_a_worker_killed_with_its_executor_mid_job_loses_no_count(
 ) -> None:
     """kill -9 of a Spark worker and its executor as the count tasks are deployed: Spark runs
     their tasks again on the other worker (the start gate lets a retried attempt start again,
-    its fixed transactional id fences what the dead one left open), and the job finishes
-    with exact counts."""
+    and leasing the retry its transactional id fences the id the dead one wrote under), and
+    the job finishes with exact counts."""
     with standalone_cluster(tmp_path / "spark") as spark:
         run = subprocess.Popen(
             [sys.executable, "-m", "jobledger.cli", "demo", "wordcount", str(text),

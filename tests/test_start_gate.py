@@ -11,11 +11,12 @@ import urllib.request
 import pytest
 
 from jobledger.services.runner.start_gate import StartGate, may_start
+from jobledger.services.runner.task_producers import ProducerLeases
 
 
 @pytest.fixture
 def gate():
-    gate = StartGate("127.0.0.1")
+    gate = StartGate("127.0.0.1", ProducerLeases(lambda _: None))
     yield gate
     gate.close()
 

@@ -46,6 +46,7 @@ from . import task
 from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
+from .task_producers import ProducerLeases
 
 log = logging.getLogger("jobledger.runner")
 
@@ -132,9 +133,12 @@ class TaskRunner:
         self.format = register(self.spark)
         self.serde = EventSerde()
         self.transactional_id = f"jobledger-runner-{config.prefix}{config.runner_id}"
-        self.gate = StartGate(self.spark.conf.get("spark.driver.host", "127.0.0.1"))
+        self.gate = StartGate(
+            self.spark.conf.get("spark.driver.host", "127.0.0.1"), ProducerLeases(self._fence)
+        )
         self.settings = task.RunnerSettings(
             config.bootstrap, config.prefix, config.allowed_modules, self.gate.url,
+            lease_url=self.gate.lease_url, transactional_id=f"{self.transactional_id}-task",
             data_roots=config.data_roots,
         )  # fmt: skip
         slots = config.slots or self.spark.sparkContext.defaultParallelism
@@ -358,11 +362,11 @@ class TaskRunner:
         sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
         payloads = [self.serde.encode(d, "") for d in group.deployments]
         # At most one Spark task per core: the cores, not the slots, bound how many run at
-        # once, and each Spark task pays for a Python worker and a transactional producer of
-        # its own, which a second wave of Spark tasks would pay again (a Spark task costs
-        # more than a no-op deployment). Deployments keep their order across the slices.
+        # once, and a second wave of Spark tasks would pay a Spark task's cost again (a
+        # Spark task costs more than a no-op deployment). Deployments keep their order
+        # across the slices.
         slices = min(len(payloads), sc.defaultParallelism)
-        settings = replace(self.settings, transactional_id=f"{self.transactional_id}-{group.name}")
+        settings = replace(self.settings, spark_job=group.name)
         spark_job_started = _now_ms()
         try:
             sc.parallelize(payloads, slices).mapPartitions(
@@ -371,7 +375,7 @@ class TaskRunner:
         except Exception as exc:
             # A killed or failed Spark task may have left its transaction open, which would
             # hold back every read_committed reader of the partitions it wrote to.
-            self._fence(settings.transactional_id, slices)
+            self.gate.leases.end(group.name, fence=True)
             never_started = self.gate.cancelled_before_start(
                 d.execution_attempt_id for d in group.deployments
             )
@@ -383,6 +387,7 @@ class TaskRunner:
                 else:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
+            self.gate.leases.end(group.name, fence=False)
             self.timings.append(GroupTiming(
                 group.name, group.deployments[0].job_id, group.batch_id, group.batch_started_ms,
                 group.batch_read_ms, spark_job_started, _now_ms(),
@@ -393,15 +398,13 @@ class TaskRunner:
                 for d in group.deployments:
                     self.group_of.pop(d.execution_attempt_id, None)
 
-    def _fence(self, transactional_id: str, slices: int) -> None:
-        """Abort whatever the Spark tasks of an ended Spark job left open, by starting a
-        producer under each of their transactional ids."""
-        for partition in range(slices):
-            fencing = f"{transactional_id}-{partition}"
-            try:
-                task.task_producer(self.config.bootstrap, fencing).close()
-            except KafkaException:
-                log.exception("could not fence %s", fencing)
+    def _fence(self, transactional_id: str) -> None:
+        """Abort whatever a Spark task left open under `transactional_id`, by starting a
+        producer under it (`task_producers.ProducerLeases`)."""
+        try:
+            task.task_producer(self.config.bootstrap, transactional_id).close()
+        except KafkaException:
+            log.exception("could not fence %s", transactional_id)
 
     def _report(
         self, d: TaskDeploymentRequested, state: ExecutionState, error: str | None = None

@@ -11,6 +11,8 @@ and one that started is cancelled by cancelling its Spark job.
 
 A Spark retry of a task asks again for attempts already started: they may start again (a lost
 executor's attempts must run somewhere), since their reports carry the same event ids.
+
+The same server leases the tasks' transactional ids (`POST /lease`, `task_producers.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import urllib.request
 from collections.abc import Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .task_producers import ProducerLeases
 
 MAX_REQUEST_BYTES = 1 << 20
 REQUEST_TIMEOUT_S = 30.0
@@ -29,13 +34,15 @@ REQUEST_TIMEOUT_S = 30.0
 class StartGate:
     """The driver's side: which attempts started, which were cancelled before they did."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, leases: ProducerLeases) -> None:
+        self.leases = leases
         self.lock = threading.Lock()
         self.started: set[str] = set()
         self.cancelled: set[str] = set()
         self.server = ThreadingHTTPServer((host, 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}/start"
+        self.lease_url = f"http://{host}:{self.server.server_address[1]}/lease"
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="jobledger-start-gate", daemon=True
         )
@@ -76,17 +83,16 @@ def _handler(gate: StartGate) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if self.path != "/start" or not 0 < length <= MAX_REQUEST_BYTES:
-                self.send_error(HTTPStatus.BAD_REQUEST, "POST /start with a JSON body")
+            if self.path not in ("/start", "/lease") or not 0 < length <= MAX_REQUEST_BYTES:
+                self.send_error(HTTPStatus.BAD_REQUEST, "POST /start or /lease with a JSON body")
                 return
             try:
-                attempts = json.loads(self.rfile.read(length))["attempts"]
-                if not all(isinstance(a, str) for a in attempts):
-                    raise TypeError("attempt ids are strings")
+                request = json.loads(self.rfile.read(length))
+                answer = _start(gate, request) if self.path == "/start" else _lease(gate, request)
             except (ValueError, KeyError, TypeError) as exc:
                 self.send_error(HTTPStatus.BAD_REQUEST, str(exc))
                 return
-            body = json.dumps({"start": gate.start(attempts)}).encode()
+            body = json.dumps(answer).encode()
             self.send_response(HTTPStatus.OK)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -97,6 +103,22 @@ def _handler(gate: StartGate) -> type[BaseHTTPRequestHandler]:
             """Quiet: a request per started task is not news."""
 
     return Handler
+
+
+def _start(gate: StartGate, request: Any) -> dict[str, Any]:
+    attempts = request["attempts"]
+    if not all(isinstance(a, str) for a in attempts):
+        raise TypeError("attempt ids are strings")
+    return {"start": gate.start(attempts)}
+
+
+def _lease(gate: StartGate, request: Any) -> dict[str, Any]:
+    spark_job, partition = request["spark_job"], request["partition"]
+    transactional_id = request["transactional_id"]
+    if not (isinstance(spark_job, str) and isinstance(transactional_id, str)
+            and isinstance(partition, int)):  # fmt: skip
+        raise TypeError("spark_job and transactional_id are strings, partition an integer")
+    return {"leased": gate.leases.lease(spark_job, partition, transactional_id)}
 
 
 def may_start(url: str, attempts: list[str]) -> set[str]:

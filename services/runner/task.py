@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from jobledger.schemas.types import ExecutionState, OperatorSpec
 from .. import kafka
 from ..decisions import derived_id
 from ..key_groups import compute_key_group_range_for_operator_index
-from . import kv_state
+from . import kv_state, task_producers
 from .exchange import ResultWriter, create_result_topics, read_input_gate
 from .operators import (
     FunctionLoader,
@@ -68,10 +69,12 @@ class RunnerSettings:
     allowed_modules: frozenset[str] = frozenset()
     gate_url: str = ""
     """The driver's start gate (`start_gate.py`), asked before each attempt starts."""
+    lease_url: str = ""
+    """Where the driver leases the tasks' transactional ids (`task_producers.py`)."""
     transactional_id: str = ""
-    """Prefix of the Spark tasks' transactional ids: `<prefix>-<Spark partition>`, one per
-    Spark task of one Spark job, so a retry of a killed task (or the driver, once that job
-    ended badly) fences the transaction the killed one left open."""
+    """Prefix of the Python workers' transactional ids (`task_producers.py`)."""
+    spark_job: str = ""
+    """The Spark job's group, which the driver leases the ids of its tasks to."""
     data_roots: tuple[Path, ...] = ()
     """The directories (resolved on the driver when the runner started) that `text_file`
     sources and `file` sinks may use; none: no file is read or written."""
@@ -275,13 +278,17 @@ def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterato
     """One Spark task's share of a job's deployments, one after another (a Spark task costs
     more than a no-op deployment), each started only if the driver's start gate says so.
     Consecutive attempts with nothing to run (no operators, inputs or outputs) report their
-    whole lives in one shared transaction: a commit per no-op attempt was most of its cost."""
+    whole lives in one shared transaction: a commit per no-op attempt was most of its cost.
+    They write with the Python worker's producer, leased to this task and kept for the
+    worker's next task if this one ends clean (`task_producers.py`)."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
-    failures: list[KafkaError] = []
-    producer = task_producer(
-        settings.bootstrap, f"{settings.transactional_id}-{partition}", failures
-    )
+    held = task_producers.acquire(
+        settings.bootstrap, settings.transactional_id, settings.lease_url, settings.spark_job,
+        partition, partial(task_producer, settings.bootstrap),
+    )  # fmt: skip
+    producer, failures = held.producer, held.failures
+    clean = False
     try:
         noops: list[TaskDeploymentRequested] = []
         for payload in deployments:
@@ -296,8 +303,9 @@ def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterato
             ):
                 yield run_task(settings, deployment, producer, failures)
         yield from _finish_noops(settings, producer, failures, noops)
+        clean = True
     finally:
-        producer.close()
+        task_producers.release(settings.bootstrap, settings.transactional_id, held, clean)
 
 
 def _finish_noops(
