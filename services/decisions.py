@@ -57,7 +57,10 @@ class Decisions:
     """The derived events of one input, in the order they were decided.
 
     Most inputs derive nothing; the basis of the ids is therefore made on the first derived
-    id, not per input, and the SHA-1 of its prefix is kept, so each id hashes only its tag."""
+    id, not per input, and the SHA-1 of its prefix is kept, so each id hashes only its tag.
+    One is made per input, so its attributes are slots."""
+
+    __slots__ = ("_prefix", "cause", "events", "incarnation", "producer")
 
     def __init__(self, cause: Event, producer: str, incarnation: int = 0) -> None:
         """`incarnation` counts earlier reductions of an input with the cause's id that were
