@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 from jobledger.schemas import Event
 from jobledger.schemas.construct import trusted
 from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import OwnerKind
 
 _NAMESPACE = uuid.UUID("5b0d2c8e-62a4-4a51-9a59-0b5f1d1c7e10")
 _NAMESPACE_BYTES = _NAMESPACE.bytes
-_VARIANT = "89ab"
-"""The hex digit of a uuid's byte 8 after RFC 4122's variant bits (10xx) are set."""
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""The 17th hex digit of a uuid (the high nibble of byte 8) once RFC 4122's variant bits (10xx)
+are set, by the digit before."""
 
 E = TypeVar("E", bound=Event)
 
@@ -35,27 +37,30 @@ def derived_id(cause_event_id: str, tag: str) -> str:
 
 
 def _uuid5_hex(sha1: Any) -> str:
-    """The hex of the uuid5 whose SHA-1 is `sha1`: its first 16 bytes with the version
-    nibble (byte 6) made 5 and the variant bits (byte 8) made 10, spliced into the hex text
-    (a bytearray round trip cost as much as the hash)."""
-    digest = sha1.digest()
-    text = digest[:16].hex()
-    return f"{text[:12]}5{text[13:16]}{_VARIANT[(digest[8] >> 4) & 3]}{text[17:]}"
+    """The hex of the uuid5 whose SHA-1 is `sha1`: its first 32 hex digits with the version
+    digit (the 13th) made 5 and the variant bits (the top two of the 17th) made 10, spliced
+    into the hex text (a bytearray round trip cost as much as the hash; `hexdigest` and a
+    table of the 17th digit, 0.57 µs an id, against 0.68 µs for `digest()` sliced and hexed)."""
+    text = sha1.hexdigest()
+    return f"{text[:12]}5{text[13:16]}{_VARIANT_DIGIT[text[16]]}{text[17:32]}"
 
 
-def _json_text(value: str | int | None) -> str:
-    """`json.dumps(value)` for the basis' items (a string, an int or null) without the
-    encoder json.dumps sets up per call, which cost as much as the rest of a reduction."""
-    if isinstance(value, str):
-        return json.encoder.encode_basestring_ascii(value)
-    return "null" if value is None else str(int(value))
+_ROLE_JSON = {role: json.dumps(role.value) for role in TopicRole}
+"""Each topic role as the JSON text the basis starts with (`Enum.value` is a property)."""
+
+_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+"""`json.dumps` of a string without the encoder json.dumps sets up per call, which cost as
+much as the rest of a reduction."""
 
 
 class Decisions:
     """The derived events of one input, in the order they were decided.
 
     Most inputs derive nothing; the basis of the ids is therefore made on the first derived
-    id, not per input, and the SHA-1 of its prefix is kept, so each id hashes only its tag."""
+    id, not per input, and the SHA-1 of its prefix is kept, so each id hashes only its tag.
+    One is made per input, so its attributes are slots."""
+
+    __slots__ = ("_prefix", "cause", "events", "incarnation", "producer")
 
     def __init__(self, cause: Event, producer: str, incarnation: int = 0) -> None:
         """`incarnation` counts earlier reductions of an input with the cause's id that were
@@ -70,11 +75,13 @@ class Decisions:
     def basis(self) -> str:
         """What the ids derive from: the cause's owner, id and incarnation as JSON, not a
         joined string (keys and ids are chosen by clients and may hold any separator, and
-        "A" + "x/y" must not read as "A/x" + "y"); byte for byte `json.dumps` of the list."""
+        "A" + "x/y" must not read as "A/x" + "y"); byte for byte `json.dumps` of the list.
+        Written from its parts' types (every key field is a string): through a helper that
+        asked each part its type, it took 1.1 µs, half of that more than this."""
         role, key = self.cause.route()
         return (
-            f"[{_json_text(role.value)}, {_json_text(key)}, {_json_text(self.cause.event_id)}, "
-            f"{_json_text(self.incarnation)}]"
+            f"[{_ROLE_JSON[role]}, {_json_string(key)}, {_json_string(self.cause.event_id)}, "
+            f"{self.incarnation}]"
         )
 
     def derive(self, tag: str) -> str:

@@ -163,23 +163,27 @@ class ReducerDriver:
         leader) is reduced, not dropped as a duplicate without a trace, and its decisions get
         ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
         role, key = event.route()
+        event_id = event.event_id
         own = event.producer == OWN_PRODUCER.get(role)
         if own:
-            self.awaiting.pop(event.event_id, None)  # before the duplicate check: no leak
-        if event.event_id in self.recent:
+            self.awaiting.pop(event_id, None)  # before the duplicate check: no leak
+        if event_id in self.recent:
             return []
         reducer = None if own else self.owner(event, role, key)
         if reducer is None:  # the owner's own decision read back: a record only
-            self._remember(event.event_id)
+            self._remember(event_id)
             return []
-        decisions = reducer.apply(event, self.rejected.get(event.event_id, 0))
+        decisions = reducer.apply(event, self.rejected.get(event_id, 0))
+        if not decisions:  # most inputs: nothing to await, nothing rejected
+            self._remember(event_id)
+            return decisions
         for decision in decisions:
             if decision.producer == reducer.producer and _same_partition(decision, role, key):
                 self.awaiting[decision.event_id] = decision
-        if _only_rejected(event, decisions):
-            _keep_recent(self.rejected, event.event_id, self.rejected.get(event.event_id, 0) + 1)
+        if _only_rejected(event_id, decisions):
+            _keep_recent(self.rejected, event_id, self.rejected.get(event_id, 0) + 1)
         else:
-            self._remember(event.event_id)
+            self._remember(event_id)
         return decisions
 
     def _remember(self, event_id: str) -> None:
@@ -217,12 +221,9 @@ def _same_partition(decision: Event, cause_role: TopicRole, cause_key: str) -> b
     return role is cause_role and (role is TopicRole.RESOURCE_MANAGER or key == cause_key)
 
 
-def _only_rejected(event: Event, decisions: list[Event]) -> bool:
-    """Whether every decision (at least one) rejects `event`: a loop, not `all()` over a
-    generator, which cost a twentieth of a replay for lists of one or two decisions."""
-    if not decisions:
-        return False
-    event_id = event.event_id
+def _only_rejected(event_id: str, decisions: list[Event]) -> bool:
+    """Whether every one of `decisions` (never empty) rejects the input `event_id`: a loop, not
+    `all()` over a generator, which cost a twentieth of a replay for lists of one or two."""
     for decision in decisions:
         if not isinstance(decision, EventRejected) or decision.rejected_event_id != event_id:
             return False

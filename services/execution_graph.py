@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobledger.schemas.construct import trusted
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import (
     DistributionPattern,
@@ -140,7 +141,9 @@ class ExecutionGraph:
 
     def input_gates(self, ev: ExecutionVertex) -> list[InputGateDeploymentDescriptor]:
         """The producer subtasks each input of `ev` reads: all of them for ALL_TO_ALL, the
-        matching slice for POINTWISE."""
+        matching slice for POINTWISE. Built without validation (`construct.trusted`), as the
+        output partitions and the deployment that carries them are: validated, these records
+        took 2 µs each, 0.2% of a replay's instructions."""
         job_vertex = self.vertices[ev.job_vertex_id]
         gates = []
         for edge in job_vertex.vertex.inputs:
@@ -149,23 +152,26 @@ class ExecutionGraph:
                 consumed = pointwise_producers(producers, job_vertex.parallelism, ev.subtask_index)
             else:
                 consumed = list(range(producers))
-            gates.append(InputGateDeploymentDescriptor(
+            gates.append(trusted(InputGateDeploymentDescriptor, dict(
                 source_vertex_id=edge.source_vertex_id,
                 distribution_pattern=edge.distribution_pattern,
                 result_partition_type=edge.result_partition_type,
                 consumed_subtask_indexes=consumed,
-            ))  # fmt: skip
+            )))  # fmt: skip
         return gates
 
     def output_partitions(self, ev: ExecutionVertex) -> list[ResultPartitionDeploymentDescriptor]:
         """The result partitions `ev` produces, one per consuming vertex, in graph order."""
         return [
-            ResultPartitionDeploymentDescriptor(
-                consumer_vertex_id=jv.vertex_id,
-                distribution_pattern=edge.distribution_pattern,
-                result_partition_type=edge.result_partition_type,
-                number_of_consumer_subtasks=jv.parallelism,
-                consumer_max_parallelism=jv.max_parallelism,
+            trusted(
+                ResultPartitionDeploymentDescriptor,
+                dict(
+                    consumer_vertex_id=jv.vertex_id,
+                    distribution_pattern=edge.distribution_pattern,
+                    result_partition_type=edge.result_partition_type,
+                    number_of_consumer_subtasks=jv.parallelism,
+                    consumer_max_parallelism=jv.max_parallelism,
+                ),
             )
             for jv in self.vertices.values()
             for edge in jv.vertex.inputs

@@ -3,10 +3,15 @@
 Each move takes the current state and returns an `Outcome`: the next state, whether the task
 must be told to cancel, and what was refused or is a global failure. Nothing here mutates;
 the JobMaster applies outcomes. Terminal states (FINISHED, CANCELED, FAILED) are final.
+
+An outcome depends on the states alone and is frozen, so the moves the scheduler makes for
+every report, failure and cancellation (`on_reported`, `fail`, `cancel`) are cached: each
+state, or pair of states, gets its Outcome once, not one per task report.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from jobledger.schemas.types import ExecutionState as S
@@ -33,6 +38,7 @@ def transition(current: S, expected: S, target: S) -> Outcome:
     return Outcome(target)
 
 
+@functools.cache
 def cancel(current: S) -> Outcome:
     """ES-3: deployed attempts go CANCELING and are told; undeployed ones are CANCELED now."""
     if current in DEPLOYED:
@@ -56,6 +62,7 @@ def mark_finished(current: S) -> Outcome:
     )
 
 
+@functools.cache
 def fail(current: S) -> Outcome:
     """ES-5: a cancelling attempt completes as CANCELED; terminal ones ignore the failure."""
     if current in TERMINAL:
@@ -110,6 +117,7 @@ REPORTED = {
 }
 
 
+@functools.cache
 def on_reported(current: S, reported: S) -> Outcome:
     """What a task's state report does to the attempt; states a task cannot report are refused."""
     move = REPORTED.get(reported)

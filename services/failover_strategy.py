@@ -20,6 +20,7 @@ restarts every vertex whatever the strategy (RS-5).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from enum import StrEnum
 
 from jobledger.schemas.types import DistributionPattern, ExecutionState, ResultPartitionType
@@ -60,33 +61,54 @@ def _key(ev: ExecutionVertex) -> Key:
     return ev.job_vertex_id, ev.subtask_index
 
 
-def _edges(graph: ExecutionGraph) -> list[tuple[Key, Key, ResultPartitionType]]:
-    """Every (producer subtask, consumer subtask, result type) connection of the graph."""
-    edges = []
+@dataclass(frozen=True)
+class Block:
+    """Subtasks of one JobEdge where every producer feeds every consumer: all of them for
+    ALL_TO_ALL, one consumer and the producers it reads for POINTWISE. The graph is read in
+    blocks, not subtask by subtask: an ALL_TO_ALL edge of parallelism P is P * P subtask
+    connections but one block. Enumerated connection by connection, they were a twentieth
+    of a replay's time: a failure in a job of parallelism 32 took 3.4 ms, 0.3 ms in blocks."""
+
+    producers: list[Key]
+    consumers: list[Key]
+    kind: ResultPartitionType
+
+
+def _blocks(graph: ExecutionGraph) -> list[Block]:
+    """Every connection of the graph, as blocks; together they make every (producer subtask,
+    consumer subtask) pair exactly once."""
+    blocks = []
     for job_vertex in graph.vertices.values():
+        consumer_id = job_vertex.vertex_id
         for edge in job_vertex.vertex.inputs:
-            producers = graph.vertices[edge.source_vertex_id].parallelism
-            for index in range(job_vertex.parallelism):
-                if edge.distribution_pattern is DistributionPattern.POINTWISE:
-                    read = pointwise_producers(producers, job_vertex.parallelism, index)
-                else:
-                    read = range(producers)
-                for producer in read:
-                    edges.append((
-                        (edge.source_vertex_id, producer), (job_vertex.vertex_id, index),
-                        edge.result_partition_type,
-                    ))  # fmt: skip
-    return edges
+            source_id = edge.source_vertex_id
+            producers = graph.vertices[source_id].parallelism
+            kind = edge.result_partition_type
+            if edge.distribution_pattern is not DistributionPattern.POINTWISE:
+                blocks.append(Block(
+                    [(source_id, i) for i in range(producers)],
+                    [(consumer_id, j) for j in range(job_vertex.parallelism)], kind,
+                ))  # fmt: skip
+                continue
+            for j in range(job_vertex.parallelism):
+                read = pointwise_producers(producers, job_vertex.parallelism, j)
+                blocks.append(Block([(source_id, i) for i in read], [(consumer_id, j)], kind))
+    return blocks
 
 
 def pipelined_regions(graph: ExecutionGraph) -> dict[Key, int]:
     """Each execution vertex's region, numbered in the topological order of their first
     vertices."""
+    return _pipelined_regions(graph, _blocks(graph))
+
+
+def _pipelined_regions(graph: ExecutionGraph, blocks: list[Block]) -> dict[Key, int]:
     keys = [_key(ev) for ev in graph.execution_vertices()]
     order = {k: n for n, k in enumerate(keys)}
     parent = {k: k for k in keys}
 
     def find(k: Key) -> Key:
+        """The set's first subtask in topological order (`union` keeps it the root)."""
         while parent[k] != k:
             parent[k] = parent[parent[k]]
             k = parent[k]
@@ -97,11 +119,17 @@ def pipelined_regions(graph: ExecutionGraph) -> dict[Key, int]:
         if ra != rb:
             parent[max(ra, rb, key=order.get)] = min(ra, rb, key=order.get)
 
-    edges = _edges(graph)
-    for producer, consumer, kind in edges:
-        if kind is not ResultPartitionType.BLOCKING:
-            union(producer, consumer)
-    for cycle in _cycles({(find(p), find(c)) for p, c, _ in edges if find(p) != find(c)}):
+    for block in blocks:
+        if block.kind is not ResultPartitionType.BLOCKING:
+            first = block.producers[0]
+            for member in (*block.producers[1:], *block.consumers):
+                union(first, member)
+    arcs = set()
+    for block in blocks:
+        producer_regions = {find(p) for p in block.producers}
+        consumer_regions = {find(c) for c in block.consumers}
+        arcs |= {(p, c) for p in producer_regions for c in consumer_regions if p != c}
+    for cycle in _cycles(arcs):
         for member in cycle[1:]:
             union(cycle[0], member)
     numbers: dict[Key, int] = {}
@@ -161,27 +189,33 @@ def tasks_needing_restart(
     vertices a failure of `failed` restarts, in topological order."""
     if strategy == FailoverStrategyName.FULL:
         return list(graph.execution_vertices())
-    region_of = pipelined_regions(graph)
+    blocks = _blocks(graph)
+    region_of = _pipelined_regions(graph, blocks)
     members: dict[int, list[Key]] = {}
     for key, region in region_of.items():
         members.setdefault(region, []).append(key)
     vertex = {_key(ev): ev for ev in graph.execution_vertices()}
-    consumers: dict[Key, list[Key]] = {}
-    producers: dict[Key, list[Key]] = {}
-    for producer, consumer, _ in _edges(graph):
-        consumers.setdefault(producer, []).append(consumer)
-        producers.setdefault(consumer, []).append(producer)
+    feeding: dict[Key, list[int]] = {}  # the blocks (by position) a subtask produces for
+    fed: dict[Key, list[int]] = {}  # the blocks a subtask consumes from
+    for n, block in enumerate(blocks):
+        for key in block.producers:
+            feeding.setdefault(key, []).append(n)
+        for key in block.consumers:
+            fed.setdefault(key, []).append(n)
     start = region_of[_key(failed)]
     visited = {start}
     queue = deque([start])
     while queue:
         region = queue.popleft()
-        involved = []
-        for key in members[region]:
-            involved += [
-                p for p in producers.get(key, []) if vertex[p].current.state not in PRODUCING
-            ]
-            involved += consumers.get(key, [])
+        as_consumer = {n for key in members[region] for n in fed.get(key, [])}
+        as_producer = {n for key in members[region] for n in feeding.get(key, [])}
+        involved = [
+            p
+            for n in as_consumer
+            for p in blocks[n].producers
+            if vertex[p].current.state not in PRODUCING
+        ]
+        involved += [c for n in as_producer for c in blocks[n].consumers]
         for key in involved:
             if region_of[key] not in visited:
                 visited.add(region_of[key])

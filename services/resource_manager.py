@@ -89,6 +89,15 @@ class RegisteredTaskExecutor:
     def utilization(self) -> float:
         return 1 - self.free / len(self.slots)
 
+    def first_free(self) -> int:
+        """The index of the first FREE slot of a TaskExecutor with one free (the placement
+        index picked it). A loop, not `next()` over a generator made per placement: with the
+        empty list `FreeSlotIndex.changed` made per change, 1% of a replay's instructions."""
+        for index, slot in enumerate(self.slots):
+            if slot.state is SlotState.FREE:
+                return index
+        raise ValueError(f"TaskExecutor {self.resource_id} has no free slot")
+
 
 @dataclass
 class SlotRequest:
@@ -381,7 +390,7 @@ class ResourceManager(Reducer):
             if te is None:
                 unserved.append((arrival, allocation_id))
                 continue
-            index = next(i for i, s in enumerate(te.slots) if s.state is SlotState.FREE)
+            index = te.first_free()
             self._place(te, index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
             request.assigned = (te.resource_id, index)
             del self.queue[request.allocation_id]

@@ -68,7 +68,9 @@ class FreeSlotIndex:
         key = utilization if self.placement is SlotPlacement.SPREAD else -utilization
         entry = (key, te.registration, te.resource_id)
         self.latest[te.resource_id] = (entry, te.resource_profile)
-        heap = self.heaps.setdefault(te.resource_profile, [])
+        heap = self.heaps.get(te.resource_profile)
+        if heap is None:  # not `setdefault`, which makes an empty list on every change
+            heap = self.heaps[te.resource_profile] = []
         heapq.heappush(heap, entry)
         if len(heap) > 2 * len(self.latest) + 64:
             heap[:] = [e for e, p in self.latest.values() if p == te.resource_profile]

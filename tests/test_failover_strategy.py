@@ -78,6 +78,20 @@ def test_pipelined_pointwise_edges_make_one_region_per_pipeline():
     assert restart(g, "b1") == ["a1", "b1"]
 
 
+def test_pointwise_edges_between_parallelisms_join_each_consumer_with_what_it_reads():
+    """4 -> 2: each consumer reads two producers; 2 -> 4: each producer feeds two consumers.
+    A BLOCKING all-to-all edge behind them restarts every consumer of a restarted region."""
+    down = graph(vertex("a", 4), vertex("b", 2, ("a", "POINTWISE", "PIPELINED")),
+                 state=ExecutionState.RUNNING)  # fmt: skip
+    assert regions(down) == [["a0", "a1", "b0"], ["a2", "a3", "b1"]]
+    up = graph(
+        vertex("a", 2), vertex("b", 4, ("a", "POINTWISE", "PIPELINED")),
+        vertex("c", 2, ("b", "ALL_TO_ALL", "BLOCKING")), state=ExecutionState.RUNNING,
+    )  # fmt: skip
+    assert regions(up) == [["a0", "b0", "b1"], ["a1", "b2", "b3"], ["c0"], ["c1"]]
+    assert restart(up, "b3") == ["a1", "b2", "b3", "c0", "c1"]
+
+
 def test_a_pipelined_all_to_all_edge_makes_one_region():
     g = graph(vertex("a", 2), vertex("b", 3, ("a", "ALL_TO_ALL", "PIPELINED")))
     assert regions(g) == [["a0", "a1", "b0", "b1", "b2"]]
