@@ -52,8 +52,8 @@ class SingleObjectSerde:
     def __init__(self, catalog: SchemaCatalog) -> None:
         self.catalog = catalog
         self._plans: dict[bytes, tuple[WriterSchema, BodyReader, Any]] = {}
-        """Per fingerprint seen: the writer, its bodies' reader (resolving them to the
-        current schema) and the model builder, so decoding looks them up once per schema."""
+        """Per header seen (magic and fingerprint): the writer, its bodies' reader (resolving
+        them to the current schema) and the model builder, looked up once per schema."""
 
     def encode(self, event: Event) -> bytes:
         cls = type(event)
@@ -63,30 +63,36 @@ class SingleObjectSerde:
         schemaless_writer(out, self.catalog.reader(cls), event.model_dump())
         return out.getvalue()
 
-    def _plan(self, fp: bytes) -> tuple[WriterSchema, BodyReader, Any]:
-        plan = self._plans.get(fp)
-        if plan is None:
-            try:
-                writer = self.catalog.writer(fp)
-            except UnknownSchemaError as exc:
-                raise DecodeError(str(exc)) from exc
-            current = None if writer.is_current else self.catalog.reader(writer.event_type)
-            try:
-                body = BodyReader(standalone(writer.parsed), current and standalone(current))
-            except BodyError as exc:
-                raise DecodeError(
-                    f"{writer.event_type.type_name()} schema 0x{fp.hex()} does not resolve to "
-                    f"the current one: {exc}"
-                ) from exc
-            plan = self._plans[fp] = (writer, body, from_avro(writer.event_type))
+    def _plan(self, header: bytes) -> tuple[WriterSchema, BodyReader, Any]:
+        """The plan of a header not seen yet, kept under it; DecodeError if it is no
+        single-object header or names a schema the catalog does not know."""
+        if len(header) < _FINGERPRINT_END or not header.startswith(SINGLE_OBJECT_MAGIC):
+            raise DecodeError("not Avro single-object encoded (no C3 01 header)")
+        fp = header[len(SINGLE_OBJECT_MAGIC) :]
+        try:
+            writer = self.catalog.writer(fp)
+        except UnknownSchemaError as exc:
+            raise DecodeError(str(exc)) from exc
+        current = None if writer.is_current else self.catalog.reader(writer.event_type)
+        try:
+            body = BodyReader(standalone(writer.parsed), current and standalone(current))
+        except BodyError as exc:
+            raise DecodeError(
+                f"{writer.event_type.type_name()} schema 0x{fp.hex()} does not resolve to "
+                f"the current one: {exc}"
+            ) from exc
+        plan = self._plans[header] = (writer, body, from_avro(writer.event_type))
         return plan
 
     def decode(self, data: bytes) -> Event:
-        if len(data) < _FINGERPRINT_END or not data.startswith(SINGLE_OBJECT_MAGIC):
-            raise DecodeError("not Avro single-object encoded (no C3 01 header)")
-        writer, body, build = self._plan(bytes(data[2:_FINGERPRINT_END]))
+        if type(data) is not bytes:  # a bytearray (a Spark row's binary), a memoryview
+            data = bytes(data)
+        # the plans are kept under the whole header, magic and fingerprint: one slice and one
+        # lookup per record (a header that is not one is never kept)
+        plan = self._plans.get(data[:_FINGERPRINT_END]) or self._plan(data[:_FINGERPRINT_END])
+        writer, body, build = plan
         try:
-            record = body.read(bytes(data[_FINGERPRINT_END:]))
+            record = body.read(data[_FINGERPRINT_END:])
         except BodyError as exc:
             raise DecodeError(f"{writer.event_type.type_name()} body is {exc}") from exc
         try:
