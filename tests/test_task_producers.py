@@ -30,14 +30,42 @@ def fenced():
 
 def test_a_worker_keeps_its_id_while_the_driver_leases_it(fenced):
     ids, gate = fenced
+    gate.leases.begin("job-a/1")
+    gate.leases.begin("job-b/2")
     assert lease(gate.lease_url, "job-a/1", 0, "w1") is True
     gate.leases.end("job-a/1", fence=False)
     assert lease(gate.lease_url, "job-b/2", 0, "w1") is True, "a clean end fences nothing"
     assert ids == []
 
 
+def test_a_job_that_ended_badly_does_not_fence_the_id_its_worker_now_writes_for_another(fenced):
+    """The worker's task of job-a ended clean and its worker went on to job-b: job-a's bad
+    end (a sibling task failed) fences job-a's other ids, not the one job-b now holds."""
+    ids, gate = fenced
+    gate.leases.begin("job-a/1")
+    gate.leases.begin("job-b/2")
+    assert lease(gate.lease_url, "job-a/1", 0, "w1") and lease(gate.lease_url, "job-a/1", 1, "w2")
+    assert lease(gate.lease_url, "job-b/2", 0, "w1")
+    gate.leases.end("job-a/1", fence=True)
+    assert ids == ["w2"]
+    assert gate.leases.leased == {"job-b/2": {0: "w1"}}
+
+
+def test_a_job_not_running_is_leased_nothing(fenced):
+    """A cancelled task may still run after its Spark job ended: a lease then would never be
+    fenced, so it is refused (as for a job never begun)."""
+    ids, gate = fenced
+    assert lease(gate.lease_url, "never-begun/1", 0, "w1") is False
+    gate.leases.begin("job-a/1")
+    gate.leases.end("job-a/1", fence=False)
+    assert lease(gate.lease_url, "job-a/1", 0, "w1") is False
+    assert gate.leases.leased == {} and ids == []
+
+
 def test_a_spark_job_that_ended_badly_has_every_id_it_leased_fenced_and_refused(fenced):
     ids, gate = fenced
+    gate.leases.begin("job-a/1")
+    gate.leases.begin("job-b/2")
     assert lease(gate.lease_url, "job-a/1", 0, "w1") and lease(gate.lease_url, "job-a/1", 1, "w2")
     gate.leases.end("job-a/1", fence=True)
     assert ids == ["w1", "w2"]
@@ -49,6 +77,8 @@ def test_a_spark_job_that_ended_badly_has_every_id_it_leased_fenced_and_refused(
 def test_a_retried_partition_has_the_id_of_the_task_before_fenced(fenced):
     """The first task's executor died: its end is never reported, the retry's lease is."""
     ids, gate = fenced
+    gate.leases.begin("job-a/1")
+    gate.leases.begin("job-b/2")
     assert lease(gate.lease_url, "job-a/1", 0, "dead-worker")
     assert lease(gate.lease_url, "job-a/1", 0, "other-worker")
     assert ids == ["dead-worker"]
@@ -62,6 +92,7 @@ def test_a_retried_partition_has_the_id_of_the_task_before_fenced(fenced):
 )  # fmt: skip
 def test_a_bad_lease_request_is_refused_and_the_gate_goes_on(fenced, body):
     _, gate = fenced
+    gate.leases.begin("j")
     request = urllib.request.Request(gate.lease_url, data=body, method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
@@ -90,6 +121,7 @@ def test_a_fenced_producer_is_dropped_and_the_next_task_writes_under_a_new_id(
         return task_producer(kafka_bootstrap, tid, failures)
 
     def task(spark_job: str, fail: bool = False) -> str:
+        gate.leases.begin(spark_job)
         held = acquire(kafka_bootstrap, "runner-task", gate.lease_url, spark_job, 0, make)
         held.producer.begin_transaction()
         held.producer.produce("leases.job", value=json.dumps(spark_job).encode())

@@ -367,6 +367,7 @@ class TaskRunner:
         # across the slices.
         slices = min(len(payloads), sc.defaultParallelism)
         settings = replace(self.settings, spark_job=group.name)
+        self.gate.leases.begin(group.name)
         spark_job_started = _now_ms()
         try:
             sc.parallelize(payloads, slices).mapPartitions(

@@ -50,15 +50,28 @@ class ProducerLeases:
         """Per Spark job (its job group): Spark partition -> the id its task writes under."""
         self.fenced: OrderedDict[str, None] = OrderedDict()
 
+    def begin(self, spark_job: str) -> None:
+        """`spark_job` starts: its tasks may lease ids until it ends."""
+        with self.lock:
+            self.leased.setdefault(spark_job, {})
+
     def lease(self, spark_job: str, partition: int, transactional_id: str) -> bool:
         """May the task of `spark_job`'s `partition` write under `transactional_id`? Not if
-        the id was fenced. A partition leased before under another id (a retry of a task
-        that died) has that id fenced first."""
+        the id was fenced, nor for a Spark job that is not running (a cancelled task still
+        running after its job ended: nothing would fence what it leaves open). A partition
+        leased before under another id (a retry of a task that died) has that id fenced
+        first. The id is taken from any other job it was leased to: a worker leases its id
+        again only after its last task ended clean, and that job's bad end must not fence
+        the task now writing under it."""
         with self.lock:
-            if transactional_id in self.fenced:
+            leases = self.leased.get(spark_job)
+            if transactional_id in self.fenced or leases is None:
                 return False
-            earlier = self.leased.setdefault(spark_job, {}).get(partition)
-            self.leased[spark_job][partition] = transactional_id
+            for other in self.leased.values():
+                for held_by in [p for p, tid in other.items() if tid == transactional_id]:
+                    del other[held_by]
+            earlier = leases.get(partition)
+            leases[partition] = transactional_id
         if earlier is not None and earlier != transactional_id:
             self._fence([earlier])
         return True
@@ -128,10 +141,21 @@ def acquire(
             _close(held)
             held = None
     if held is None:
+        # started before it is leased: a fence that comes after the lease then always has
+        # the later epoch (leased first, a producer starting after a fence would outlive it)
         held = WorkerProducer(f"{prefix}-{uuid.uuid4().hex}")
-        if not lease(lease_url, spark_job, partition, held.transactional_id):
-            raise RuntimeError(f"the driver refused a new transactional id {held.transactional_id}")
         held.producer = make(held.transactional_id, held.failures)
+        try:
+            leased = lease(lease_url, spark_job, partition, held.transactional_id)
+        except BaseException:
+            _close(held)
+            raise
+        if not leased:
+            _close(held)
+            raise RuntimeError(
+                f"the driver refused transactional id {held.transactional_id} to {spark_job}"
+                " (a Spark job that is no longer running)"
+            )
     return held
 
 
