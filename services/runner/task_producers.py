@@ -131,32 +131,32 @@ def acquire(
     if the driver leases its id, else a new one under a new id (`make(id, failures)`). The
     caller hands it back with `release` (or the worker's next task starts anew)."""
     held = _kept.pop((bootstrap, prefix), None)
-    if held is not None:
-        try:
-            leased = lease(lease_url, spark_job, partition, held.transactional_id)
-        except BaseException:
-            _close(held)
-            raise
-        if not leased:
-            _close(held)
-            held = None
+    if held is not None and not _leased(held, lease_url, spark_job, partition):
+        held = None
     if held is None:
         # started before it is leased: a fence that comes after the lease then always has
         # the later epoch (leased first, a producer starting after a fence would outlive it)
         held = WorkerProducer(f"{prefix}-{uuid.uuid4().hex}")
         held.producer = make(held.transactional_id, held.failures)
-        try:
-            leased = lease(lease_url, spark_job, partition, held.transactional_id)
-        except BaseException:
-            _close(held)
-            raise
-        if not leased:
-            _close(held)
+        if not _leased(held, lease_url, spark_job, partition):
             raise RuntimeError(
                 f"the driver refused transactional id {held.transactional_id} to {spark_job}"
                 " (a Spark job that is no longer running)"
             )
     return held
+
+
+def _leased(held: WorkerProducer, lease_url: str, spark_job: str, partition: int) -> bool:
+    """Whether the driver leases `held`'s id to the task; its producer is closed if not, or
+    if the driver could not be asked."""
+    try:
+        leased = lease(lease_url, spark_job, partition, held.transactional_id)
+    except BaseException:
+        _close(held)
+        raise
+    if not leased:
+        _close(held)
+    return leased
 
 
 def release(bootstrap: str, prefix: str, held: WorkerProducer, clean: bool) -> None:
