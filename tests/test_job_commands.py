@@ -471,6 +471,33 @@ def test_wait_believes_no_end_the_services_dead_lettered(cluster, capsys):
     )
 
 
+def _watching_an_end_not_judged(cluster, capsys, job_id: str, end_id: str):
+    """A watcher of job `job_id`, run by the services until RUNNING, that has read an end in
+    the JobMaster's name appended with the services down (`end_id`, which the JobMaster never
+    derived): read, not judged. Returns the watcher (the caller closes it) and the RUNNING
+    record."""
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", job_id)[0] == 0
+    with RuntimeThread(cluster):
+        running = wait_for_log(cluster, lambda rs: next(
+            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == job_id
+             and r.event.to_status is JobStatus.RUNNING), None), "the job RUNNING")  # fmt: skip
+    watcher = JobWatcher(cluster.bootstrap, cluster.prefix, (job_id,))
+    try:
+        watcher.catch_up(30)
+        append(cluster, [running.event.model_copy(update={
+            "event_id": end_id, "from_status": JobStatus.RUNNING,
+            "to_status": JobStatus.FINISHED,
+        })])  # fmt: skip
+        deadline = time.monotonic() + 30
+        while watcher.status(job_id) is not JobStatus.FINISHED:
+            assert time.monotonic() < deadline, "the watcher did not read the end"
+            watcher.poll()
+    except BaseException:
+        watcher.close()
+        raise
+    return watcher, running
+
+
 @pytest.mark.broker
 def test_a_watcher_judges_an_end_by_the_dead_letters_written_after_it_read_them(cluster, capsys):
     """The watcher read the forged end, and the dead letters to their end, before the services
@@ -478,22 +505,8 @@ def test_a_watcher_judges_an_end_by_the_dead_letters_written_after_it_read_them(
     where they end then (the dead letter may have come after the watcher's last poll) before
     the end is believed or not. Here nothing is polled between the services' judgement and
     `judge`, so an end believed on the committed offset alone is believed."""
-    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j3")[0] == 0
-    with RuntimeThread(cluster):
-        running = wait_for_log(cluster, lambda rs: next(
-            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == "j3"
-             and r.event.to_status is JobStatus.RUNNING), None), "the job RUNNING")  # fmt: skip
-    watcher = JobWatcher(cluster.bootstrap, cluster.prefix, ("j3",))
+    watcher, running = _watching_an_end_not_judged(cluster, capsys, "j3", "forged-end")
     try:
-        watcher.catch_up(30)
-        append(cluster, [running.event.model_copy(update={
-            "event_id": "forged-end", "from_status": JobStatus.RUNNING,
-            "to_status": JobStatus.FINISHED,
-        })])  # fmt: skip
-        deadline = time.monotonic() + 30
-        while watcher.status("j3") is not JobStatus.FINISHED:  # read, not judged yet
-            assert time.monotonic() < deadline, "the watcher did not read the forged end"
-            watcher.poll()
         with RuntimeThread(cluster):
             wait_for_log(cluster, lambda rs: any(
                 isinstance(r.event, DeadLettered) for r in rs), "the dead letter")  # fmt: skip
@@ -534,22 +547,8 @@ def test_a_watcher_looks_for_the_judgement_of_an_end_soon_then_ever_less_often(c
     holding an end they have not judged yet asks again after a brief wait, some times, then
     twice as long each time, up to the usual poll. Here the services are down: nothing judges
     it."""
-    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j4")[0] == 0
-    with RuntimeThread(cluster):
-        running = wait_for_log(cluster, lambda rs: next(
-            (r for r in rs if isinstance(r.event, JobStatusChanged) and r.event.job_id == "j4"
-             and r.event.to_status is JobStatus.RUNNING), None), "the job RUNNING")  # fmt: skip
-    watcher = JobWatcher(cluster.bootstrap, cluster.prefix, ("j4",))
+    watcher, _ = _watching_an_end_not_judged(cluster, capsys, "j4", "unjudged-end")
     try:
-        watcher.catch_up(30)
-        append(cluster, [running.event.model_copy(update={
-            "event_id": "unjudged-end", "from_status": JobStatus.RUNNING,
-            "to_status": JobStatus.FINISHED,
-        })])  # fmt: skip
-        deadline = time.monotonic() + 30
-        while watcher.status("j4") is not JobStatus.FINISHED:  # read, not judged
-            assert time.monotonic() < deadline, "the watcher did not read the end"
-            watcher.poll()
         watcher.consumer = consumer = _Waits(watcher.consumer)
         looks = iter(range(26))
 
