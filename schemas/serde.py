@@ -89,8 +89,8 @@ class SingleObjectSerde:
             data = bytes(data)
         # the plans are kept under the whole header, magic and fingerprint: one slice and one
         # lookup per record (a header that is not one is never kept)
-        plan = self._plans.get(data[:_FINGERPRINT_END]) or self._plan(data[:_FINGERPRINT_END])
-        writer, body, build = plan
+        header = data[:_FINGERPRINT_END]
+        writer, body, build = self._plans.get(header) or self._plan(header)
         try:
             record = body.read(data[_FINGERPRINT_END:])
         except BodyError as exc:
