@@ -14,8 +14,9 @@ events per wall-clock second, and the one-core replay and the peer's also per se
 process's CPU time (`*_cpu_events_per_s`; for the all-core replay, the CPU time of its
 busiest process, and the ratio to the peer from those), and restart's CPU seconds, which a
 machine shared with other work disturbs less. Peak memory is the largest of this process's
-and its children's. Memory stays bounded: the log is written as it is generated, and no step
-keeps the decoded events (only the raw records read back, grouped by partition).
+and its children's (`peak_rss_worker_mb`: the largest child's, a measured replay or one of its
+workers). Memory stays bounded: the log is written as it is generated, and no step keeps the
+decoded events (only the raw records read back, grouped by partition).
 """
 
 from __future__ import annotations
