@@ -58,6 +58,7 @@ class Peer:
         self.app = _application(db)
         self.owner_class = _owner_class()
         self.owners: dict[str, Any] = {}
+        self.ids: list[uuid.UUID] = []
         self.events = 0
 
     def append(self, batch: Iterable[Event]) -> None:
@@ -76,7 +77,10 @@ class Peer:
         self.app.save(*touched.values())
 
     def replay(self) -> int:
-        """Every aggregate rebuilt from the store; how many stored events that read."""
-        ids = [self.owner_class.create_id(key) for key in self.owners]
-        self.owners.clear()
-        return sum(self.app.repository.get(owner_id).version for owner_id in ids)
+        """Every aggregate rebuilt from the store; how many stored events that read. The
+        first replay drops the aggregates the writes kept alive (only their ids are kept), so
+        every replay, the first or a repeat, reads all of them back from the store."""
+        if self.owners:
+            self.ids = [self.owner_class.create_id(key) for key in self.owners]
+            self.owners.clear()
+        return sum(self.app.repository.get(owner_id).version for owner_id in self.ids)

@@ -7,9 +7,12 @@ replay --jobs`; each in a forked child, from the same heap), replay from the exp
 broker), the peer's replay of the same events, peak memory, and restart from a snapshot vs
 full replay.
 
-    python bench/replay.py --events 1000000 [--bootstrap HOST:PORT] [--jobs N]
+    python bench/replay.py --events 1000000 [--bootstrap HOST:PORT] [--jobs N] [--repeats 3]
 
-Without --bootstrap it starts the embedded broker. The last line is one JSON object; rates are
+Without --bootstrap it starts the embedded broker. The one-core, all-core and peer replays run
+`--repeats` rounds, interleaved, and so does the restart; each figure is the median of its
+rounds (`spread_*`: the slowest and the fastest), as a CPU-bound replay on a shared machine
+varies by a third from one run to the next. The last line is one JSON object; rates are
 events per wall-clock second, and the one-core replay and the peer's also per second of this
 process's CPU time (`*_cpu_events_per_s`; for the all-core replay, the CPU time of its
 busiest process, and the ratio to the peer from those), and restart's CPU seconds, which a
@@ -27,6 +30,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -272,7 +276,12 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--bootstrap", help="a running Kafka (default: start the embedded one)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="replay processes")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of the timed replays and restarts"
+    )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     proc = None
     bootstrap = args.bootstrap
@@ -286,7 +295,7 @@ def main() -> int:
         )
         bootstrap = f"127.0.0.1:{port}"
     try:
-        return run(args.events, bootstrap, args.jobs)
+        return run(args.events, bootstrap, args.jobs, args.repeats)
     finally:
         if proc is not None:
             proc.terminate()
@@ -374,7 +383,19 @@ def file_replay(path: Path) -> int:
     return count
 
 
-def run(target: int, bootstrap: str, jobs: int) -> int:
+def median_of(runs: list[dict[str, object]], key: str) -> float:
+    """The median of one figure over the rounds: one slow or fast spell of a shared machine
+    (CPU-bound replays here vary by a third between runs) does not decide a ratio."""
+    return statistics.median(float(run[key]) for run in runs)  # type: ignore[arg-type]
+
+
+def spread(count: int, runs: list[dict[str, object]]) -> list[int]:
+    """The slowest and the fastest round's rate, beside the median the keys above give."""
+    rates = [count / float(run["wall_s"]) for run in runs]  # type: ignore[arg-type]
+    return [round(min(rates)), round(max(rates))]
+
+
+def run(target: int, bootstrap: str, jobs: int, repeats: int = 3) -> int:
     serde = EventSerde()
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     create_topics(bootstrap, prefix, PARTITIONS)
@@ -397,17 +418,21 @@ def run(target: int, bootstrap: str, jobs: int) -> int:
                 serde.decode(value, topic)
 
     _, decode_s = timed(decode_only)
-    one_core = in_fork(lambda: measured_replay(raw, serde, prefix, 1))
-    all_cores = in_fork(lambda: measured_replay(raw, serde, prefix, jobs))
-    one_core_s, one_core_cpu_s = one_core["wall_s"], one_core["cpu_s"]
-    replay_s, replay_cpu_s = all_cores["wall_s"], all_cores["cpu_s"]
-    assert all_cores["state"] == one_core["state"], "replay on all cores differs from one core"
     file_count, file_s = timed(lambda: file_replay(export))
     assert file_count == n, f"the export holds {file_count} records, not {n}"
-    cpu = time.process_time()
-    peer_count, peer_s = timed(peer.replay)
-    peer_cpu_s = time.process_time() - cpu
-    print(f"the peer replayed {peer_count:,} stored events", file=sys.stderr)
+    one_cores, all_cores, peer_runs = [], [], []
+    for _ in range(repeats):  # interleaved, so a slow spell of the machine hits every kind
+        one_cores.append(in_fork(lambda: measured_replay(raw, serde, prefix, 1)))
+        all_cores.append(in_fork(lambda: measured_replay(raw, serde, prefix, jobs)))
+        cpu = time.process_time()
+        peer_count, peer_s = timed(peer.replay)
+        peer_runs.append({"wall_s": peer_s, "cpu_s": time.process_time() - cpu})
+    states = {replay["state"] for replay in one_cores + all_cores}
+    assert len(states) == 1, "replays on one core and on all cores reached different states"
+    one_core_s, one_core_cpu_s = median_of(one_cores, "wall_s"), median_of(one_cores, "cpu_s")
+    replay_s, replay_cpu_s = median_of(all_cores, "wall_s"), median_of(all_cores, "cpu_s")
+    peer_s, peer_cpu_s = median_of(peer_runs, "wall_s"), median_of(peer_runs, "cpu_s")
+    print(f"the peer replayed {peer_count:,} stored events ({repeats} times)", file=sys.stderr)
 
     in_order = [(topic, value) for (topic, _), values in raw.items() for value in values]
     tail = max(1, count // 100)
@@ -429,10 +454,14 @@ def run(target: int, bootstrap: str, jobs: int) -> int:
                 restored.process(serde.decode(value, topic))
         return restored
 
-    cpu = time.process_time()
-    restored, restart_s = timed(restart)
-    restart_cpu_s = time.process_time() - cpu
-    assert state_digest(restored) == one_core["state"], "snapshot + tail differs from full replay"
+    restarts = []
+    for _ in range(repeats):
+        cpu = time.process_time()
+        restored, wall_s = timed(restart)
+        restarts.append({"wall_s": wall_s, "cpu_s": time.process_time() - cpu})
+        del restored
+    restart_s, restart_cpu_s = median_of(restarts, "wall_s"), median_of(restarts, "cpu_s")
+    assert state_digest(restart()) == states.pop(), "snapshot + tail differs from full replay"
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
@@ -459,8 +488,18 @@ def run(target: int, bootstrap: str, jobs: int) -> int:
         "restart_from_snapshot_s": round(restart_s, 3),
         "restart_from_snapshot_cpu_s": round(restart_cpu_s, 3),
         "full_replay_s": round(replay_s, 3),
-        "jobs": one_core["jobs"],
+        "jobs": one_cores[0]["jobs"],
         "replay_processes": jobs,
+        "repeats": repeats,
+        "spread_events_per_s": {
+            "replay": spread(count, all_cores),
+            "replay_one_core": spread(count, one_cores),
+            "eventsourcing_replay": spread(peer_count, peer_runs),
+        },
+        "spread_restart_from_snapshot_s": [
+            round(min(r["wall_s"] for r in restarts), 3),
+            round(max(r["wall_s"] for r in restarts), 3),
+        ],
     }
     print(f"raw consume {result['raw_consume_events_per_s']:,}/s, decode-only "
           f"{result['decode_only_events_per_s']:,}/s, replay {result['replay_events_per_s']:,}/s "
