@@ -454,14 +454,19 @@ def run(target: int, bootstrap: str, jobs: int, repeats: int = 3) -> int:
                 restored.process(serde.decode(value, topic))
         return restored
 
-    restarts = []
-    for _ in range(repeats):
+    def measured_restart() -> dict[str, object]:
+        """One restart, timed, and the digest of the state it reached."""
         cpu = time.process_time()
         restored, wall_s = timed(restart)
-        restarts.append({"wall_s": wall_s, "cpu_s": time.process_time() - cpu})
-        del restored
+        return {"wall_s": wall_s, "cpu_s": time.process_time() - cpu,
+                "state": state_digest(restored)}  # fmt: skip
+
+    # each in a forked child as the replays: a round's state, freed, would linger (its cycles
+    # wait for a full collection) and swell the next round's heap and the peak measured
+    restarts = [in_fork(measured_restart) for _ in range(repeats)]
     restart_s, restart_cpu_s = median_of(restarts, "wall_s"), median_of(restarts, "cpu_s")
-    assert state_digest(restart()) == states.pop(), "snapshot + tail differs from full replay"
+    state = states.pop()
+    assert all(r["state"] == state for r in restarts), "snapshot + tail differs from full replay"
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
