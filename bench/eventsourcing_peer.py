@@ -70,6 +70,7 @@ class Peer:
             owner = self.owners.get(owner_key)
             if owner is None:
                 owner = self.owners[owner_key] = self.owner_class(owner_key)
+                self.ids.append(owner.id)
                 self.events += 1
             owner.record(event.type_name(), event.model_dump(mode="json"))
             touched[owner_key] = owner
@@ -78,9 +79,7 @@ class Peer:
 
     def replay(self) -> int:
         """Every aggregate rebuilt from the store; how many stored events that read. The
-        first replay drops the aggregates the writes kept alive (only their ids are kept), so
-        every replay, the first or a repeat, reads all of them back from the store."""
-        if self.owners:
-            self.ids = [self.owner_class.create_id(key) for key in self.owners]
-            self.owners.clear()
+        aggregates the writes kept alive are dropped first, so every replay, the first or a
+        repeat, reads all of them back from the store (by the ids kept as they were made)."""
+        self.owners.clear()
         return sum(self.app.repository.get(owner_id).version for owner_id in self.ids)

@@ -271,6 +271,13 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
+def clocked(fn) -> tuple[object, dict[str, float]]:
+    """`fn()`, and its wall and this process's CPU seconds (`wall_s`, `cpu_s`)."""
+    cpu = time.process_time()
+    result, wall_s = timed(fn)
+    return result, {"wall_s": wall_s, "cpu_s": time.process_time() - cpu}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -368,7 +375,7 @@ def in_fork(measure: Callable[[], dict[str, object]]) -> dict[str, object]:
     _, status = os.waitpid(pid, 0)
     answer = json.loads(text) if text else {"error": f"the child died (wait status {status})"}
     if status or "error" in answer:
-        raise RuntimeError(f"a measured replay failed: {answer.get('error', status)}")
+        raise RuntimeError(f"a measured run failed: {answer.get('error', status)}")
     return answer
 
 
@@ -424,9 +431,8 @@ def run(target: int, bootstrap: str, jobs: int, repeats: int = 3) -> int:
     for _ in range(repeats):  # interleaved, so a slow spell of the machine hits every kind
         one_cores.append(in_fork(lambda: measured_replay(raw, serde, prefix, 1)))
         all_cores.append(in_fork(lambda: measured_replay(raw, serde, prefix, jobs)))
-        cpu = time.process_time()
-        peer_count, peer_s = timed(peer.replay)
-        peer_runs.append({"wall_s": peer_s, "cpu_s": time.process_time() - cpu})
+        peer_count, peer_clock = clocked(peer.replay)
+        peer_runs.append(peer_clock)
     states = {replay["state"] for replay in one_cores + all_cores}
     assert len(states) == 1, "replays on one core and on all cores reached different states"
     one_core_s, one_core_cpu_s = median_of(one_cores, "wall_s"), median_of(one_cores, "cpu_s")
@@ -456,10 +462,8 @@ def run(target: int, bootstrap: str, jobs: int, repeats: int = 3) -> int:
 
     def measured_restart() -> dict[str, object]:
         """One restart, timed, and the digest of the state it reached."""
-        cpu = time.process_time()
-        restored, wall_s = timed(restart)
-        return {"wall_s": wall_s, "cpu_s": time.process_time() - cpu,
-                "state": state_digest(restored)}  # fmt: skip
+        restored, clock = clocked(restart)
+        return {**clock, "state": state_digest(restored)}
 
     # each in a forked child as the replays: a round's state, freed, would linger (its cycles
     # wait for a full collection) and swell the next round's heap and the peak measured
