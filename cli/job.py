@@ -300,7 +300,8 @@ def _timed_out(args: argparse.Namespace, status: JobStatus | None, forged: list[
             f"{first.event.type_name()} at {where(first)}): is `jobledger services run` "
             f"running on {prefix}*?"
         )
-    waits += waiting_for(ordered, replay(ordered, reducers_of(args)).driver, args.job)
+    now_ms = int(time.time() * 1000)
+    waits += waiting_for(ordered, replay(ordered, reducers_of(args)).driver, args.job, now_ms)
     shown = status.value if status else "not started yet"
     if args.output == "json":
         print(json.dumps({"job_id": args.job, "status": status.value if status else None,

@@ -48,6 +48,11 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
     )  # fmt: skip
     p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
     p.add_argument(
+        "--heartbeat-interval", type=positive_float, default=10.0, metavar="SECONDS",
+        help="how often the TaskExecutors beat (default: 10, Flink's heartbeat.interval; keep "
+        "it well under the services' -D heartbeat.timeout, 50 s by default)",
+    )  # fmt: skip
+    p.add_argument(
         "--master", default=master_default,
         help=f"Spark master (default: {master_default or 'whatever spark-submit says'})",
     )  # fmt: skip
@@ -112,6 +117,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         allowed_modules=frozenset(args.allow_module),
         data_roots=tuple(args.data_root),
         master=args.master,
+        heartbeat_interval_s=args.heartbeat_interval,
     )
     runner = TaskRunner(config)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
@@ -120,7 +126,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         runner.await_termination()
     except KeyboardInterrupt:
         runner.stop()
-    return 0
+    return 1 if runner.failure else 0
 
 
 def cmd_demo_wordcount(args: argparse.Namespace) -> int:

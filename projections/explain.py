@@ -281,8 +281,30 @@ def _now(
         lines.append(f"the JobMaster's view of attempt {prior.attempt_number}: {prior.state.value}")
     current = ev.current
     lines.append(f"now: job {jm.status.value}; attempt {current.attempt_number} is "
-                 f"{current.state.value}{_waiting(ordered, driver, job_id, current)}")  # fmt: skip
+                 f"{current.state.value}{_waiting(ordered, driver, job_id, current)}"
+                 f"{_liveness(driver, current, _last_time(ordered))}")  # fmt: skip
     return lines
+
+
+def _last_time(ordered: list[LogRecord]) -> int | None:
+    """The time a replayed log is as of: that of its last record."""
+    return ordered[-1].timestamp if ordered else None
+
+
+def _liveness(driver: ReducerDriver, current, now_ms: int | None) -> str:
+    """How long the attempt's TaskExecutor has been silent, against the timeout after which
+    it is lost and the attempt failed: what a wait on a dead runner ends with."""
+    if current.state.value not in ("DEPLOYING", "INITIALIZING", "RUNNING", "CANCELING"):
+        return ""
+    rm = driver.resource_manager
+    te = rm.task_executors.get(current.resource_id)
+    if te is None:
+        return f"; TaskExecutor {current.resource_id} is not registered at the ResourceManager"
+    if now_ms is None:
+        return ""
+    silent_s = max(0, now_ms - te.last_heartbeat) // 1000
+    return (f"; TaskExecutor {current.resource_id} silent for {silent_s} s; lost after "
+            f"{rm.config.heartbeat_timeout_ms // 1000} s")  # fmt: skip
 
 
 def _waiting(ordered: list[LogRecord], driver: ReducerDriver, job_id: str, current) -> str:
@@ -314,10 +336,14 @@ def _resources(ordered: list[LogRecord]) -> list[str]:
     return sorted({r.event.resource_id for r in ordered if getattr(r.event, "resource_id", None)})
 
 
-def waiting_for(ordered: list[LogRecord], driver: ReducerDriver, job_id: str) -> list[str]:
+def waiting_for(
+    ordered: list[LogRecord], driver: ReducerDriver, job_id: str, now_ms: int | None = None
+) -> list[str]:
     """What a job that has not ended waits for, in the order a person checks: a submission
     the JobMaster accepted, a leader, a restart, then every subtask whose current attempt has
-    not ended (a slot, a deployment, its TaskExecutor's reports)."""
+    not ended (a slot, a deployment, its TaskExecutor's reports and how long it has been
+    silent as of `now_ms`, by default the log's last record)."""
+    now_ms = _last_time(ordered) if now_ms is None else now_ms
     jm = driver.job_masters.get(job_id)
     if jm is None or jm.job is None:
         return [f"the JobMaster has accepted no submission of job {job_id}"]
@@ -331,6 +357,7 @@ def waiting_for(ordered: list[LogRecord], driver: ReducerDriver, job_id: str) ->
         if current.state.value in ("FINISHED", "CANCELED", "FAILED"):
             continue
         waits = _waiting(ordered, driver, job_id, current) or _reported(current)
+        waits += _liveness(driver, current, now_ms)
         lines.append(f"{job_id}/{ev.job_vertex_id}[{ev.subtask_index}] attempt "
                      f"{current.attempt_number} is {current.state.value}{waits}")  # fmt: skip
     return lines

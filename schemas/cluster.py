@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .ids import JobID, JobMasterFencingToken, ResourceID
+from .ids import InstanceID, JobID, JobMasterFencingToken, ResourceID
 from .model import Event, Int32
 from .topics import TopicRole
 from .types import AllocatedSlotInfo, ResourceProfile, SlotStatus
@@ -23,6 +23,12 @@ class TaskManagerRegistered(Event):
     address: str = Field(description="Address the TaskExecutor is reached at.")
     number_of_slots: Int32 = Field(description="Slots in its slot table.")
     resource_profile: ResourceProfile = Field(description="Resources of each slot.")
+    instance_id: InstanceID = None
+    slot_report: list[SlotStatus] = Field(
+        default_factory=list,
+        description="What the TaskExecutor holds as it registers (after a crash: nothing); the "
+        "ResourceManager takes its word over its own view of the slots.",
+    )
 
 
 class TaskManagerHeartbeat(Event):
@@ -34,6 +40,7 @@ class TaskManagerHeartbeat(Event):
 
     resource_id: ResourceID
     slot_report: list[SlotStatus] = Field(default_factory=list, description="Status of every slot.")
+    instance_id: InstanceID = None
 
 
 class TaskManagerLost(Event):
@@ -81,6 +88,7 @@ class TaskManagerRegistrationAccepted(Event):
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     number_of_slots: Int32 = Field(description="Slots of the TaskExecutor's slot table.")
     resource_profile: ResourceProfile = Field(description="Default profile of each slot.")
+    instance_id: InstanceID = None
 
 
 class TaskManagerConnectionClosed(Event):
@@ -96,6 +104,7 @@ class TaskManagerConnectionClosed(Event):
     resource_id: ResourceID
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     cause: str = Field(description="Why the connection was closed.")
+    instance_id: InstanceID = None
 
 
 class JobMasterRegistrationRequested(Event):

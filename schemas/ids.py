@@ -18,6 +18,14 @@ AllocationID = Annotated[str, Field(description="AllocationID of the slot alloca
 SlotIndex = Annotated[Int32, Field(description="Index of the slot in its TaskExecutor's table.")]
 ExecutionAttemptID = Annotated[str, Field(description="ExecutionAttemptID of the attempt.")]
 SlotRequestId = Annotated[str, Field(description="SlotRequestId of the SlotPool's request.")]
+InstanceID = Annotated[
+    str | None,
+    Field(
+        description="InstanceID of one run of the TaskExecutor's process: new at every start, "
+        "so what an earlier run wrote is told apart from what this one writes (null: written "
+        "before instances were told apart)."
+    ),
+]
 JobMasterFencingToken = Annotated[
     str | None, Field(description="JobMasterId the sender addresses; stale ones are rejected.")
 ]

@@ -2,6 +2,11 @@
 (Flink's ResourceManager with its SlotManager).
 
 Invariants:
+- a TaskExecutor is registered as one instance (one run of its process) at a time; it lives
+  while that instance heartbeats, and is lost after `heartbeat.timeout` of silence or when
+  another instance registers under its ResourceID. Losing it has one path (`_lose`): its
+  requests in flight wait again, every job holding or awaiting a slot there is told
+  (`TaskManagerDisconnected`, which fails the tasks on it), and its connection is closed;
 - a slot is FREE, PENDING for exactly one requested allocation (asked of its TaskExecutor,
   not yet confirmed), ALLOCATED to one allocation, or OCCUPIED by an allocation the
   ResourceManager did not make;
@@ -74,9 +79,12 @@ class RegisteredTaskExecutor:
     resource_profile: ResourceProfile
     slots: list[Slot]
     last_heartbeat: int
+    """Event time of the instance's last beat (or of its registration)."""
     registration: int
     """Order of registration, the tie-breaker of placement."""
     free: int = 0
+    instance_id: str | None = None
+    """The registered run of the TaskExecutor's process (null: a writer older than instances)."""
 
     def __post_init__(self) -> None:
         self.free = sum(1 for s in self.slots if s.state is SlotState.FREE)
@@ -174,20 +182,38 @@ class ResourceManager(Reducer):
 
     @handles(TaskManagerRegistered)
     def on_registered(self, event: TaskManagerRegistered, out: Decisions) -> None:
-        """A new TaskExecutor brings free slots; a repeated registration is acknowledged again."""
-        refusal = slot_count_refusal(event.number_of_slots)
+        """registerTaskExecutor: a new TaskExecutor brings its slots, taken as its slot report
+        says (after a crash: all free); the same instance registering again is acknowledged
+        again; another instance under a registered ResourceID replaces it, so the old one is
+        lost first, its tasks failed (Flink's "re-connected to the ResourceManager")."""
+        refusal = slot_count_refusal(event.number_of_slots) or _slot_report_refusal(event)
         if refusal is not None:
             self._reject(out, refusal)
             return
+        old = self.task_executors.get(event.resource_id)
+        if old is not None and old.instance_id != event.instance_id:
+            cause = (
+                f"TaskExecutor {event.resource_id} re-connected to the ResourceManager as "
+                f"instance {event.instance_id}, replacing instance {old.instance_id}."
+            )
+            out.emit(TaskManagerLost, resource_id=event.resource_id, cause=cause)
+            self._lose(event.resource_id, cause, out)
         if event.resource_id not in self.task_executors:
             self.registrations += 1
+            slots = [Slot() for _ in range(event.number_of_slots)]
+            for status in event.slot_report:
+                if status.allocation_id is not None:
+                    slots[status.slot_index] = Slot(
+                        SlotState.OCCUPIED, status.allocation_id, status.job_id
+                    )
             self.task_executors[event.resource_id] = RegisteredTaskExecutor(
                 event.resource_id,
                 event.address,
                 event.resource_profile,
-                [Slot() for _ in range(event.number_of_slots)],
+                slots,
                 event.event_time,
                 self.registrations,
+                instance_id=event.instance_id,
             )
             self.free_slot_index.changed(self.task_executors[event.resource_id])
         te = self.task_executors[event.resource_id]
@@ -198,28 +224,42 @@ class ResourceManager(Reducer):
             resource_manager_id=self.config.resource_manager_id,
             number_of_slots=len(te.slots),
             resource_profile=te.resource_profile,
+            instance_id=te.instance_id,
         )
         self._serve_waiting(out)
 
     @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
-        """A beat from a TaskExecutor the ResourceManager does not know (lost, or never
-        registered) closes its connection, so that it stops beating until it registers again;
-        otherwise each of its beats would be rejected, forever."""
+        """The registered instance's beat keeps it alive. A beat from a TaskExecutor the
+        ResourceManager does not know (lost, or never registered) closes that instance's
+        connection, so that it registers again instead of beating into rejections forever; a
+        beat from an instance another one replaced is refused and keeps nothing alive."""
         te = self._task_executor(event.resource_id, out)
         if te is None:
             self._close_connection(
-                event.resource_id, f"TaskExecutor {event.resource_id} is not registered", out
+                event.resource_id,
+                f"TaskExecutor {event.resource_id} is not registered",
+                out,
+                event.instance_id,
+            )
+        elif te.instance_id != event.instance_id:
+            self._reject(
+                out,
+                f"heartbeat of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
+                f"which is registered as instance {te.instance_id}",
             )
         else:
             te.last_heartbeat = event.event_time
 
-    def _close_connection(self, resource_id: str, cause: str, out: Decisions) -> None:
+    def _close_connection(
+        self, resource_id: str, cause: str, out: Decisions, instance_id: str | None
+    ) -> None:
         out.emit(
             TaskManagerConnectionClosed,
             resource_id=resource_id,
             resource_manager_id=self.config.resource_manager_id,
             cause=cause,
+            instance_id=instance_id,
         )
 
     @handles(TaskManagerLost)
@@ -228,8 +268,10 @@ class ResourceManager(Reducer):
             self._lose(event.resource_id, event.cause, out)
 
     def _lose(self, resource_id: str, cause: str, out: Decisions) -> None:
-        """Requests in flight to the lost TaskExecutor are re-requested elsewhere; jobs holding
-        its slots are told it is gone."""
+        """closeTaskManagerConnection: requests in flight to the lost TaskExecutor wait again
+        for another slot; every job holding a slot there, or about to (its request in flight),
+        is told it is gone, so its JobMaster fails the tasks on it; the instance's connection
+        is closed."""
         te = self.task_executors.pop(resource_id)
         self.free_slot_index.removed(te)
         jobs: list[str] = []
@@ -238,11 +280,11 @@ class ResourceManager(Reducer):
                 self._requeue_pending(slot)
             elif slot.state is SlotState.ALLOCATED:
                 self._forget(slot.allocation_id)
-                if slot.job_id not in jobs:
-                    jobs.append(slot.job_id)
+            if slot.job_id is not None and slot.job_id not in jobs:
+                jobs.append(slot.job_id)
         for job_id in jobs:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
-        self._close_connection(resource_id, cause, out)
+        self._close_connection(resource_id, cause, out, te.instance_id)
         self._serve_waiting(out)
 
     def next_timer(self) -> int | None:
@@ -264,7 +306,7 @@ class ResourceManager(Reducer):
             if event.event_time - te.last_heartbeat > timeout
         ]
         for resource_id in silent:
-            cause = f"heartbeat of TaskExecutor {resource_id} timed out"
+            cause = f"The heartbeat of TaskManager with id {resource_id} timed out."
             out.emit(TaskManagerLost, resource_id=resource_id, cause=cause)
             self._lose(resource_id, cause, out)
 
@@ -406,3 +448,13 @@ class ResourceManager(Reducer):
             )
         for entry in unserved:
             heapq.heappush(self.queue_order, entry)
+
+
+def _slot_report_refusal(event: TaskManagerRegistered) -> str | None:
+    """Why a registration's slot report cannot describe its slots (None: it can)."""
+    indexes = [status.slot_index for status in event.slot_report]
+    if any(not 0 <= index < event.number_of_slots for index in indexes):
+        return f"the slot report names a slot outside 0..{event.number_of_slots - 1}"
+    if len(set(indexes)) != len(indexes):
+        return "the slot report names a slot twice"
+    return None

@@ -1,6 +1,12 @@
 """TaskExecutor: one TaskManager's slot table and its connections (seed 004, rules TE-*).
 
 Invariants:
+- the table is that of one instance (one run of the TaskExecutor's process, the runner): a
+  registration accepted for another instance starts an empty table, as a restarted process
+  holds nothing; the old instance's tasks are failed by the JobMasters, whom the
+  ResourceManager told it was lost;
+- liveness is not this reducer's to claim: the ResourceManager judges the runner's own
+  heartbeats, so nothing here beats on the runner's behalf;
 - slots are allocated only while registered at the ResourceManager that asks (TE-1, TE-2);
 - a slot is offered to its job only over an established JobManager connection, and only while
   ALLOCATED (TE-13); an accepted offer makes it ACTIVE, a rejected one frees it (TE-7);
@@ -24,7 +30,6 @@ from jobledger.schemas.cluster import (
     ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
     TaskManagerDisconnected,
-    TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.slots import (
@@ -72,6 +77,8 @@ class TaskExecutor(Reducer):
     table: TaskSlotTable | None = None
     job_masters: dict[str, str] = field(default_factory=dict)
     registering: dict[str, str] = field(default_factory=dict)
+    instance_id: str | None = None
+    """The instance whose registration was accepted last."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -80,6 +87,7 @@ class TaskExecutor(Reducer):
         return {
             "resource_id": self.resource_id,
             "resource_manager_id": self.resource_manager_id,
+            "instance_id": self.instance_id,
             "job_masters": dict(self.job_masters),
             "slots": {
                 s.allocation_id: {
@@ -107,21 +115,28 @@ class TaskExecutor(Reducer):
     def on_registration_accepted(
         self, event: TaskManagerRegistrationAccepted, out: Decisions
     ) -> None:
+        """Connected to the ResourceManager (TE-19). Accepted for another instance than the
+        table's: the process was restarted and holds nothing, so the table starts empty and
+        no JobMaster connection is kept."""
         refusal = slot_count_refusal(event.number_of_slots)
         if refusal is not None:
             self._reject(out, refusal)
             return
         self.resource_manager_id = event.resource_manager_id
-        if self.table is None:
+        if self.table is None or event.instance_id != self.instance_id:
             self.table = TaskSlotTable(event.number_of_slots, event.resource_profile)
+            self.job_masters.clear()
+            self.registering.clear()
+            self.instance_id = event.instance_id
 
     @handles(TaskManagerConnectionClosed)
     def on_connection_closed(self, event: TaskManagerConnectionClosed, out: Decisions) -> None:
-        """The ResourceManager let it go: no more heartbeats to it, and no slot requests
-        from it (TE-2) until a registration is accepted again. Slots and tasks stay. Closed
-        again while closed (each beat of a runner the ResourceManager lost closes it): a
-        no-op, not a rejection."""
-        if self.resource_manager_id is None:
+        """The ResourceManager let it go: no slot requests from it (TE-2) until a
+        registration is accepted again. Slots and tasks stay until then: the JobMasters fail
+        the tasks of a lost instance. Closed again while closed (each beat of a runner the
+        ResourceManager lost closes it), or for an earlier instance: a no-op, not a
+        rejection."""
+        if self.resource_manager_id is None or event.instance_id != self.instance_id:
             return
         if event.resource_manager_id != self.resource_manager_id:
             self._reject(out, f"not connected to the resource manager {event.resource_manager_id}")
@@ -482,25 +497,15 @@ class TaskExecutor(Reducer):
     # -- time ----------------------------------------------------------------------------
 
     def next_timer(self) -> int | None:
-        """The earliest event time at which a TimerFired changes anything (None: never, 0:
-        every tick, for the heartbeat to the ResourceManager)."""
+        """The earliest event time at which an allocated slot times out (None: none can)."""
         if self.table is None:
             return None
-        if self.resource_manager_id is not None:
-            return 0
         return self.table.next_timeout()
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
-        """Allocated slots nobody activated in time are freed (TST-11); then the heartbeat to
-        the ResourceManager carries the slot report as it is now (TE-20)."""
+        """Allocated slots nobody activated in time are freed (TST-11)."""
         if self.table is None:
             return
         for allocation_id in self.table.timed_out(event.event_time):
             self._free(allocation_id, "slot timed out before it was used", out)
-        if self.resource_manager_id is not None:
-            out.emit(
-                TaskManagerHeartbeat,
-                resource_id=self.resource_id,
-                slot_report=self.table.slot_report(),
-            )

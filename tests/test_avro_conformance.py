@@ -10,14 +10,21 @@ languages in Avro's own JSON encoding, so neither side interprets the other's ob
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
+from fastavro import parse_schema
 from fastavro.json_read import json_reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobledger.schemas import EVENT_TYPES, EventSerde, SchemaCatalog
-from jobledger.schemas.catalog import SCHEMA_DIR, fingerprint_number, schema_fingerprint
+from jobledger.schemas.catalog import (
+    HISTORY_DIR,
+    SCHEMA_DIR,
+    fingerprint_number,
+    schema_fingerprint,
+)
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.json_form import event_from_json
 from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC, event_from_avro_dict
@@ -53,11 +60,15 @@ def _from_avro_json(cls, text: str):
 
 def test_the_issue_s_fingerprint_is_what_both_sides_compute(java):
     """The worked example of the wire-contract issue: Java's fingerprint of
-    TaskManagerRegistered, and the header bytes it writes, little-endian."""
-    assert java.fingerprint("jobledger.TaskManagerRegistered") == 0x9EF411078B89F334
-    fp = CATALOG.current_fingerprint(TaskManagerRegistered)
+    TaskManagerRegistered as it was then (now in `history/`), and the header bytes it writes,
+    little-endian; a record written with it still decodes."""
+    old = json.loads((HISTORY_DIR / "jobledger.TaskManagerRegistered.v1.avsc").read_text())
+    fp = schema_fingerprint(parse_schema(old))
     assert fp == bytes.fromhex("34f3898b0711f49e")
     assert fingerprint_number(fp) == 0x9EF411078B89F334
+    assert CATALOG.writer(fp).event_type is TaskManagerRegistered
+    current = CATALOG.current_fingerprint(TaskManagerRegistered)
+    assert java.fingerprint("jobledger.TaskManagerRegistered") == fingerprint_number(current)
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
@@ -101,7 +112,10 @@ def test_a_log_written_in_the_old_byte_order_stays_readable():
     event = SERDE.decode(old, "t")
 
     assert event == expected
-    assert SERDE.encode(event, "t") == b"\xc3\x01" + bytes.fromhex("34f3898b0711f49e") + old[10:]
+    # written back under today's schema: its fingerprint, then the fields added since (a null
+    # instance id, an empty slot report)
+    current = CATALOG.current_fingerprint(TaskManagerRegistered)
+    assert SERDE.encode(event, "t") == b"\xc3\x01" + current + old[10:] + b"\x00\x00"
 
 
 def test_avro_java_refuses_the_old_byte_order(java):

@@ -22,7 +22,7 @@ from jobledger.schemas.slots import (
     SlotRequested,
 )
 from jobledger.schemas.timers import TimerFired
-from jobledger.schemas.types import OwnerKind
+from jobledger.schemas.types import OwnerKind, SlotStatus
 from jobledger.services.resource_manager import (
     ResourceManager,
     ResourceManagerConfig,
@@ -45,10 +45,10 @@ class RM:
         event = self.clock(cls, at=at, **fields)
         return Derived(self.rm.apply(event), event, PRODUCER)
 
-    def register(self, tm: str, slots: int = 2, prof=SLOT, at=None):
+    def register(self, tm: str, slots: int = 2, prof=SLOT, at=None, instance=None, report=()):
         return self.apply(
             TaskManagerRegistered, at=at, resource_id=tm, address=f"{tm}:1", number_of_slots=slots,
-            resource_profile=prof,
+            resource_profile=prof, instance_id=instance, slot_report=list(report),
         )  # fmt: skip
 
     def request(self, alloc: str, job: str = "job", prof=UNKNOWN):
@@ -67,10 +67,10 @@ class RM:
 # the events the ResourceManager derives, whole: every field named
 
 
-def accepted(tm, slots=2, prof=SLOT):
+def accepted(tm, slots=2, prof=SLOT, instance=None):
     return expect(
         TaskManagerRegistrationAccepted, resource_id=tm, resource_manager_id="rm",
-        number_of_slots=slots, resource_profile=prof,
+        number_of_slots=slots, resource_profile=prof, instance_id=instance,
     )  # fmt: skip
 
 
@@ -82,10 +82,11 @@ def asked(alloc, tm, index, job="job", prof=UNKNOWN):
     )  # fmt: skip
 
 
-def closed(tm, cause):
+def closed(tm, cause, instance=None):
     return expect(
-        TaskManagerConnectionClosed, resource_id=tm, resource_manager_id="rm", cause=cause
-    )
+        TaskManagerConnectionClosed, resource_id=tm, resource_manager_id="rm", cause=cause,
+        instance_id=instance,
+    )  # fmt: skip
 
 
 def disconnected(job, tm, cause):
@@ -157,6 +158,9 @@ def test_a_request_no_slot_matches_waits_without_blocking_the_others():
 
 
 def test_a_lost_task_executors_in_flight_allocations_are_re_requested_elsewhere():
+    """The job whose request was in flight is told too: its TaskExecutor may have allocated
+    and offered the slot before the ResourceManager heard back, and a task deployed there
+    must fail, not wait for a dead process."""
     rm = RM()
     rm.register("tm-1", slots=1)
     rm.register("tm-2", slots=1)
@@ -167,7 +171,7 @@ def test_a_lost_task_executors_in_flight_allocations_are_re_requested_elsewhere(
     rm.register("tm-3", slots=1)
     assert_derived(
         rm.apply(TaskManagerLost, resource_id="tm-2", cause="killed"),
-        [closed("tm-2", "killed"), asked("a2", "tm-3", 0)],
+        [disconnected("job", "tm-2", "killed"), closed("tm-2", "killed"), asked("a2", "tm-3", 0)],
     )
 
 
@@ -191,7 +195,7 @@ def test_heartbeat_timeout_loses_the_task_executor():
     scope = dict(scope=OwnerKind.RESOURCE_MANAGER, owner_id="rm")
     assert rm.apply(TimerFired, at=11_000, **scope) == []
     events = rm.apply(TimerFired, at=11_001, **scope)
-    cause = "heartbeat of TaskExecutor tm-1 timed out"
+    cause = "The heartbeat of TaskManager with id tm-1 timed out."
     assert events.cause.event_time == 11_001
     assert_derived(
         events, [expect(TaskManagerLost, resource_id="tm-1", cause=cause), closed("tm-1", cause)]
@@ -202,9 +206,76 @@ def test_heartbeat_timeout_loses_the_task_executor():
 def test_a_heartbeat_from_an_unknown_task_executor_closes_its_connection():
     """Else a TaskExecutor the ResourceManager does not know beats, and is rejected, forever."""
     rm = RM()
-    events = rm.apply(TaskManagerHeartbeat, resource_id="tm-9")
+    events = rm.apply(TaskManagerHeartbeat, resource_id="tm-9", instance_id="i1")
     reason = "TaskExecutor tm-9 is not registered"
-    assert_derived(events, [rejected(events, reason), closed("tm-9", reason)])
+    assert_derived(events, [rejected(events, reason), closed("tm-9", reason, "i1")])
+
+
+def test_a_new_instance_replaces_the_old_one_whose_jobs_are_told_first():
+    """Flink's registerTaskExecutor with a known ResourceID: the old registration goes
+    ("re-connected"), every job with a slot there fails its tasks, then the new instance is
+    registered with all its slots free, as its empty slot report says."""
+    rm = RM()
+    rm.register("tm-1", instance="i1")
+    rm.confirm(rm.request("a1", job="j1")[0])
+    events = rm.register("tm-1", instance="i2")
+    cause = (
+        "TaskExecutor tm-1 re-connected to the ResourceManager as instance i2, "
+        "replacing instance i1."
+    )
+    assert_derived(events, [
+        expect(TaskManagerLost, resource_id="tm-1", cause=cause), disconnected("j1", "tm-1", cause),
+        closed("tm-1", cause, "i1"), accepted("tm-1", instance="i2"),
+    ])  # fmt: skip
+    assert rm.rm.free_slots() == 2
+    assert rm.rm.requests == {}
+
+
+def test_the_same_instance_registering_again_is_acknowledged_again():
+    rm = RM()
+    rm.register("tm-1", instance="i1")
+    rm.confirm(rm.request("a1")[0])
+    assert_derived(rm.register("tm-1", instance="i1"), [accepted("tm-1", instance="i1")])
+    assert rm.rm.task_executors["tm-1"].slots[0].state is SlotState.ALLOCATED
+
+
+def test_a_replaced_instance_s_heartbeat_is_refused_and_keeps_nothing_alive():
+    rm = RM(heartbeat_timeout_ms=1_000)
+    rm.register("tm-1", at=10_000, instance="i1")
+    rm.register("tm-1", at=10_100, instance="i2")
+    events = rm.apply(TaskManagerHeartbeat, at=11_000, resource_id="tm-1", instance_id="i1")
+    reason = "heartbeat of instance i1 of TaskExecutor tm-1, which is registered as instance i2"
+    assert_derived(events, [rejected(events, reason)])
+    scope = dict(scope=OwnerKind.RESOURCE_MANAGER, owner_id="rm")
+    cause = "The heartbeat of TaskManager with id tm-1 timed out."
+    assert_derived(rm.apply(TimerFired, at=11_101, **scope), [
+        expect(TaskManagerLost, resource_id="tm-1", cause=cause), closed("tm-1", cause, "i2"),
+    ])  # fmt: skip
+
+
+def test_slots_a_registration_reports_allocated_are_not_given_out():
+    rm = RM()
+    held = SlotStatus(slot_index=1, resource_profile=SLOT, allocation_id="x", job_id="j9")
+    rm.register("tm-1", instance="i1", report=[held])
+    assert [s.state for s in rm.rm.task_executors["tm-1"].slots] == [
+        SlotState.FREE, SlotState.OCCUPIED,
+    ]  # fmt: skip
+    assert_derived(rm.request("a1"), [asked("a1", "tm-1", 0)])
+
+
+@pytest.mark.parametrize(
+    ("indexes", "reason"),
+    [
+        ([2], "the slot report names a slot outside 0..1"),
+        ([1, 1], "the slot report names a slot twice"),
+    ],
+)
+def test_a_slot_report_that_cannot_describe_the_slots_is_refused(indexes, reason):
+    rm = RM()
+    report = [SlotStatus(slot_index=i, resource_profile=SLOT) for i in indexes]
+    events = rm.register("tm-1", instance="i1", report=report)
+    assert_derived(events, [rejected(events, reason)])
+    assert rm.rm.task_executors == {}
 
 
 def test_a_cancelled_request_stops_waiting_or_gives_its_slot_back():

@@ -15,7 +15,6 @@ from jobledger.schemas.cluster import (
     ResourceManagerHeartbeatTimedOut,
     TaskManagerConnectionClosed,
     TaskManagerDisconnected,
-    TaskManagerHeartbeat,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.slots import (
@@ -40,7 +39,7 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind, SlotStatus
+from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
 from jobledger.services.task_slot_table import TaskSlotState
@@ -173,14 +172,6 @@ def task_failed(attempt, error, jm=JM):
     )  # fmt: skip
 
 
-def heartbeat(*slots: SlotStatus):
-    return expect(TaskManagerHeartbeat, resource_id=TM, slot_report=list(slots))
-
-
-def status(index, alloc=None, job=None, prof=DEFAULT) -> SlotStatus:
-    return SlotStatus(slot_index=index, resource_profile=prof, allocation_id=alloc, job_id=job)
-
-
 def rejected(events: Derived, reason: str):
     return rejection(events.cause, OwnerKind.TASK_EXECUTOR, TM, reason)
 
@@ -278,9 +269,7 @@ def test_te_10_a_declined_registration_offers_nothing_and_the_slots_time_out():
     te = TE()
     te.request(0, "a1", at=5_000)
     assert te.apply(JobMasterRegistrationDeclined, job_id=JOB, reason="no leader") == []
-    assert_derived(te.tick(6_000), [
-        freed("a1", "slot timed out before it was used"), heartbeat(status(0), status(1)),
-    ])  # fmt: skip
+    assert_derived(te.tick(6_000), [freed("a1", "slot timed out before it was used")])
 
 
 def test_te_11_a_reply_from_a_former_leader_is_ignored():
@@ -379,10 +368,15 @@ def test_te_16_job_master_disconnect_fails_tasks_and_deactivates_slots():
     assert JOB not in te.te.job_masters
 
 
-def test_te_20_the_heartbeat_carries_the_current_slot_report():
+def test_te_20_the_reducer_never_beats_on_the_runner_s_behalf():
+    """TE-20's heartbeat is the runner's own (the process that runs the tasks): a beat derived
+    here on every tick kept a dead runner's TaskExecutor alive for ever. A tick only frees
+    slots that timed out, and none is asked for while no slot can time out."""
     te = TE()
+    assert te.te.next_timer() is None
     te.request(1, "a1", at=100)
-    assert_derived(te.tick(200), [heartbeat(status(0), status(1, "a1", JOB))])
+    assert te.te.next_timer() == 1_100
+    assert te.tick(200) == []
     assert TE(registered=False).tick(200) == []
 
 
@@ -480,37 +474,62 @@ def test_a_task_that_reported_its_end_is_not_failed_when_its_slot_is_freed():
     assert_derived(events, [rejected(events, "no task att-1 in the slot table")])
 
 
-def test_a_registration_the_resource_manager_never_made_ends_at_its_first_heartbeat():
+def test_a_registration_the_resource_manager_never_made_asks_for_no_timer():
     """Hardening issue, item 8: a TaskManagerRegistrationAccepted no ResourceManager derived
-    made a TaskExecutor whose every heartbeat the ResourceManager rejected, forever. Now the
-    first rejected beat closes the connection (as Flink's ResourceManager does for a
-    TaskExecutor it no longer knows), the TaskExecutor stops beating and needs no timer."""
+    made a TaskExecutor beat into rejections forever. Nothing here beats now: such a
+    TaskExecutor asks for no timer and derives nothing from a tick."""
     clock = Clock()
     driver = ReducerDriver()
     bogus = clock(TaskManagerRegistrationAccepted, resource_id=TM,
                   resource_manager_id="resourcemanager", number_of_slots=1,
                   resource_profile=DEFAULT)  # fmt: skip
     driver.run([bogus])
-    assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now) == [TM]
-
-    timer = clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)
-    log = driver.run([timer])
-
-    assert types(log) == [
-        "TimerFired", "TaskManagerHeartbeat", "EventRejected", "TaskManagerConnectionClosed",
-    ]  # fmt: skip
-    assert log[0] == timer
-    assert_derived(log[1:2], [heartbeat(status(0))], cause=timer, producer=PRODUCER)
-    reason = "TaskExecutor tm-1 is not registered"
-    assert_derived(log[2:], [
-        rejection(log[1], OwnerKind.RESOURCE_MANAGER, "resourcemanager", reason),
-        expect(TaskManagerConnectionClosed, resource_id=TM, resource_manager_id="resourcemanager",
-               cause=reason),
-    ], cause=log[1], producer="resourcemanager")  # fmt: skip
-    assert driver.task_executors[TM].resource_manager_id is None
     assert driver.due_timers(TopicRole.TASK_EXECUTOR, clock.now + 60_000) == []
     again = driver.run([clock(TimerFired, scope=OwnerKind.TASK_EXECUTOR, owner_id=TM)])
     assert types(again) == ["TimerFired"]
+
+
+def test_a_registration_of_a_new_instance_starts_an_empty_table():
+    """The runner was restarted: the new process holds nothing, so neither does its table;
+    the old instance's tasks are the JobMasters' to fail (the ResourceManager lost it)."""
+    te = TE()
+    te.apply(TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=2,
+             resource_profile=DEFAULT, instance_id="i1")  # fmt: skip
+    te.request(0, "a1")
+    te.connect()
+    te.accept("a1")
+    te.submit("a1")
+    assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost",
+                    instance_id="i1") == []  # fmt: skip
+    events = te.apply(TaskManagerRegistrationAccepted, resource_manager_id="rm",
+                      number_of_slots=2, resource_profile=DEFAULT, instance_id="i2")  # fmt: skip
+    assert events == []
+    assert te.te.to_dict() == {
+        "resource_id": TM, "resource_manager_id": "rm", "instance_id": "i2", "job_masters": {},
+        "slots": {},
+    }  # fmt: skip
+    late = te.apply(TaskFinalStateReported, job_id=JOB, execution_attempt_id="att-1",
+                    execution_state=ExecutionState.FINISHED)  # fmt: skip
+    assert_derived(late, [rejected(late, "no task att-1 in the slot table")])
+
+
+def test_the_same_instance_accepted_again_keeps_its_table():
+    te = TE()
+    te.request(0, "a1")
+    before = te.te.to_dict()
+    assert te.apply(TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=2,
+                    resource_profile=DEFAULT) == []  # fmt: skip
+    assert te.te.to_dict() == before
+
+
+def test_a_connection_closed_for_an_earlier_instance_changes_nothing():
+    te = TE()
+    te.apply(TaskManagerRegistrationAccepted, resource_manager_id="rm", number_of_slots=2,
+             resource_profile=DEFAULT, instance_id="i2")  # fmt: skip
+    before = te.te.to_dict()
+    assert te.apply(TaskManagerConnectionClosed, resource_manager_id="rm", cause="lost",
+                    instance_id="i1") == []  # fmt: skip
+    assert te.te.to_dict() == before
 
 
 def test_a_connection_closed_by_another_resource_manager_is_rejected():

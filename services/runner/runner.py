@@ -2,7 +2,12 @@
 tasks deployed to its TaskExecutors as Spark jobs.
 
 The runner registers its TaskExecutors with the ResourceManager (slots default to Spark's
-cores) and heartbeats them; the ResourceManager, the TaskExecutor slot tables and the
+cores) and heartbeats them: those beats are what keeps them alive, judged by the
+ResourceManager against `heartbeat.timeout`. Each registration is a new instance (a fresh
+InstanceID): a restarted runner, or one whose connection the ResourceManager closed (it was
+silent too long), starts over with empty slots, and runs only what is accepted for its
+current instance; what was deployed to an earlier one is the JobMasters' to fail. The
+ResourceManager, the TaskExecutor slot tables and the
 JobMasters (the services) do the rest until a `TaskDeploymentRequested` for one of its
 TaskExecutors arrives. Each micro-batch hands its deployments, grouped by job, to Spark as one
 job each (one Spark task per deployment, see `task.py`) from a thread pool, so the query keeps
@@ -17,6 +22,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -31,6 +37,7 @@ from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
     TaskManagerHeartbeat,
     TaskManagerRegistered,
+    TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
@@ -75,7 +82,8 @@ class RunnerConfig:
     resolved here, at startup; none: jobs read and write no files."""
     master: str | None = "local[*]"
     """None under spark-submit, whose --master then applies."""
-    heartbeat_interval_s: float = 5.0
+    heartbeat_interval_s: float = 10.0
+    """Flink's `heartbeat.interval`: well inside the services' `heartbeat.timeout` (50 s)."""
     trigger_interval: str = "20 milliseconds"
     """How often an idle query looks for new records (a busy one starts its next micro-batch
     as soon as the last ends): a deployment waits half of it on average. Each look asks the
@@ -155,6 +163,14 @@ class TaskRunner:
         self.group_of: dict[str, str] = {}
         self.timings: deque[GroupTiming] = deque(maxlen=MAX_TIMINGS)
         """The last groups' timings, oldest first."""
+        self.instances: dict[str, str] = {}
+        """The current InstanceID of each TaskExecutor."""
+        self.earlier_instances: set[str] = set()
+        self.live: set[str] = set()
+        """TaskExecutors whose current instance's registration was accepted and whose
+        connection was not closed since: only their acceptances run."""
+        self.failure: str | None = None
+        """Why the runner stopped on its own (another process took over its TaskExecutors)."""
         self.stopping = threading.Event()
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -235,19 +251,75 @@ class TaskRunner:
     # -- TaskExecutors -------------------------------------------------------------------
 
     def _register(self, resource_ids: list[str] | None = None) -> None:
-        """Register the runner's TaskExecutors (all, or those named) at the ResourceManager."""
+        """Register the runner's TaskExecutors (all, or those named) at the ResourceManager,
+        each as a new instance holding no slot (its slot report is empty)."""
         profile = ResourceProfile(
             kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
         )
         now = _now_ms()
-        self._emit([
-            TaskManagerRegistered(
-                event_id=derived_id(f"{rid}@{now}", "registered"), event_time=now,
-                producer=task.PRODUCER, resource_id=rid, address=socket.gethostname(),
-                number_of_slots=self.slots, resource_profile=profile,
+        registrations = []
+        for rid in resource_ids or self.resource_ids:
+            with self.lock:
+                if rid in self.instances:
+                    self.earlier_instances.add(self.instances[rid])
+                self.instances[rid] = uuid.uuid4().hex
+                self.live.discard(rid)
+            registrations.append(TaskManagerRegistered(
+                event_id=derived_id(f"{rid}@{self.instances[rid]}", "registered"),
+                event_time=now, producer=task.PRODUCER, resource_id=rid,
+                address=socket.gethostname(), number_of_slots=self.slots,
+                resource_profile=profile, instance_id=self.instances[rid],
+            ))  # fmt: skip
+        self._emit(registrations)
+
+    def _on_registration_accepted(self, event: TaskManagerRegistrationAccepted) -> None:
+        """Our current instance is registered: its acceptances run from here on. Another
+        instance accepted after ours, that this runner never made, is another process
+        registered under our TaskExecutor's id: two processes must not share one, so this
+        one stops (the one that registered last holds the slots)."""
+        rid = event.resource_id
+        if event.instance_id == self.instances.get(rid):
+            self.live.add(rid)
+            return
+        if rid in self.live and event.instance_id not in self.earlier_instances:
+            self.failure = (
+                f"another process registered TaskExecutor {rid} (instance {event.instance_id}); "
+                f"stopping this runner (instance {self.instances[rid]}): give each runner its "
+                "own --runner-id"
             )
-            for rid in (resource_ids or self.resource_ids)
-        ])  # fmt: skip
+            log.error("%s", self.failure)
+            threading.Thread(target=self.stop, name="jobledger-runner-stop").start()
+
+    def _on_connection_closed(self, event: TaskManagerConnectionClosed) -> None:
+        """The ResourceManager lost this instance (silent past its heartbeat timeout, e.g.
+        paused): the JobMasters failed its tasks, so what it still runs is cancelled, and it
+        registers again as a new instance, as Flink's TaskExecutor reconnects. A close for an
+        earlier instance is old news."""
+        rid = event.resource_id
+        if event.instance_id not in (None, self.instances.get(rid)):
+            return
+        log.warning("the ResourceManager closed %s's connection (%s); cancelling its tasks and "
+                    "registering again as a new instance", rid, event.cause)  # fmt: skip
+        self.live.discard(rid)
+        self._abandon(rid)
+        self._register([rid])
+
+    def _abandon(self, resource_id: str) -> None:
+        """Cancel every attempt this runner holds for `resource_id`: waiting for its
+        acceptance, or started."""
+        for attempt, d in list(self.awaiting_acceptance.items()):
+            if d.resource_id == resource_id:
+                del self.awaiting_acceptance[attempt]
+                self.cancelled_before_acceptance.discard(attempt)
+        with self.lock:
+            attempts = [
+                (d.job_id, d.execution_attempt_id)
+                for group in self.groups.values()
+                for d in group.deployments
+                if d.resource_id == resource_id
+            ]
+        for job_id, attempt in attempts:
+            self._cancel_attempt(job_id, attempt, {})
 
     def _heartbeat(self) -> None:
         while not self.stopping.wait(self.config.heartbeat_interval_s):
@@ -260,9 +332,9 @@ class TaskRunner:
                 self._emit([
                     TaskManagerHeartbeat(
                         event_id=derived_id(f"{rid}@{now}", "heartbeat"), event_time=now,
-                        producer=task.PRODUCER, resource_id=rid,
+                        producer=task.PRODUCER, resource_id=rid, instance_id=instance,
                     )
-                    for rid in self.resource_ids
+                    for rid, instance in list(self.instances.items())
                 ])  # fmt: skip
             except Exception:  # a broker hiccup: the next heartbeat tries again
                 log.exception("heartbeat failed")
@@ -288,21 +360,20 @@ class TaskRunner:
                 continue  # the services dead-letter what they cannot read
             if getattr(event, "resource_id", None) not in self.resource_ids:
                 continue
-            if isinstance(event, TaskDeploymentRequested):
+            if isinstance(event, TaskManagerRegistrationAccepted):
+                self._on_registration_accepted(event)
+            elif isinstance(event, TaskManagerConnectionClosed):
+                self._on_connection_closed(event)
+            elif event.resource_id not in self.live:
+                continue  # deployed to an earlier instance, which the JobMasters fail
+            elif isinstance(event, TaskDeploymentRequested):
                 if event.execution_attempt_id not in self.seen:
                     self.seen.add(event.execution_attempt_id)
                     self._await_acceptance(event)
             elif isinstance(event, TaskSubmissionAccepted):
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
-                self._cancel(event, accepted)
-            elif isinstance(event, TaskManagerConnectionClosed):
-                # the ResourceManager lost this TaskExecutor (a stall past its heartbeat
-                # timeout): it registers again, as Flink's reconnects, instead of beating
-                # into rejections for good
-                log.warning("the ResourceManager closed %s's connection (%s); registering again",
-                            event.resource_id, event.cause)  # fmt: skip
-                self._register([event.resource_id])
+                self._cancel_attempt(event.job_id, event.execution_attempt_id, accepted)
         for job_id, batch_deployments in accepted.items():
             group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), batch_id, started, read)
             with self.lock:
@@ -329,17 +400,16 @@ class TaskRunner:
             return
         accepted.setdefault(deployment.job_id, []).append(deployment)
 
-    def _cancel(
-        self, event: TaskCancellationRequested, pending: dict[str, list[TaskDeploymentRequested]]
+    def _cancel_attempt(
+        self, job_id: str, attempt: str, pending: dict[str, list[TaskDeploymentRequested]]
     ) -> None:
         """Not started yet: never starts, and is reported CANCELED here. Started: its Spark
         job is cancelled once every task of that job is to be cancelled (cancelling is per
         Spark job)."""
-        attempt = event.execution_attempt_id
         if attempt in self.awaiting_acceptance:
             self.cancelled_before_acceptance.add(attempt)
             return
-        queued = pending.get(event.job_id, [])
+        queued = pending.get(job_id, [])
         for d in queued:
             if d.execution_attempt_id == attempt:
                 queued.remove(d)
