@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from jobledger.schemas import EventSerde, topic_name
-from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistered
+from jobledger.schemas.cluster import (
+    TaskManagerConnectionClosed,
+    TaskManagerRegistered,
+    TaskManagerRegistrationAccepted,
+)
 from jobledger.schemas.tasks import (
     TaskCancellationRequested,
     TaskDeploymentRequested,
@@ -35,6 +39,8 @@ from jobledger.schemas.types import (
     ResultPartitionType,
 )
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+
+from .events import profile
 
 pytest.importorskip(
     "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
@@ -182,9 +188,28 @@ def running(
     runner = TaskRunner(config, spark=spark)
     runner.start()
     try:
+        registered(cluster, runner)
         yield runner
     finally:
         runner.stop()
+
+
+def registered(cluster, runner: TaskRunner, timeout_s: float = 60) -> None:
+    """Play the ResourceManager's acceptance of the runner's registrations (no services run
+    here) and wait until the runner has read it: it runs only what is accepted for an
+    instance of its own that is registered."""
+    write(cluster, *[
+        TaskManagerRegistrationAccepted(
+            event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000),
+            producer="resourcemanager", resource_id=rid, resource_manager_id="resourcemanager",
+            number_of_slots=runner.slots, resource_profile=profile(1.0, 1024), instance_id=instance,
+        )
+        for rid, instance in runner.instances.items()
+    ])  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while runner.live != set(runner.resource_ids):
+        assert time.monotonic() < deadline, f"the runner never read its acceptance: {runner.live}"
+        time.sleep(0.05)
 
 
 def test_bad_deployments_end_as_failed_tasks_and_the_runner_goes_on(spark, cluster, tmp_path):
