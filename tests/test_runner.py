@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import re
 import subprocess
@@ -34,13 +35,20 @@ from jobledger.schemas.types import (
     OperatorSpec,
     ResultPartitionType,
 )
-from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.kafka import (
+    admin_client,
+    create_topics,
+    read_committed_consumer,
+    read_topic,
+    transactional_producer,
+)
 
 pytest.importorskip(
     "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
 )
 
 from jobledger.cli import demo
+from jobledger.services.runner.checkpoint import MARKER, read_log
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 pytestmark = pytest.mark.broker
@@ -169,6 +177,20 @@ def final_states(
         consumer.close()
         time.sleep(0.5)
     return ends
+
+
+def registrations(cluster, resource_id: str) -> int:
+    """How often the TaskExecutor registered at the ResourceManager."""
+    consumer = read_committed_consumer(cluster.bootstrap)
+    try:
+        topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+        return sum(
+            isinstance(event := EventSerde().decode(m.value(), topic), TaskManagerRegistered)
+            and event.resource_id == resource_id
+            for m in read_topic(consumer, topic, True, True)
+        )
+    finally:
+        consumer.close()
 
 
 @contextmanager
@@ -333,26 +355,62 @@ def test_a_task_executor_whose_connection_the_resource_manager_closed_registers_
     """Else the runner beats for it into rejections for good (Flink's TaskExecutor
     reconnects to the ResourceManager when it is disconnected)."""
 
-    def registrations() -> int:
-        consumer = read_committed_consumer(cluster.bootstrap)
-        try:
-            topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
-            return sum(
-                isinstance(event := EventSerde().decode(m.value(), topic), TaskManagerRegistered)
-                and event.resource_id == "again-0"
-                for m in read_topic(consumer, topic, True, True)
-            )
-        finally:
-            consumer.close()
-
     with running(spark, cluster, tmp_path, "again", "json", heartbeat_interval_s=0.5):
-        assert registrations() == 1
+        assert registrations(cluster, "again-0") == 1
         write(cluster, TaskManagerConnectionClosed(
             event_id="closed", event_time=int(time.time() * 1000), producer="resourcemanager",
             cause_event_id="lost", resource_id="again-0", resource_manager_id="resourcemanager",
             cause="heartbeat of TaskExecutor again-0 timed out",
         ))  # fmt: skip
         deadline = time.monotonic() + 60
-        while registrations() < 2:
+        while registrations(cluster, "again-0") < 2:
             assert time.monotonic() < deadline, "the runner did not register again"
             time.sleep(0.5)
+
+
+def recreate_topics(cluster) -> None:
+    """Delete the cluster's topics and create them again: same names, new topic ids, empty."""
+    admin = admin_client(cluster.bootstrap)
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cluster.prefix)]
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result()
+    deadline = time.monotonic() + 60
+    while not all(r.created for r in create_topics(cluster.bootstrap, cluster.prefix, 3)):
+        assert time.monotonic() < deadline, "the deleted topics could not be created again"
+        time.sleep(0.2)  # a topic being deleted "already exists" for a moment
+
+
+def test_a_checkpoint_of_topics_since_created_again_is_moved_aside_and_the_runner_starts(
+    spark, cluster, tmp_path, caplog
+):
+    """Hardening issue 27, item 4: the log changed under the runner's checkpoint, whose
+    offsets the new topic never had. The runner says so in one line and starts afresh."""
+    with running(spark, cluster, tmp_path, "refit", "json"):
+        first = deployment(cluster, "before", [
+            OperatorSpec(name="range", config={"start": "0", "end": "3"})],
+            resource_id="refit-0")  # fmt: skip
+        write(cluster, first, accepted(first))
+        before = final_states(cluster, expected=1)["before"]
+    assert before.execution_state is ExecutionState.FINISHED
+    recreate_topics(cluster)
+    caplog.clear()
+    with running(spark, cluster, tmp_path, "refit", "json"):
+        assert registrations(cluster, "refit-0") == 1, "the runner did not register"
+        after = deployment(cluster, "after", [
+            OperatorSpec(name="range", config={"start": "0", "end": "3"})],
+            resource_id="refit-0")  # fmt: skip
+        write(cluster, after, accepted(after))
+        ends = final_states(cluster, expected=1)
+    assert ends["after"].execution_state is ExecutionState.FINISHED
+    said = [r.getMessage() for r in caplog.records if r.name == "jobledger.runner"
+            and r.levelno >= logging.WARNING]  # fmt: skip
+    (stale,) = tmp_path.glob("ckpt.stale-*")
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    old_id = json.loads((stale / MARKER).read_text())["topic_id"]
+    new_id = read_log(cluster.bootstrap, topic).topic_id
+    assert said == [
+        f"checkpoint {tmp_path / 'ckpt'} was written against topic {topic} with id {old_id}, "
+        f"the topic now has id {new_id} (created again): moved it to {stale} and starting from "
+        "the log's current end"
+    ]
+    assert (stale / "offsets").is_dir(), "the old checkpoint was not kept"

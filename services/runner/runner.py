@@ -42,7 +42,7 @@ from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourcePro
 
 from ..decisions import derived_id
 from ..kafka import TYPE_HEADER, append_events
-from . import task
+from . import checkpoint, task
 from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
@@ -87,6 +87,8 @@ class RunnerConfig:
     sources that implement `SupportsRealTimeMode` (Spark's JVM Kafka connector; no Python data
     source) and only allow-listed sinks (Kafka, a foreach writer, console, memory), not
     `foreachBatch`, through which the driver hands deployments to Spark jobs it can cancel."""
+    checkpoint_mismatch: checkpoint.OnMismatch = "restart"
+    """What to do with a checkpoint that does not fit the log (`checkpoint.py`)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -163,7 +165,13 @@ class TaskRunner:
 
     def start(self) -> None:
         """Start the query, then (once it has fixed its starting offsets) register the
-        TaskExecutors, so no deployment for them can come before the query reads."""
+        TaskExecutors, so no deployment for them can come before the query reads. A checkpoint
+        that does not fit the log is dealt with first (`checkpoint.fit`)."""
+        topic = topic_name(TopicRole.TASK_EXECUTOR, self.config.prefix)
+        checkpoint.fit(
+            self.config.checkpoint, checkpoint.read_log(self.config.bootstrap, topic),
+            self.config.checkpoint_mismatch,
+        )  # fmt: skip
         self._start_query()
         deadline = time.monotonic() + 120
         while self.query.lastProgress is None:
