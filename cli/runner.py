@@ -105,7 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
 
 def cmd_runner(args: argparse.Namespace) -> int:
     from jobledger.services.runner.checkpoint import CheckpointMismatch
-    from jobledger.services.runner.runner import RunnerConfig, TaskRunner
+    from jobledger.services.runner.runner import QueryGaveUp, RunnerConfig, TaskRunner
 
     configure_logging()
     prefix = prefix_of(args)
@@ -134,6 +134,9 @@ def cmd_runner(args: argparse.Namespace) -> int:
             f"{exc}; --checkpoint-mismatch restart moves it aside and starts from the log's "
             "current end"
         ) from None
+    except QueryGaveUp as exc:
+        runner.stop()
+        raise CommandFailed(str(exc)) from None
     return 0
 
 

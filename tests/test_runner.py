@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistered
@@ -49,7 +51,12 @@ pytest.importorskip(
 
 from jobledger.cli import demo
 from jobledger.services.runner.checkpoint import MARKER, read_log
-from jobledger.services.runner.runner import RunnerConfig, TaskRunner
+from jobledger.services.runner.runner import (
+    MAX_SHORT_LIVES,
+    QueryGaveUp,
+    RunnerConfig,
+    TaskRunner,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -414,3 +421,36 @@ def test_a_checkpoint_of_topics_since_created_again_is_moved_aside_and_the_runne
         "the log's current end"
     ]
     assert (stale / "offsets").is_dir(), "the old checkpoint was not kept"
+
+
+def test_a_query_that_fails_from_its_checkpoint_is_given_up_on_in_one_line_each(
+    spark, cluster, tmp_path, caplog
+):
+    """The records after the checkpoint's offsets were deleted (retention) while no runner
+    ran: every query started from it fails at once. The runner gives up, not forever, and
+    never with a stack trace (whether the first query failed before `start` returned or
+    after)."""
+    with running(spark, cluster, tmp_path, "gone", "json"):
+        pass  # its checkpoint starts at each partition's end: offset 0
+    write(cluster, *[accepted(deployment(cluster, f"d{i}", resource_id="gone-0"))
+                     for i in range(10)])  # fmt: skip
+    admin = admin_client(cluster.bootstrap)
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(3)})
+    gone = [TopicPartition(topic, tp.partition, f.result().offset) for tp, f in ends.items()]
+    for future in admin.delete_records(gone).values():
+        future.result()
+    config = RunnerConfig(cluster.bootstrap, cluster.prefix, tmp_path / "ckpt", runner_id="gone",
+                          heartbeat_interval_s=0.2)  # fmt: skip
+    runner = TaskRunner(config, spark=spark)
+    caplog.clear()
+    try:
+        with pytest.raises(QueryGaveUp, match="Offset out of range"):
+            runner.start()
+            runner.await_termination()
+    finally:
+        runner.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "jobledger.runner"]
+    assert len([m for m in said if "Offset out of range" in m]) in (0, MAX_SHORT_LIVES), said
+    assert not any("\n" in m for m in said), "a query's end took more than one line"
+    assert "Traceback" not in caplog.text

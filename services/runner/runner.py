@@ -59,6 +59,26 @@ MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
 accepted, so the oldest are forgotten past this many."""
 
+MAX_SHORT_LIVES = 5
+"""Queries in a row that may end with one cause within `SHORT_LIFE_S` of starting before the
+runner stops starting them again: a checkpoint the log cannot serve (its offsets deleted by
+retention, say) fails every query at once, and would for good. A cause that passes (a full
+disk that has room again) lets a query live; at the default heartbeat a cause gets some 25 s.
+(A query's progress reports cannot tell: one failing from its checkpoint reports an empty
+trigger first.)"""
+
+SHORT_LIFE_S = 60.0
+"""A query that ends sooner than this after it started ended where it started."""
+
+QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+"""Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
+inside it; the runner says why its query ended in one line of its own instead."""
+
+
+class QueryGaveUp(Exception):
+    """The runner's query did not start, or the runner stopped starting it again
+    (`TaskRunner._revive_query`): the message is one line saying why."""
+
 
 @dataclass(frozen=True)
 class RunnerConfig:
@@ -159,6 +179,12 @@ class TaskRunner:
         """The last groups' timings, oldest first."""
         self.stopping = threading.Event()
         self.query = None
+        self.query_started = 0.0
+        self.last_cause = ""
+        """Why the query last ended (`_cause`)..."""
+        self.short_lives = 0
+        """...and how many queries in a row ended so within `SHORT_LIFE_S` of starting."""
+        self.gave_up: str | None = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -172,11 +198,16 @@ class TaskRunner:
             self.config.checkpoint, checkpoint.read_log(self.config.bootstrap, topic),
             self.config.checkpoint_mismatch,
         )  # fmt: skip
+        _quiet_query_failures(self.spark)
         self._start_query()
         deadline = time.monotonic() + 120
         while self.query.lastProgress is None:
-            if time.monotonic() > deadline or not self.query.isActive:
-                raise RuntimeError(f"the runner's query did not start: {self.query.exception()}")
+            if not self.query.isActive:
+                raise QueryGaveUp(
+                    f"the runner's query did not start: {_cause(self.query.exception())}"
+                )
+            if time.monotonic() > deadline:
+                raise QueryGaveUp("the runner's query did not start within 120 s")
             time.sleep(0.1)
         self._register()
         self.heartbeats.start()
@@ -202,6 +233,7 @@ class TaskRunner:
             # a task that opened a consumer to read a batch's few records took most of it
             stream = stream.option("readOnDriver", "true")
         stream = stream.load()
+        self.query_started = time.monotonic()
         self.query = (
             stream.select("value").writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.config.checkpoint))
@@ -211,11 +243,27 @@ class TaskRunner:
 
     def _revive_query(self) -> None:
         """A query that ended without `stop()` (a failed micro-batch, a dying stream thread)
-        starts again from its checkpoint: the runner must not die with it."""
+        starts again from its checkpoint: the runner must not die with it. Each end is one
+        line; once `MAX_SHORT_LIVES` queries in a row ended with one cause soon after they
+        started, the runner gives up (`await_termination` raises): such a query fails from its
+        checkpoint, and starting it again changes nothing."""
         if self.stopping.is_set() or self.query is None or self.query.isActive:
             return
-        log.error("the runner's query ended (%s); starting it again from its checkpoint",
-                  self.query.exception())  # fmt: skip
+        error = self.query.exception()
+        log.debug("the runner's query ended: %s", error)
+        cause = _cause(error)
+        short = time.monotonic() - self.query_started < SHORT_LIFE_S
+        self.short_lives = self.short_lives + 1 if short and cause == self.last_cause else 1
+        self.last_cause = cause
+        if self.short_lives >= MAX_SHORT_LIVES:
+            self.gave_up = (
+                f"the runner's query ended {self.short_lives} times in a row from its "
+                f"checkpoint {self.config.checkpoint} ({cause}); not starting it again"
+            )
+            log.error("%s", self.gave_up)
+            self.stopping.set()
+            return
+        log.error("the runner's query ended (%s); starting it again from its checkpoint", cause)
         self._start_query()
 
     def stop(self) -> None:
@@ -237,8 +285,11 @@ class TaskRunner:
         self.producer.close()
 
     def await_termination(self) -> None:
-        """Until `stop()`; the query may be restarted meanwhile."""
+        """Until `stop()`; the query may be restarted meanwhile. Raises `QueryGaveUp` once
+        the runner stopped reviving its query (`_revive_query`); then call `stop()`."""
         self.stopping.wait()
+        if self.gave_up is not None:
+            raise QueryGaveUp(self.gave_up)
 
     # -- TaskExecutors -------------------------------------------------------------------
 
@@ -431,6 +482,28 @@ def _now_ms() -> int:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:2000]
+
+
+def _cause(error: BaseException | None) -> str:
+    """One line of why a query ended: the first line of Spark's message (the rest describes
+    the query and names its run, so no two ends would read alike), a Python traceback in it
+    replaced by its last line, the exception raised."""
+    if error is None:
+        return "stopped without an error"
+    first, _, rest = str(error).partition("\n")
+    head, traceback, _ = first.partition("Traceback (most recent call last):")
+    if not traceback:
+        return first.strip()
+    raised = [line.strip() for line in rest.split("\n=== Streaming Query ===")[0].splitlines()
+              if line.strip() and not line.strip().startswith("SQLSTATE")]  # fmt: skip
+    return f"{head.strip()} {raised[-1] if raised else ''}".strip()
+
+
+def _quiet_query_failures(spark: SparkSession) -> None:
+    """`QUERY_FAILURE_LOGGER` off in the driver's log4j2."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.OFF
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(QUERY_FAILURE_LOGGER, level)
 
 
 def _session(master: str | None) -> SparkSession:
