@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -50,6 +51,7 @@ pytest.importorskip(
 )
 
 from jobledger.cli import demo
+from jobledger.cli.main import main
 from jobledger.services.runner.checkpoint import MARKER, read_log
 from jobledger.services.runner.runner import (
     MAX_SHORT_LIVES,
@@ -454,3 +456,23 @@ def test_a_query_that_fails_from_its_checkpoint_is_given_up_on_in_one_line_each(
     assert len([m for m in said if "Offset out of range" in m]) in (0, MAX_SHORT_LIVES), said
     assert not any("\n" in m for m in said), "a query's end took more than one line"
     assert "Traceback" not in caplog.text
+
+
+def test_checkpoint_mismatch_fail_exits_1_in_one_line_naming_the_flag(
+    spark, cluster, tmp_path, capsys, monkeypatch
+):
+    """`jobledger runner --checkpoint-mismatch fail` on a checkpoint past the topic's end."""
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "offsets" / "0").write_text(f'v1\n{{}}\n{{"{topic}":{{"0":5,"1":0,"2":0}}}}')
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest's handlers stay
+    status = main([
+        "runner", "--bootstrap", cluster.bootstrap, "--topic-prefix", cluster.prefix,
+        "--checkpoint", str(ckpt), "--checkpoint-mismatch", "fail", "--master", "local[2]",
+    ])  # fmt: skip
+    assert (status, capsys.readouterr().err) == (1, (
+        f"jobledger: checkpoint {ckpt} has offsets past the end of {topic}: [0] at 5, end 0; "
+        "--checkpoint-mismatch restart moves it aside and starts from the log's current end\n"
+    ))  # fmt: skip
+    assert list(tmp_path.iterdir()) == [ckpt], "the checkpoint was moved"
