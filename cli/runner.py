@@ -18,6 +18,7 @@ from jobledger.services.home import home
 
 from .logs import configure_logging
 from .options import (
+    CommandFailed,
     bootstrap_of,
     connection_options,
     positive_float,
@@ -45,6 +46,11 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
     p.add_argument(
         "--checkpoint", type=Path,
         help="Spark checkpoint directory (default: $JOBLEDGER_HOME/runner/PREFIX/RUNNER_ID)",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint-mismatch", choices=("restart", "fail"), default="restart",
+        help="when the checkpoint does not fit the log (another cluster, topics created again, "
+        "offsets past their end): move it aside and start from the log's current end, or exit 1",
     )  # fmt: skip
     p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
     p.add_argument(
@@ -103,7 +109,8 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
-    from jobledger.services.runner.runner import RunnerConfig, TaskRunner
+    from jobledger.services.runner.checkpoint import CheckpointMismatch
+    from jobledger.services.runner.runner import RunnerConfig, RunnerStopped, TaskRunner
 
     configure_logging()
     prefix = prefix_of(args)
@@ -118,15 +125,25 @@ def cmd_runner(args: argparse.Namespace) -> int:
         data_roots=tuple(args.data_root),
         master=args.master,
         heartbeat_interval_s=args.heartbeat_interval,
+        checkpoint_mismatch=args.checkpoint_mismatch,
     )
     runner = TaskRunner(config)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
-    runner.start()
     try:
+        runner.start()
         runner.await_termination()
     except KeyboardInterrupt:
         runner.stop()
-    return 1 if runner.failure else 0
+    except CheckpointMismatch as exc:
+        runner.stop()
+        raise CommandFailed(
+            f"{exc}; --checkpoint-mismatch restart moves it aside and starts from the log's "
+            "current end"
+        ) from None
+    except RunnerStopped as exc:  # stopped on its own (or its query never started)
+        runner.stop()
+        raise CommandFailed(str(exc)) from None
+    return 0
 
 
 def cmd_demo_wordcount(args: argparse.Namespace) -> int:

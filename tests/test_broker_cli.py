@@ -35,6 +35,7 @@ REGISTERED = {
     "address": "127.0.0.1:6121", "number_of_slots": 4,
     "resource_profile": {"kind": "SPECIFIED", "cpu_cores": 1.5,
                          "task_heap_memory_mb": 512, "managed_memory_mb": 128},
+    "instance_id": "run-1", "slot_report": [],
 }  # fmt: skip
 OFFERED = {
     "type": "SlotOffered", "event_id": "ev-2", "event_time": 1700000000001,

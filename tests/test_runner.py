@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -17,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import (
@@ -38,7 +42,13 @@ from jobledger.schemas.types import (
     OperatorSpec,
     ResultPartitionType,
 )
-from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.kafka import (
+    admin_client,
+    create_topics,
+    read_committed_consumer,
+    read_topic,
+    transactional_producer,
+)
 
 from .events import profile
 
@@ -47,6 +57,8 @@ pytest.importorskip(
 )
 
 from jobledger.cli import demo
+from jobledger.cli.main import main
+from jobledger.services.runner.checkpoint import MARKER, read_log
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 pytestmark = pytest.mark.broker
@@ -175,6 +187,20 @@ def final_states(
         consumer.close()
         time.sleep(0.5)
     return ends
+
+
+def registrations(cluster, resource_id: str) -> int:
+    """How often the TaskExecutor registered at the ResourceManager."""
+    consumer = read_committed_consumer(cluster.bootstrap)
+    try:
+        topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+        return sum(
+            isinstance(event := EventSerde().decode(m.value(), topic), TaskManagerRegistered)
+            and event.resource_id == resource_id
+            for m in read_topic(consumer, topic, True, True)
+        )
+    finally:
+        consumer.close()
 
 
 @contextmanager
@@ -358,26 +384,119 @@ def test_a_task_executor_whose_connection_the_resource_manager_closed_registers_
     """Else the runner beats for it into rejections for good (Flink's TaskExecutor
     reconnects to the ResourceManager when it is disconnected)."""
 
-    def registrations() -> int:
-        consumer = read_committed_consumer(cluster.bootstrap)
-        try:
-            topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
-            return sum(
-                isinstance(event := EventSerde().decode(m.value(), topic), TaskManagerRegistered)
-                and event.resource_id == "again-0"
-                for m in read_topic(consumer, topic, True, True)
-            )
-        finally:
-            consumer.close()
-
     with running(spark, cluster, tmp_path, "again", "json", heartbeat_interval_s=0.5):
-        assert registrations() == 1
+        assert registrations(cluster, "again-0") == 1
         write(cluster, TaskManagerConnectionClosed(
             event_id="closed", event_time=int(time.time() * 1000), producer="resourcemanager",
             cause_event_id="lost", resource_id="again-0", resource_manager_id="resourcemanager",
             cause="heartbeat of TaskExecutor again-0 timed out",
         ))  # fmt: skip
         deadline = time.monotonic() + 60
-        while registrations() < 2:
+        while registrations(cluster, "again-0") < 2:
             assert time.monotonic() < deadline, "the runner did not register again"
             time.sleep(0.5)
+
+
+def recreate_topics(cluster) -> None:
+    """Delete the cluster's topics and create them again: same names, new topic ids, empty."""
+    admin = admin_client(cluster.bootstrap)
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(cluster.prefix)]
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result()
+    deadline = time.monotonic() + 60
+    while not all(r.created for r in create_topics(cluster.bootstrap, cluster.prefix, 3)):
+        assert time.monotonic() < deadline, "the deleted topics could not be created again"
+        time.sleep(0.2)  # a topic being deleted "already exists" for a moment
+
+
+def test_a_checkpoint_of_topics_since_created_again_is_moved_aside_and_the_runner_starts(
+    spark, cluster, tmp_path, caplog
+):
+    """Hardening issue 27, item 4: the log changed under the runner's checkpoint, whose
+    offsets the new topic never had. The runner says so in one line and starts afresh."""
+    with running(spark, cluster, tmp_path, "refit", "json"):
+        first = deployment(cluster, "before", [
+            OperatorSpec(name="range", config={"start": "0", "end": "3"})],
+            resource_id="refit-0")  # fmt: skip
+        write(cluster, first, accepted(first))
+        before = final_states(cluster, expected=1)["before"]
+    assert before.execution_state is ExecutionState.FINISHED
+    recreate_topics(cluster)
+    caplog.clear()
+    with running(spark, cluster, tmp_path, "refit", "json"):
+        assert registrations(cluster, "refit-0") == 1, "the runner did not register"
+        after = deployment(cluster, "after", [
+            OperatorSpec(name="range", config={"start": "0", "end": "3"})],
+            resource_id="refit-0")  # fmt: skip
+        write(cluster, after, accepted(after))
+        ends = final_states(cluster, expected=1)
+    assert ends["after"].execution_state is ExecutionState.FINISHED
+    said = [r.getMessage() for r in caplog.records if r.name == "jobledger.runner"
+            and r.levelno >= logging.WARNING]  # fmt: skip
+    (stale,) = tmp_path.glob("ckpt.stale-*")
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    old_id = json.loads((stale / MARKER).read_text())["topic_id"]
+    new_id = read_log(cluster.bootstrap, topic).topic_id
+    assert said == [
+        f"checkpoint {tmp_path / 'ckpt'} was written against topic {topic} with id {old_id}, "
+        f"the topic now has id {new_id} (created again): moved it to {stale} and starting from "
+        "the log's current end"
+    ]
+    assert (stale / "offsets").is_dir(), "the old checkpoint was not kept"
+
+
+def test_a_checkpoint_whose_records_were_deleted_is_moved_aside_in_one_line(
+    spark, cluster, tmp_path, caplog
+):
+    """The records after the checkpoint's offsets were deleted (retention) while no runner
+    ran: every query started from it would fail ("Offset out of range"). The runner says so
+    in one line, moves it aside and starts at the log's end, with no stack trace."""
+    with running(spark, cluster, tmp_path, "gone", "json"):
+        pass  # its checkpoint starts at each partition's end
+    admin = admin_client(cluster.bootstrap)
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(3)})
+    write(cluster, *[accepted(deployment(cluster, f"d{i}", resource_id="gone-0"))
+                     for i in range(10)])  # fmt: skip
+    after = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(3)})
+    gone = [TopicPartition(topic, tp.partition, f.result().offset) for tp, f in after.items()]
+    for future in admin.delete_records(gone).values():
+        future.result()
+    caplog.clear()
+    with running(spark, cluster, tmp_path, "gone", "json"):
+        assert registrations(cluster, "gone-0") == 2
+    said = [r.getMessage() for r in caplog.records if r.name == "jobledger.runner"
+            and r.levelno >= logging.WARNING]  # fmt: skip
+    (stale,) = tmp_path.glob("ckpt.stale-*")
+    moved = [
+        f"[{tp.partition}] at {f.result().offset}, start {g.offset}"
+        for (tp, f), g in zip(sorted(ends.items(), key=lambda i: i[0].partition),
+                              sorted(gone, key=lambda t: t.partition), strict=True)
+        if f.result().offset < g.offset
+    ]  # fmt: skip
+    assert said == [
+        f"checkpoint {tmp_path / 'ckpt'} has offsets before the start of {topic} (records "
+        f"deleted since): {'; '.join(moved)}: moved it to {stale} and starting from the log's "
+        "current end"
+    ]
+    assert "Traceback" not in caplog.text
+
+
+def test_checkpoint_mismatch_fail_exits_1_in_one_line_naming_the_flag(
+    spark, cluster, tmp_path, capsys, monkeypatch
+):
+    """`jobledger runner --checkpoint-mismatch fail` on a checkpoint past the topic's end."""
+    topic = topic_name(TopicRole.TASK_EXECUTOR, cluster.prefix)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "offsets" / "0").write_text(f'v1\n{{}}\n{{"{topic}":{{"0":5,"1":0,"2":0}}}}')
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest's handlers stay
+    status = main([
+        "runner", "--bootstrap", cluster.bootstrap, "--topic-prefix", cluster.prefix,
+        "--checkpoint", str(ckpt), "--checkpoint-mismatch", "fail", "--master", "local[2]",
+    ])  # fmt: skip
+    assert (status, capsys.readouterr().err) == (1, (
+        f"jobledger: checkpoint {ckpt} has offsets past the end of {topic}: [0] at 5, end 0; "
+        "--checkpoint-mismatch restart moves it aside and starts from the log's current end\n"
+    ))  # fmt: skip
+    assert list(tmp_path.iterdir()) == [ckpt], "the checkpoint was moved"

@@ -49,7 +49,7 @@ from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourcePro
 
 from ..decisions import derived_id
 from ..kafka import TYPE_HEADER, append_events
-from . import task
+from . import checkpoint, task
 from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
@@ -65,6 +65,16 @@ once. A deployment waits for its acceptance, which follows it in the same partit
 MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
 accepted, so the oldest are forgotten past this many."""
+
+QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+"""Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
+inside it; the runner says why its query ended in one line of its own instead."""
+
+
+class RunnerStopped(Exception):
+    """The runner could not go on: its query did not start, its checkpoint no longer fits
+    the log and it was told not to start afresh, or another process took its TaskExecutors.
+    The message is one line saying why."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ class RunnerConfig:
     sources that implement `SupportsRealTimeMode` (Spark's JVM Kafka connector; no Python data
     source) and only allow-listed sinks (Kafka, a foreach writer, console, memory), not
     `foreachBatch`, through which the driver hands deployments to Spark jobs it can cancel."""
+    checkpoint_mismatch: checkpoint.OnMismatch = "restart"
+    """What to do with a checkpoint that does not fit the log (`checkpoint.py`)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -170,7 +182,7 @@ class TaskRunner:
         """TaskExecutors whose current instance's registration was accepted and whose
         connection was not closed since: only their acceptances run."""
         self.failure: str | None = None
-        """Why the runner stopped on its own (another process took over its TaskExecutors)."""
+        """Why the runner stopped on its own (`RunnerStopped`), if it did."""
         self.stopping = threading.Event()
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -179,12 +191,19 @@ class TaskRunner:
 
     def start(self) -> None:
         """Start the query, then (once it has fixed its starting offsets) register the
-        TaskExecutors, so no deployment for them can come before the query reads."""
+        TaskExecutors, so no deployment for them can come before the query reads. A checkpoint
+        that does not fit the log is dealt with first (`checkpoint.fit`)."""
+        self._fit_checkpoint()
+        _quiet_query_failures(self.spark)
         self._start_query()
         deadline = time.monotonic() + 120
         while self.query.lastProgress is None:
-            if time.monotonic() > deadline or not self.query.isActive:
-                raise RuntimeError(f"the runner's query did not start: {self.query.exception()}")
+            if not self.query.isActive:
+                raise RunnerStopped(
+                    f"the runner's query did not start: {_cause(self.query.exception())}"
+                )
+            if time.monotonic() > deadline:
+                raise RunnerStopped("the runner's query did not start within 120 s")
             time.sleep(0.1)
         self._register()
         self.heartbeats.start()
@@ -217,14 +236,43 @@ class TaskRunner:
             .start()
         )  # fmt: skip
 
+    def _fit_checkpoint(self) -> bool:
+        """Check the checkpoint against the log (`checkpoint.fit`): True if it did not fit and
+        was moved aside, so the next query starts at the log's end."""
+        topic = topic_name(TopicRole.TASK_EXECUTOR, self.config.prefix)
+        now = checkpoint.read_log(self.config.bootstrap, topic)
+        return (
+            checkpoint.fit(self.config.checkpoint, now, self.config.checkpoint_mismatch) is not None
+        )
+
     def _revive_query(self) -> None:
         """A query that ended without `stop()` (a failed micro-batch, a dying stream thread)
-        starts again from its checkpoint: the runner must not die with it."""
+        starts again from its checkpoint: the runner must not die with it. Each end is one
+        line. A checkpoint the log can no longer serve (records deleted by retention, topics
+        created again) is moved aside first, and the query starts at the log's end: what the
+        runner skipped there may include deployments to its TaskExecutors, so it registers
+        them again as new instances, whose predecessors' tasks the JobMasters fail and run
+        again, rather than leave them waiting for reports that never come."""
         if self.stopping.is_set() or self.query is None or self.query.isActive:
             return
-        log.error("the runner's query ended (%s); starting it again from its checkpoint",
-                  self.query.exception())  # fmt: skip
+        error = self.query.exception()
+        log.debug("the runner's query ended: %s", error)
+        log.error("the runner's query ended (%s); starting it again", _cause(error))
+        try:
+            afresh = self._fit_checkpoint()
+        except checkpoint.CheckpointMismatch as exc:
+            self._fail(f"{exc}; --checkpoint-mismatch restart moves it aside and starts afresh")
+            return
         self._start_query()
+        if afresh:
+            self._register()
+
+    def _fail(self, reason: str) -> None:
+        """Stop on our own, from any thread (`stop` joins the query's): `await_termination`
+        then raises `RunnerStopped` with `reason`."""
+        self.failure = reason
+        log.error("%s", reason)
+        threading.Thread(target=self.stop, name="jobledger-runner-stop").start()
 
     def stop(self) -> None:
         """Stop reading, cancel the Spark jobs still running (their attempts are reported
@@ -245,8 +293,11 @@ class TaskRunner:
         self.producer.close()
 
     def await_termination(self) -> None:
-        """Until `stop()`; the query may be restarted meanwhile."""
+        """Until `stop()`; the query may be restarted meanwhile. Raises `RunnerStopped` if the
+        runner stopped on its own (`_fail`)."""
         self.stopping.wait()
+        if self.failure is not None:
+            raise RunnerStopped(self.failure)
 
     # -- TaskExecutors -------------------------------------------------------------------
 
@@ -282,13 +333,11 @@ class TaskRunner:
             self.live.add(rid)
             return
         if rid in self.live and event.instance_id not in self.earlier_instances:
-            self.failure = (
+            self._fail(
                 f"another process registered TaskExecutor {rid} (instance {event.instance_id}); "
                 f"stopping this runner (instance {self.instances[rid]}): give each runner its "
                 "own --runner-id"
             )
-            log.error("%s", self.failure)
-            threading.Thread(target=self.stop, name="jobledger-runner-stop").start()
 
     def _on_connection_closed(self, event: TaskManagerConnectionClosed) -> None:
         """The ResourceManager lost this instance (silent past its heartbeat timeout, e.g.
@@ -325,8 +374,8 @@ class TaskRunner:
         while not self.stopping.wait(self.config.heartbeat_interval_s):
             try:
                 self._revive_query()
-            except Exception:  # tried again at the next heartbeat
-                log.exception("could not start the runner's query again")
+            except Exception as exc:  # tried again at the next heartbeat
+                log.error("could not start the runner's query again (%s)", _first_line(exc))
             now = _now_ms()
             try:
                 self._emit([
@@ -493,6 +542,28 @@ def _now_ms() -> int:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:2000]
+
+
+def _cause(error: BaseException | None) -> str:
+    """One line of why a query ended: the first line of Spark's message (the rest describes
+    the query and names its run, so no two ends would read alike), a Python traceback in it
+    replaced by its last line, the exception raised."""
+    if error is None:
+        return "stopped without an error"
+    first, _, rest = str(error).partition("\n")
+    head, traceback, _ = first.partition("Traceback (most recent call last):")
+    if not traceback:
+        return first.strip()
+    raised = [line.strip() for line in rest.split("\n=== Streaming Query ===")[0].splitlines()
+              if line.strip() and not line.strip().startswith("SQLSTATE")]  # fmt: skip
+    return f"{head.strip()} {raised[-1] if raised else ''}".strip()
+
+
+def _quiet_query_failures(spark: SparkSession) -> None:
+    """`QUERY_FAILURE_LOGGER` off in the driver's log4j2."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.OFF
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(QUERY_FAILURE_LOGGER, level)
 
 
 def _session(master: str | None) -> SparkSession:

@@ -57,6 +57,8 @@ public final class JobledgerClient {
   private final KafkaProducer<String, byte[]> producer;
   private final KafkaConsumer<String, byte[]> consumer;
   private final String resourceId = "java-tm-" + UUID.randomUUID().toString().substring(0, 8);
+  /** This run of the TaskExecutor: its beats count only while it is the registered one. */
+  private final String instanceId = UUID.randomUUID().toString();
   private final String jobId = "java-job-" + UUID.randomUUID().toString().substring(0, 8);
   private final Map<String, GenericRecord> deployments = new HashMap<>();
 
@@ -156,11 +158,18 @@ public final class JobledgerClient {
             .set("address", "java-client")
             .set("number_of_slots", slots)
             .set("resource_profile", profile)
+            .set("instance_id", instanceId)
             .build());
   }
 
   private void heartbeat() throws Exception {
-    send("resourcemanager", resourceId, event("TaskManagerHeartbeat").set("resource_id", resourceId).build());
+    send(
+        "resourcemanager",
+        resourceId,
+        event("TaskManagerHeartbeat")
+            .set("resource_id", resourceId)
+            .set("instance_id", instanceId)
+            .build());
   }
 
   private void submitJob(int parallelism) throws Exception {
