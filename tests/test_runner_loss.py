@@ -2,18 +2,18 @@
 while the services judge its liveness from its own heartbeats alone.
 
 Everything runs as it does in production: `jobledger services run` and `jobledger runner`
-are subprocesses on the real broker, with a short heartbeat timeout (HEARTBEAT_TIMEOUT_S) and
-interval, and a "kill" is SIGKILL to a runner's whole process tree (its Spark JVM and Python
-workers too), as when its machine dies. The word count's split is slowed down per line
-(`tests/slow_functions.py`), so a source task is RUNNING when its runner goes.
+are subprocesses on the real broker, with a short heartbeat timeout and interval, and a "kill"
+is SIGKILL to a runner's whole process tree (its Spark JVM and Python workers too), as when
+its machine dies. The word count's split is slowed down per line (`tests/slow_functions.py`),
+so a source task is RUNNING when its runner goes.
 
 A runner takes ~25 s to start on two cores, so runners are shared where that stays honest:
 two stages of topics, services and runners start together once for the module. On the stage
 `alone` one runner holds three jobs when it dies, and each test asserts one story of that
-death: (a) the job restarts on the same runner id 5 s later, (c) a job cancelled while no
-runner lives, (d) a job cancelled while its runner was already silent. On the stage `shared`
-a helper runner lives throughout: (b) a second runner killed for good, (e) a third paused past
-the timeout and resumed.
+death: (a) the job restarts on the same runner id 5 s later, (c) a job that `job wait` gives
+up on and that is cancelled once no runner is left, (d) a job cancelled while its runner was
+already silent. On the stage `shared` a helper runner lives throughout: (b) a second runner
+killed for good, (e) a third paused past the timeout and resumed.
 """
 
 from __future__ import annotations
@@ -68,23 +68,19 @@ pytest.importorskip(
 pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parent.parent
-HEARTBEAT_TIMEOUT_S = 4
 HEARTBEAT_INTERVAL_S = 1
-CONFIGURATION = (
-    f"heartbeat.timeout={HEARTBEAT_TIMEOUT_S}s",
-    "restart-strategy=fixed-delay",
-    "restart-strategy.fixed-delay.attempts=10",
-    "restart-strategy.fixed-delay.delay=500ms",
-)
-"""The services' `-D`s; `job wait` and the replays here take the same, to decide the same."""
+SHARED_TIMEOUT_S = 4
+ALONE_TIMEOUT_S = 10
+"""The stage `alone`'s heartbeat timeout: `job wait` must answer while its runner is silent
+but not lost yet, and a `jobledger` command takes seconds to start on two cores."""
 DETECTION_SLACK_S = 4.0
 """How long after the heartbeat timeout a silent TaskExecutor may still count as alive: the
 services' clock ticks every second, and a tick's decisions take a transaction to appear."""
 PARALLELISM = 2
 SLOW = "tests.slow_functions:slow_words"
 LINES = 200
-"""Lines of the test's text: each of the PARALLELISM source tasks sleeps 0.1 s per line of
-its share, so it is RUNNING for ~10 s."""
+"""Lines of the test's text: each of the PARALLELISM source tasks sleeps 0.05 s per line of
+its share (slow_functions.SECONDS_PER_LINE), so it is RUNNING for ~5 s."""
 VOCABULARY = ["flink", "kafka", "spark", "slot", "Slot", "don't", "naïve", "über", "x", "42",
               "résumé", "ALLOCATION", "the", "a"]  # fmt: skip
 FINAL = frozenset({ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED})
@@ -124,6 +120,7 @@ class Stage:
 
     cluster: Cluster
     home: Path
+    heartbeat_timeout_s: int
     children: list[Child] = field(default_factory=list)
     runners: dict[str, Child] = field(default_factory=dict)
 
@@ -132,7 +129,16 @@ class Stage:
         self.client = transactional_producer(self.cluster.bootstrap, f"loss-{uuid.uuid4().hex}")
         self.serde = EventSerde()
         self.start("services", ["services", "run", "--timer-interval-ms", "500",
-                                *options(CONFIGURATION)])  # fmt: skip
+                                *self.options])  # fmt: skip
+
+    @property
+    def options(self) -> list[str]:
+        """The services' `-D`s; `job wait` and `replay` here take the same, to decide the
+        same."""
+        return options((
+            f"heartbeat.timeout={self.heartbeat_timeout_s}s", "restart-strategy=fixed-delay",
+            "restart-strategy.fixed-delay.attempts=10", "restart-strategy.fixed-delay.delay=500ms",
+        ))  # fmt: skip
 
     def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
         child = Child(name, args, env or self.env, self.home)
@@ -181,8 +187,15 @@ class Stage:
             time.sleep(0.25)
 
     def cli(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "jobledger.cli", *args], env=self.env,
-                              capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+        command = self.cli_start(*args)
+        out, err = command.communicate(timeout=timeout_s)
+        return subprocess.CompletedProcess(command.args, command.returncode, out, err)
+
+    def cli_start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobledger.cli", *args], env=self.env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
 
     def submit(self, name: str) -> Job:
         text = self.home / "input" / f"{name}.txt"
@@ -289,7 +302,8 @@ def lost_cause(resource_id: str) -> str:
     return f"The heartbeat of TaskManager with id {resource_id} timed out."
 
 
-def assert_lost_in_time(records: list[LogRecord], resource_id: str, silent_since: float) -> None:
+def assert_lost_in_time(stage: Stage, records: list[LogRecord], resource_id: str,
+                        silent_since: float) -> None:  # fmt: skip
     """One TaskManagerLost for the TaskExecutor, with Flink's cause; not before the timeout
     had passed since its last sign of life before `silent_since` (event times: the rule the
     ResourceManager applies), nor more than DETECTION_SLACK_S after that (append time)."""
@@ -299,10 +313,10 @@ def assert_lost_in_time(records: list[LogRecord], resource_id: str, silent_since
              for r in of(records, kind, resource_id=resource_id)
              if r.event.event_time <= silent_since * 1000]  # fmt: skip
     last_sign = max(signs)
-    assert losses[0].event.event_time - last_sign > HEARTBEAT_TIMEOUT_S * 1000, (
+    assert losses[0].event.event_time - last_sign > stage.heartbeat_timeout_s * 1000, (
         f"{resource_id} lost {losses[0].event.event_time - last_sign} ms after its last beat"
     )
-    late_s = (losses[0].timestamp - last_sign) / 1000 - HEARTBEAT_TIMEOUT_S
+    late_s = (losses[0].timestamp - last_sign) / 1000 - stage.heartbeat_timeout_s
     assert late_s <= DETECTION_SLACK_S, f"{resource_id} lost {late_s:.1f} s past the timeout"
 
 
@@ -365,8 +379,10 @@ def stages(kafka_bootstrap: str, tmp_path_factory) -> Iterator[dict[str, Stage]]
     has `helper` and `rb`."""
     made: dict[str, Stage] = {}
     try:
-        for name in ("alone", "shared"):
-            made[name] = Stage(new_cluster(kafka_bootstrap), tmp_path_factory.mktemp(name))
+        for name, timeout_s in (("alone", ALONE_TIMEOUT_S), ("shared", SHARED_TIMEOUT_S)):
+            made[name] = Stage(
+                new_cluster(kafka_bootstrap), tmp_path_factory.mktemp(name), timeout_s
+            )
         made["alone"].runner("rk", cores=6)
         made["shared"].runner("helper")
         made["shared"].runner("rb")
@@ -385,18 +401,21 @@ class Death:
     """Each job's attempts RUNNING on rk-0 when it was frozen."""
     frozen_at: float
     restarted_at: float
+    cancelled_at: float
     wait: subprocess.CompletedProcess[str]
     cancel: subprocess.CompletedProcess[str]
     records: list[LogRecord]
     tails: str
+    stage: Stage
 
 
 @pytest.fixture(scope="module")
 def death(stages: dict[str, Stage]) -> Death:
     """rk runs jobs a, c and d, then freezes (it answers nothing from then on), job d is
-    cancelled, and rk is killed once d's tasks are asked to cancel; `job wait` gives up on
-    job c while rk is silent, and c is cancelled; 5 s after the kill rk starts again, with
-    the same id and checkpoint, and job a has to finish on it."""
+    cancelled, and rk is killed once d's tasks are asked to cancel; meanwhile `job wait`
+    gives up on job c. 5 s after the kill rk starts again, with the same id and checkpoint
+    (it takes ~25 s to register), and job a has to finish on it; c is cancelled once rk-0 is
+    lost, when no runner is left."""
     stage = stages["alone"]
     stage.until("rk-0 registered", lambda log: registered(log, "rk-0"), 150)
     jobs = {name: stage.submit(name) for name in "acd"}
@@ -408,23 +427,27 @@ def death(stages: dict[str, Stage]) -> Death:
     )  # fmt: skip
     frozen_at = time.time()
     freeze_tree(stage.runners["rk"].process.pid)
+    waiting = stage.cli_start("job", "wait", jobs["c"].job_id, "--timeout", "1", *stage.options)
     stage.cancel(jobs["d"])
     stage.until(
         "job d's tasks asked to cancel on rk-0",
         lambda log: of(log, TaskCancellationRequested, job_id=jobs["d"].job_id), 10,
     )  # fmt: skip
     killed_at = stage.runners["rk"].kill()
-    wait = stage.cli("job", "wait", jobs["c"].job_id, "--timeout", "1", *options(CONFIGURATION))
-    cancel = stage.cli("job", "cancel", jobs["c"].job_id)
-    stage.until("rk-0 lost", lambda log: of(log, TaskManagerLost, resource_id="rk-0"), 20)
+    out, err = waiting.communicate(timeout=60)
+    wait = subprocess.CompletedProcess(waiting.args, waiting.returncode, out, err)
     time.sleep(max(0.0, killed_at + 5 - time.time()))
     restarted_at = time.time()
     stage.runner("rk", cores=6)
+    stage.until("rk-0 lost", lambda log: of(log, TaskManagerLost, resource_id="rk-0"), 30)
+    cancelled_at = time.time()
+    cancel = stage.cli("job", "cancel", jobs["c"].job_id)
     for name, limit in (("c", 30), ("d", 30), ("a", 150)):
         stage.until(f"job {name} ended", lambda log, n=name: end_of(log, jobs[n]), limit,
                     required=False)  # fmt: skip
     return Death(jobs, {n: [r.event for r in rs] for n, rs in on_rk.items()}, frozen_at,
-                 restarted_at, wait, cancel, stage.log(), stage.tails())  # fmt: skip
+                 restarted_at, cancelled_at, wait, cancel, stage.log(), stage.tails(),
+                 stage)  # fmt: skip
 
 
 # -- (a) killed, restarted with the same id -------------------------------------------------
@@ -433,7 +456,7 @@ def death(stages: dict[str, Stage]) -> Death:
 def test_a_killed_runner_restarted_with_its_id_finishes_the_job_exactly(death):
     log, job = death.records, death.jobs["a"]
     assert_finished_exactly(log, job, death.tails)
-    assert_lost_in_time(log, "rk-0", death.frozen_at)
+    assert_lost_in_time(death.stage, log, "rk-0", death.frozen_at)
     told = of(log, TaskManagerDisconnected, job_id=job.job_id, resource_id="rk-0")
     assert told and all(r.event.cause == lost_cause("rk-0") for r in told), told
     assert_re_ran(log, death.on_rk["a"], "rk-0")
@@ -448,13 +471,21 @@ def test_c_a_job_whose_only_runner_died_says_so_and_can_be_cancelled(death):
     out = death.wait.stdout + death.wait.stderr
     assert death.wait.returncode == TIMED_OUT, out
     assert "did not end within" in death.wait.stderr
-    naming = [line for line in death.wait.stdout.splitlines() if "rk-0" in line]
-    assert any(re.search(r"\bsilent\b|\blost\b", line) for line in naming), (
-        f"`job wait` does not say that rk-0 went silent:\n{out}"
+    silent = re.compile(rf"TaskExecutor rk-0 silent for \d+ s; lost after {ALONE_TIMEOUT_S} s")
+    running = [
+        line
+        for line in death.wait.stdout.splitlines()
+        if re.search(r"attempt \d+ is RUNNING", line)
+    ]
+    assert running and all(silent.search(line) for line in running), (
+        f"`job wait` does not say that the tasks' TaskExecutor went silent:\n{out}"
     )
+    # cancelled once rk-0 was lost, with no runner left
     assert death.cancel.returncode == 0, death.cancel.stderr
+    loss = of(log, TaskManagerLost, resource_id="rk-0")[0]
+    assert loss.timestamp <= death.cancelled_at * 1000
     end = end_of(log, job)
-    assert end is not None and end.event.to_status is JobStatus.CANCELED, end
+    assert end is not None and end.event.to_status is JobStatus.CANCELED, f"{end}\n{death.tails}"
     assert end.timestamp < registered_again(log, "rk-0"), "it ended only once rk came back"
 
 
@@ -491,7 +522,7 @@ def test_b_a_runner_killed_for_good_is_replaced_by_another(stages):
     stage.until("job b ended", lambda log: end_of(log, job), 120, required=False)
     log = stage.log()
     assert_finished_exactly(log, job, stage.tails())
-    assert_lost_in_time(log, "rb-0", killed_at)
+    assert_lost_in_time(stage, log, "rb-0", killed_at)
     assert_re_ran(log, [r.event for r in victims], "rb-0")
     assert_never_lost(log, "helper-0")
 
@@ -540,7 +571,7 @@ def test_e_a_runner_paused_past_the_timeout_comes_back_new_and_its_late_reports_
                 60, required=False)  # fmt: skip
     log = stage.log()
     assert_finished_exactly(log, job, stage.tails())
-    assert_lost_in_time(log, "re-0", paused_at)
+    assert_lost_in_time(stage, log, "re-0", paused_at)
     assert_re_ran(log, paused, "re-0")
     for attempt in paused:
         late = [r for r in reports(log, attempt.execution_attempt_id)
@@ -560,5 +591,5 @@ def test_e_a_runner_paused_past_the_timeout_comes_back_new_and_its_late_reports_
 def test_every_decision_of_these_logs_replays_the_same(stages, death):
     """After every story above (`death` makes sure the stage `alone` has told its own)."""
     for name, stage in stages.items():
-        done = stage.cli("replay", "--verify", *options(CONFIGURATION), timeout_s=120)
+        done = stage.cli("replay", "--verify", *stage.options, timeout_s=120)
         assert done.returncode == 0, f"{name}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
