@@ -65,6 +65,8 @@ pytest.importorskip(
     "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"
 )
 
+from jobledger.services.runner.task import PRODUCER as RUNNER
+
 pytestmark = pytest.mark.broker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,7 +267,7 @@ def end_of(records: list[LogRecord], job: Job) -> LogRecord | None:
 def running_on(records: list[LogRecord], job: Job, resource_id: str) -> list[LogRecord]:
     """Deployments of the job to `resource_id` whose attempt reported RUNNING."""
     running = {r.event.execution_attempt_id for r in of(
-        records, TaskExecutionStateChanged, job_id=job.job_id,
+        records, TaskExecutionStateChanged, job_id=job.job_id, producer=RUNNER,
         execution_state=ExecutionState.RUNNING)}  # fmt: skip
     return [r for r in of(records, TaskDeploymentRequested, job_id=job.job_id,
                           resource_id=resource_id)
@@ -281,7 +283,10 @@ def replacement(records: list[LogRecord], lost: TaskDeploymentRequested) -> LogR
 
 
 def reports(records: list[LogRecord], attempt_id: str) -> list[LogRecord]:
-    return of(records, TaskExecutionStateChanged, execution_attempt_id=attempt_id)
+    """The runner's reports of an attempt (the TaskExecutor reducer also reports an attempt
+    FAILED when its slot goes)."""
+    return of(records, TaskExecutionStateChanged, execution_attempt_id=attempt_id,
+              producer=RUNNER)  # fmt: skip
 
 
 def reported(records: list[LogRecord], attempt_id: str, state: ExecutionState) -> bool:
@@ -498,7 +503,7 @@ def test_d_a_job_cancelling_on_a_runner_that_died_is_canceled_once_it_is_lost(de
                                                       job_id=job.job_id)}  # fmt: skip
     assert {a.execution_attempt_id for a in death.on_rk["d"]} <= asked
     # rk was frozen before the cancellation: none of d's tasks could report CANCELED
-    said = [r for r in of(log, TaskExecutionStateChanged, job_id=job.job_id,
+    said = [r for r in of(log, TaskExecutionStateChanged, job_id=job.job_id, producer=RUNNER,
                           execution_state=ExecutionState.CANCELED)
             if death.frozen_at * 1000 <= r.timestamp <= death.restarted_at * 1000]  # fmt: skip
     assert not said, said
