@@ -149,9 +149,11 @@ class Stage:
 
     def runner(self, runner_id: str, cores: int = 4) -> Child:
         """Start `jobledger runner --runner-id runner_id` (again, if it ran before: same
-        checkpoint). Its Python workers import SLOW's module from the repository."""
+        checkpoint). Its Python workers import SLOW's module from the repository; Spark's
+        scratch directories, which a killed JVM never removes, stay under the stage's home."""
         pythonpath = os.pathsep.join(filter(None, [str(ROOT), self.env.get("PYTHONPATH")]))
-        env = {**self.env, "PYTHONPATH": pythonpath, "SPARK_LOCAL_IP": "127.0.0.1"}
+        env = {**self.env, "PYTHONPATH": pythonpath, "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_LOCAL_DIRS": str(self.home / "spark")}  # fmt: skip
         self.runners[runner_id] = self.start(runner_id, [
             "runner", "--runner-id", runner_id, "--master", f"local[{cores}]",
             "--slots", str(2 * cores), "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S),
