@@ -156,7 +156,9 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
     bootstrap = env["JOBLEDGER_BOOTSTRAP"]
     create_topics(bootstrap, prefix, partitions=4)
     configuration = ("-D", f"heartbeat.timeout={args.heartbeat_timeout:g}s")
-    children = Children(run_dir, {**env, "JOBLEDGER_TOPIC_PREFIX": prefix})
+    # Spark's scratch directories, which a killed JVM never removes, stay in the run's own
+    children = Children(run_dir, {**env, "JOBLEDGER_TOPIC_PREFIX": prefix,
+                                  "SPARK_LOCAL_DIRS": str(run_dir / "spark")})  # fmt: skip
     job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
     text, out = args.file.resolve(), run_dir / job_id / "counts"
     runner_args = [
@@ -165,14 +167,9 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
         "--data-root", str(text.parent), "--data-root", str(run_dir),
         "--checkpoint", str(run_dir / "checkpoint"),
     ]  # fmt: skip
-    # a kill fails every subtask the runner held, a restart each: the demo's few would run out
-    job = demo.wordcount_job(job_id, text, out, PARALLELISM, args.fail_once).model_copy(
-        update={"restart_strategy": RestartStrategy(
-            kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
-    )  # fmt: skip
     # the kill comes after this many task reports: anywhere from before the first to before
-    # the last (INITIALIZING, RUNNING and FINISHED of each subtask of a clean run)
-    kill_after = rng.randrange(3 * sum(v.parallelism for v in job.vertices))
+    # the last (INITIALIZING, RUNNING and FINISHED of each of the 2 x PARALLELISM subtasks)
+    kill_after = rng.randrange(3 * 2 * PARALLELISM)
     pause_s = rng.uniform(0, args.max_pause)
     started = time.monotonic()
     result: dict[str, object] = {"code": None, "hung": False, "verify": "not run", "tail": "",
@@ -190,6 +187,11 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
         if not until(registered, START_LIMIT_S):
             result["why"] = "the runner never registered"
             return result
+        # a kill fails every subtask the runner held, a restart each: the demo's few run out
+        job = demo.wordcount_job(job_id, text, out, PARALLELISM, args.fail_once).model_copy(
+            update={"restart_strategy": RestartStrategy(
+                kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
+        )  # fmt: skip
         dispatcher.submit(transactional_producer(bootstrap, f"soak-{uuid.uuid4().hex}"),
                           prefix, job, EventSerde())  # fmt: skip
         until(lambda: len(task_reports(log())) >= kill_after, args.job_timeout)
