@@ -1,6 +1,7 @@
 """Soak: run the main demo N times on one broker and count what ended, what hung, what lied.
 
     python bench/soak.py --runs 20 [--fail-once] [--broker kafka|tansu] [--master URL]
+    python bench/soak.py --runs 20 --kill-runner [--seed 7] [--heartbeat-timeout 6] [--fail-once]
 
 Each run is `jobledger demo wordcount FILE` in a subprocess of its own (a fresh Spark, fresh
 services, fresh topics) against one broker started here for the whole soak. A run is `ok` when
@@ -8,6 +9,20 @@ it exits 0 and `jobledger replay --verify` over its topics finds every recorded 
 re-derived and no derived decision missing; `hung` when the demo says its job did not end (or
 the subprocess outlives its limit, which is then killed). Prints one line per run (exit code,
 seconds, verdict) and last one JSON line: runs, ok, hung, failed, unverified, p50_s, max_s.
+
+`--kill-runner` soaks issue 27, "a dead worker never hangs a job": the demo runs services and
+runner in one process, which a kill would take down together, so each run instead starts
+`jobledger services run` (with `-D heartbeat.timeout=--heartbeat-timeout`) and `jobledger
+runner` as subprocesses on fresh topics, submits the demo's word count, SIGKILLs the runner's
+whole process tree (Spark's JVM and Python workers too, as when its machine dies) after a
+random number of the job's task reports, starts it again with the same runner id and
+checkpoint after a random pause (0 to --max-pause s; both drawn from --seed), and waits with
+`jobledger job wait`. It is `ok` when the job FINISHED, its counts equal a plain Python count
+with no word written twice, and `replay --verify` (under the services' `-D`s) is clean. Each
+run records `detection_s`, from the kill's wall-clock time to the TaskManagerLost that the
+ResourceManager wrote for the runner's TaskExecutor; the JSON line adds its p50 and max.
+Every run is bounded (--job-timeout for the job, a limit for each other step) and kills
+every child it started.
 """
 
 from __future__ import annotations
@@ -15,18 +30,39 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from jobledger.services import broker
+from jobledger.cli import demo
+from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.schemas import EventSerde
+from jobledger.schemas.cluster import TaskManagerLost, TaskManagerRegistrationAccepted
+from jobledger.schemas.tasks import TaskExecutionStateChanged
+from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
+from jobledger.services import broker, dispatcher
+from jobledger.services.kafka import create_topics, transactional_producer
+from jobledger.services.runner.task import PRODUCER as RUNNER_PRODUCER
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the tests' helpers: a signal to a runner with all it started
+from tests.processes import kill_tree  # noqa: E402
+
 TOPICS = re.compile(r"topics (\S+)\* on ")
+RUNNER_ID = "soak"
+PARALLELISM = 4
+START_LIMIT_S = 180.0
+"""How long a runner (Spark's JVM, the query) may take to register."""
+T = TypeVar("T")
 
 
 def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, object]:
@@ -47,24 +83,171 @@ def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, object]
         out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
     seconds = time.monotonic() - started
     hung = code is None or "did not end within" in out
-    verified = verify(out, env)
+    found = TOPICS.search(out)
+    verified = verify(found.group(1), env) if found else "no topics named in the demo's output"
     return {"code": code, "seconds": round(seconds, 1), "hung": hung, "verify": verified,
             "ok": code == 0 and verified == "clean", "tail": out[-3000:]}  # fmt: skip
 
 
-def verify(out: str, env: dict[str, str]) -> str:
-    """`clean`, the first divergence `replay --verify` reports, or why it could not run."""
-    found = TOPICS.search(out)
-    if found is None:
-        return "no topics named in the demo's output"
+def verify(prefix: str, env: dict[str, str], configuration: tuple[str, ...] = ()) -> str:
+    """`clean`, the first divergence `replay --verify` reports, or why it could not run.
+    `configuration`: the services' `-D`s, without which a replay decides otherwise."""
     done = subprocess.run(
         [sys.executable, "-m", "jobledger.cli", "replay", "--verify",
-         "--topic-prefix", found.group(1)],
+         "--topic-prefix", prefix, *configuration],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     if done.returncode == 0:
         return "clean"
     return " ".join((done.stdout + done.stderr).strip().splitlines()[-2:])[:400]
+
+
+# -- --kill-runner -------------------------------------------------------------------------
+
+
+class Children:
+    """The subprocesses of one run, each logging to a file; `close` kills every one left."""
+
+    def __init__(self, work: Path, env: dict[str, str]) -> None:
+        self.work, self.env = work, env
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, *args: str) -> subprocess.Popen:
+        with (self.work / f"{name}-{len(self.started)}.log").open("w") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "jobledger.cli", *args], env=self.env, cwd=self.work,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.started.append(child)
+        return child
+
+    def kill(self, child: subprocess.Popen) -> None:
+        kill_tree(child.pid)
+        child.wait(30)
+
+    def close(self) -> None:
+        for child in self.started:
+            if child.poll() is None:  # a reaped child's pid may be another's by now
+                self.kill(child)
+
+    def tails(self, lines: int = 15) -> str:
+        return "\n".join(
+            f"--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            for log in sorted(self.work.glob("*.log"))
+        )
+
+
+def until(found: Callable[[], T | None], limit_s: float, every_s: float = 0.2) -> T | None:
+    """What `found` returns once it is something, or None after `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while (result := found()) is None or result is False:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(every_s)
+    return result
+
+
+def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random,
+               work: Path) -> dict[str, object]:  # fmt: skip
+    """One run of --kill-runner (see the module's docstring)."""
+    prefix = f"soak-{uuid.uuid4().hex[:8]}."
+    run_dir = work / prefix.rstrip(".")
+    run_dir.mkdir()
+    bootstrap = env["JOBLEDGER_BOOTSTRAP"]
+    create_topics(bootstrap, prefix, partitions=4)
+    configuration = ("-D", f"heartbeat.timeout={args.heartbeat_timeout:g}s")
+    # Spark's scratch directories, which a killed JVM never removes, stay in the run's own
+    children = Children(run_dir, {**env, "JOBLEDGER_TOPIC_PREFIX": prefix,
+                                  "SPARK_LOCAL_DIRS": str(run_dir / "spark")})  # fmt: skip
+    job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
+    text, out = args.file.resolve(), run_dir / job_id / "counts"
+    runner_args = [
+        "runner", "--runner-id", RUNNER_ID, "--slots", str(2 * PARALLELISM),
+        "--heartbeat-interval", str(args.heartbeat_interval), "--master", args.master or "local[*]",
+        "--data-root", str(text.parent), "--data-root", str(run_dir),
+        "--checkpoint", str(run_dir / "checkpoint"),
+    ]  # fmt: skip
+    # the kill comes after this many task reports: anywhere from before the first to before
+    # the last (INITIALIZING, RUNNING and FINISHED of each of the 2 x PARALLELISM subtasks)
+    kill_after = rng.randrange(3 * 2 * PARALLELISM)
+    pause_s = rng.uniform(0, args.max_pause)
+    started = time.monotonic()
+    result: dict[str, object] = {"code": None, "hung": False, "verify": "not run", "tail": "",
+                                 "detection_s": None, "pause_s": round(pause_s, 1)}  # fmt: skip
+    try:
+        children.start("services", "services", "run", *configuration)
+        runner = children.start("runner", *runner_args)
+
+        def log() -> list[LogRecord]:
+            return read_events(bootstrap, prefix)
+
+        def registered() -> bool:
+            return any(isinstance(r.event, TaskManagerRegistrationAccepted) for r in log())
+
+        if not until(registered, START_LIMIT_S):
+            result["why"] = "the runner never registered"
+            return result
+        # a kill fails every subtask the runner held, a restart each: the demo's few run out
+        job = demo.wordcount_job(job_id, text, out, PARALLELISM, args.fail_once).model_copy(
+            update={"restart_strategy": RestartStrategy(
+                kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
+        )  # fmt: skip
+        dispatcher.submit(transactional_producer(bootstrap, f"soak-{uuid.uuid4().hex}"),
+                          prefix, job, EventSerde())  # fmt: skip
+        until(lambda: len(task_reports(log())) >= kill_after, args.job_timeout)
+        killed_at = time.time()
+        children.kill(runner)
+        time.sleep(pause_s)
+        children.start("runner", *runner_args)
+        waited = subprocess.run(
+            [sys.executable, "-m", "jobledger.cli", "job", "wait", job_id,
+             "--timeout", str(args.job_timeout), *configuration],
+            env=children.env, capture_output=True, text=True, timeout=args.job_timeout + 120,
+        )  # fmt: skip
+        result["code"] = waited.returncode
+        result["hung"] = waited.returncode == 124
+        result["tail"] = (waited.stdout + waited.stderr)[-3000:]
+        records = log()
+        losses = [r.timestamp for r in records if isinstance(r.event, TaskManagerLost)
+                  and r.timestamp >= killed_at * 1000]  # fmt: skip
+        reports = [r.timestamp for r in task_reports(records)]
+        # where in the job the kill fell, as the log tells it (the polling lags the target)
+        result["reports_before_kill"] = sum(t <= killed_at * 1000 for t in reports)
+        result["reports"] = len(reports)
+        if losses:
+            result["detection_s"] = round(min(losses) / 1000 - killed_at, 2)
+        result["counts"] = counts_verdict(text, out)
+        result["verify"] = verify(prefix, env, configuration)
+    except subprocess.TimeoutExpired:
+        result["hung"] = True
+    finally:
+        children.close()
+        result["seconds"] = round(time.monotonic() - started, 1)
+    result["ok"] = (result["code"] == 0 and result.get("counts") == "exact"
+                    and result["verify"] == "clean")  # fmt: skip
+    if not result["ok"]:
+        result["tail"] = f"{result['tail']}\n{children.tails()}"
+    return result
+
+
+def task_reports(records: list[LogRecord]) -> list[LogRecord]:
+    """The runner's task state reports (the TaskExecutor reducer reports some FAILED too)."""
+    return [r for r in records if isinstance(r.event, TaskExecutionStateChanged)
+            and r.event.producer == RUNNER_PRODUCER]  # fmt: skip
+
+
+def counts_verdict(text: Path, out: Path) -> str:
+    """`exact`, or how the job's output differs from a plain Python count of `text`."""
+    written = [json.loads(line)[0] for part in sorted(out.glob("part-*"))
+               for line in part.read_text(encoding="utf-8").splitlines()]  # fmt: skip
+    twice = sorted(word for word, n in Counter(written).items() if n > 1)
+    if twice:
+        return f"written twice: {twice[:5]}"
+    expected, counted = demo.python_count(text), demo.read_counts(out)
+    if counted != expected:
+        wrong = sorted(w for w in expected.keys() | counted.keys() if expected[w] != counted[w])
+        return f"{len(wrong)} words miscounted, e.g. {wrong[:5]}"
+    return "exact"
 
 
 def main() -> int:
@@ -77,6 +260,20 @@ def main() -> int:
     parser.add_argument("--file", type=Path, default=ROOT / "examples" / "words.txt")
     parser.add_argument("--job-timeout", type=float, default=180)
     parser.add_argument("--keep-going", action="store_true", help="do not stop at a hang")
+    parser.add_argument(
+        "--kill-runner", action="store_true",
+        help="services and runner as subprocesses; SIGKILL the runner mid-job, restart it",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="--kill-runner's moments and pauses")
+    parser.add_argument(
+        "--heartbeat-timeout", type=float, default=6.0, help="seconds (services' -D)"
+    )
+    parser.add_argument(
+        "--heartbeat-interval", type=float, default=1.0, help="seconds (the runner's)"
+    )
+    parser.add_argument(
+        "--max-pause", type=float, default=10.0, help="longest wait before the restart (s)"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="jobledger-soak-"))
@@ -89,13 +286,19 @@ def main() -> int:
         bootstrap = f"{broker.LOOPBACK}:{port}"
     env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_HOME": str(work)}
     results = []
+    rng = random.Random(args.seed)
     try:
         for i in range(args.runs):
-            result = run_once(args, env)
+            result = run_killed(args, env, rng, work) if args.kill_runner else run_once(args, env)
             results.append(result)
             verdict = "ok" if result["ok"] else ("HUNG" if result["hung"] else "FAILED")
+            killed = (f", killed after {result.get('reports_before_kill')} of "
+                      f"{result.get('reports')} task reports, restarted "
+                      f"{result['pause_s']} s later, detected in {result['detection_s']} s, "
+                      f"counts: {result.get('counts', result.get('why'))}"
+                      if args.kill_runner else "")  # fmt: skip
             print(f"run {i + 1:>3}: exit {result['code']}, {result['seconds']:>6.1f} s, "
-                  f"{verdict}, verify: {result['verify']}", flush=True)  # fmt: skip
+                  f"{verdict}, verify: {result['verify']}{killed}", flush=True)  # fmt: skip
             if not result["ok"]:
                 log = work / f"run-{i + 1}.out"
                 log.write_text(str(result["tail"]))
@@ -106,6 +309,7 @@ def main() -> int:
         if proc is not None:
             broker.stop_child(proc, args.broker)
     seconds = [float(r["seconds"]) for r in results]
+    detections = [float(r["detection_s"]) for r in results if r.get("detection_s") is not None]
     summary = {
         "runs": len(results),
         "ok": sum(bool(r["ok"]) for r in results),
@@ -117,6 +321,16 @@ def main() -> int:
         "broker": args.bootstrap or args.broker,
         "fail_once": args.fail_once,
     }
+    if args.kill_runner:
+        summary |= {
+            "kill_runner": True, "seed": args.seed,
+            "heartbeat_timeout_s": args.heartbeat_timeout,
+            "detection_s": {
+                "p50": round(statistics.median(detections), 2) if detections else None,
+                "max": round(max(detections), 2) if detections else None,
+            },
+            "undetected": len(results) - len(detections),
+        }  # fmt: skip
     print(json.dumps(summary))
     return 0 if summary["ok"] == summary["runs"] == args.runs else 1
 
