@@ -601,9 +601,13 @@ class SlotPool(Reducer):
         return None
 
     def _answer_offer(self, event: SlotOffered, out: Decisions, reason: str | None) -> None:
+        """Accepted by the leader; refused in the name of the JobMaster the TaskExecutor
+        offered to, as the RPC to a former leader fails in Flink: the TaskExecutor takes that
+        answer from its connection and frees the slot (TE-7), where a refusal in the new
+        leader's name would be ignored as stale (TE-11) and leave the slot waiting for good."""
         common = dict(
             job_id=self.job_id,
-            job_master_id=self.job_master_id,
+            job_master_id=self.job_master_id if reason is None else event.job_master_id,
             resource_id=event.resource_id,
             slot_index=event.slot_index,
             allocation_id=event.allocation_id,

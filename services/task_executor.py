@@ -12,7 +12,17 @@ Invariants:
   ALLOCATED (TE-13); an accepted offer makes it ACTIVE, a rejected one frees it (TE-7);
 - a task runs only in an ACTIVE slot of its job, submitted by the connected JobMaster
   leader, once per ExecutionAttemptID (TE-22);
-- every freed static slot is reported to the ResourceManager (TE-14).
+- every freed static slot is reported to the ResourceManager (TE-14);
+- an ALLOCATED slot times out (`taskmanager.slot.timeout`) only while the TaskExecutor waits
+  for nothing from the job's JobMaster: while its registration or an offer of the slot is
+  unanswered, the slot does not time out. The JobMaster answers every registration and
+  every offer on its own partition, and under load that answer can come later than any
+  timeout: a slot freed before it came failed a healthy job ("Could not mark slot active",
+  "no JobManager associated for the job"). Flink offers over an RPC connection whose reply
+  comes back within the ask timeout; here the reply always comes (a JobMaster that lost its
+  leadership meanwhile is answered for by the new leader, addressed to the one asked), so the
+  TaskExecutor waits for it, and the timeout runs again once the registration is declined or
+  the connection is lost.
 """
 
 from __future__ import annotations
@@ -166,7 +176,8 @@ class TaskExecutor(Reducer):
         )
         if event.job_id in self.job_masters:
             self._offer_slots(event.job_id, out)
-        elif event.job_id not in self.registering and event.job_master_id is not None:
+            return
+        if event.job_id not in self.registering and event.job_master_id is not None:
             self.registering[event.job_id] = event.job_master_id
             out.emit(
                 JobMasterRegistrationRequested,
@@ -174,6 +185,8 @@ class TaskExecutor(Reducer):
                 job_master_id=event.job_master_id,
                 resource_id=self.resource_id,
             )
+        if event.job_id in self.registering:
+            self.table.slots[event.allocation_id].timeout_at = None  # the answer will come
 
     def _allocate_or_refuse(self, event: SlotAllocationRequested) -> str | None:
         """Allocate the slot in the table, or say why it cannot be: None once it is allocated
@@ -221,10 +234,22 @@ class TaskExecutor(Reducer):
     def on_job_master_registration_declined(
         self, event: JobMasterRegistrationDeclined, out: Decisions
     ) -> None:
+        """No JobMaster takes the job's slots: they time out from now."""
         self.registering.pop(event.job_id, None)
+        if self.table is not None:
+            self._arm_timeouts(event.job_id, event.event_time)
+
+    def _arm_timeouts(self, job_id: str, now: int) -> None:
+        """The job's ALLOCATED slots waiting for its JobMaster's answer wait no longer: they
+        time out `slot_timeout_ms` from `now` unless used."""
+        for slot in self.table.allocated_slots(job_id):
+            if slot.timeout_at is None:
+                slot.timeout_at = now + self.config.slot_timeout_ms
 
     def _offer_slots(self, job_id: str, out: Decisions) -> None:
+        """Offer the job's ALLOCATED slots; each waits for the answer without timing out."""
         for slot in self.table.allocated_slots(job_id):
+            slot.timeout_at = None
             out.emit(
                 SlotOffered,
                 job_id=job_id,

@@ -742,7 +742,7 @@ def test_jm_8_the_job_master_id_fences_every_input_that_carries_one():
     stale = c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                     slot_index=3, allocation_id="late", resource_profile=ANY)  # fmt: skip
     assert_derived(derived_from(c.run([stale]), stale, PRODUCER), [
-        expect(SlotOfferRejected, job_id=JOB, job_master_id="jm-2", resource_id="tm-0",
+        expect(SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                slot_index=3, allocation_id="late",
                reason=f"JobMasterId {JM} is not the leader's"),
     ])  # fmt: skip

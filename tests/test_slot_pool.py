@@ -130,9 +130,10 @@ def accepted(alloc, tm=TM, index=0):
     )  # fmt: skip
 
 
-def offer_rejected(alloc, reason, tm=TM, index=0):
+def offer_rejected(alloc, reason, tm=TM, index=0, jm=JM):
+    """A refusal answers in the name of the JobMaster the offer was addressed to."""
     return expect(
-        SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id=tm, slot_index=index,
+        SlotOfferRejected, job_id=JOB, job_master_id=jm, resource_id=tm, slot_index=index,
         allocation_id=alloc, reason=reason,
     )  # fmt: skip
 
@@ -665,7 +666,8 @@ def test_new_leadership_suspends_the_old_one_first(p):
 
 def test_offers_and_registrations_with_a_stale_job_master_id_are_refused(p):
     stale = "JobMasterId jm-old is not the leader's"
-    assert_derived(p.offer("x", jm="jm-old"), [offer_rejected("x", stale)])
+    # in the name of the JobMaster offered to, so its TaskExecutor frees the slot (TE-7)
+    assert_derived(p.offer("x", jm="jm-old"), [offer_rejected("x", stale, jm="jm-old")])
     assert_derived(p.register("tm-2", jm="jm-old"), [
         expect(JobMasterRegistrationDeclined, job_id=JOB, resource_id="tm-2", reason=stale),
     ])  # fmt: skip

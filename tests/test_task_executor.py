@@ -266,10 +266,27 @@ def test_te_9_a_renewed_job_master_connection_re_offers_what_is_still_allocated(
 
 
 def test_te_10_a_declined_registration_offers_nothing_and_the_slots_time_out():
+    """The timeout counts from the decline: until then the answer was awaited."""
     te = TE()
     te.request(0, "a1", at=5_000)
-    assert te.apply(JobMasterRegistrationDeclined, job_id=JOB, reason="no leader") == []
-    assert_derived(te.tick(6_000), [freed("a1", "slot timed out before it was used")])
+    assert te.apply(JobMasterRegistrationDeclined, at=5_500, job_id=JOB, reason="no leader") == []
+    assert te.tick(6_499) == []
+    assert_derived(te.tick(6_500), [freed("a1", "slot timed out before it was used")])
+
+
+def test_a_slot_waiting_for_its_job_master_s_answer_never_times_out():
+    """Load issue, item 1: the JobMaster answers every registration and offer, on its own
+    partition, and under load later than the slot timeout. A slot freed meanwhile failed a
+    healthy job, so neither wait lets the slot time out; the answer decides."""
+    te = TE()
+    te.request(0, "a1", at=5_000)
+    assert te.te.next_timer() is None
+    assert te.tick(60_000) == []  # the registration is not answered yet
+    assert_derived(te.connect(), [offered("a1")])
+    assert te.te.next_timer() is None
+    assert te.tick(120_000) == []  # nor the offer
+    assert te.accept("a1") == []
+    assert te.state("a1") is TaskSlotState.ACTIVE
 
 
 def test_te_11_a_reply_from_a_former_leader_is_ignored():
@@ -375,7 +392,8 @@ def test_te_20_the_reducer_never_beats_on_the_runner_s_behalf():
     te = TE()
     assert te.te.next_timer() is None
     te.request(1, "a1", at=100)
-    assert te.te.next_timer() == 1_100
+    te.apply(JobMasterRegistrationDeclined, at=150, job_id=JOB, reason="no leader")
+    assert te.te.next_timer() == 1_150
     assert te.tick(200) == []
     assert TE(registered=False).tick(200) == []
 
