@@ -135,6 +135,14 @@ class ExecutionGraph:
     def executions(self) -> list[Execution]:
         return [ev.current for ev in self.flat]
 
+    def consumers_of(self, vertex_id: str) -> list[ExecutionJobVertex]:
+        """The job vertices reading `vertex_id`'s results, in topological order."""
+        return [
+            jv
+            for jv in self.vertices.values()
+            if any(edge.source_vertex_id == vertex_id for edge in jv.vertex.inputs)
+        ]
+
     def find(self, attempt_id: str) -> ExecutionVertex | None:
         """The vertex whose *current* attempt is `attempt_id` (older attempts are outdated)."""
         ev = self.attempts.get(attempt_id)
