@@ -7,6 +7,8 @@ Invariants:
   ResourceManager under one AllocationID, or fulfilled by one allocated slot;
 - only slots of registered TaskManagers enter the pool; a slot is identified by its SlotID
   (ResourceID, slot index);
+- the AllocationIDs of pending requests are distinct (each is derived from its request's id
+  and the input that sent it), so a slot offered under one completes at most one request;
 - nothing happens without a JobMaster leader: a pool that is not started refuses everything
   but leadership.
 
@@ -117,8 +119,67 @@ class SlotPool(Reducer):
     """Requests completed within the input being reduced, until the listener heard of them."""
     told: int = derived(default=0)
     """How many of `completed` the listener has heard of."""
+    pending_of_allocation: dict[str, str] = derived(default_factory=dict)
+    """The pending request waiting on each AllocationID: every offer looks its AllocationID
+    up, and a scan of the pending requests per offer made a job's slots cost quadratic time
+    (at parallelism 4000, a third of scheduling it)."""
+    available_on: dict[str, dict[str, AllocatedSlot]] = derived(default_factory=dict)
+    """`available_slots` by TaskManager, each in the pool's order (by AllocationID)."""
+    allocated_on: dict[str, dict[str, AllocatedSlot]] = derived(default_factory=dict)
+    """`allocated_slots` by TaskManager, each in the pool's order (by SlotRequestId): with
+    `available_on`, a TaskManager's slots without a scan of every slot the job holds, which
+    every offer made (a re-allocated SlotID supersedes the old allocation) and every
+    heartbeat makes per TaskManager."""
 
     producer: ClassVar[str] = PRODUCER
+
+    def __post_init__(self) -> None:
+        for request in self.pending_requests.values():
+            self.pending_of_allocation.setdefault(request.allocation_id, request.slot_request_id)
+        for slot, _ in self.available_slots.values():
+            self.available_on.setdefault(slot.resource_id, {})[slot.allocation_id] = slot
+        for request_id, slot in self.allocated_slots.items():
+            self.allocated_on.setdefault(slot.resource_id, {})[request_id] = slot
+
+    # -- the held slots and pending requests, with their indexes ------------------------
+    # Every change of `pending_requests`, `available_slots` and `allocated_slots` goes
+    # through these, so the indexes above stay true.
+
+    def _add_pending(self, request: PendingRequest) -> None:
+        self.pending_requests[request.slot_request_id] = request
+        self.pending_of_allocation.setdefault(request.allocation_id, request.slot_request_id)
+
+    def _remove_waiting(self, waiting: dict[str, PendingRequest], request_id: str) -> None:
+        """Take a request out of `waiting` (the pending requests or the stashed ones)."""
+        request = waiting.pop(request_id)
+        if self.pending_of_allocation.get(request.allocation_id) == request_id:
+            del self.pending_of_allocation[request.allocation_id]
+
+    def _pending_with(self, allocation_id: str) -> PendingRequest | None:
+        """The pending request sent to the ResourceManager under `allocation_id`."""
+        request_id = self.pending_of_allocation.get(allocation_id)
+        return None if request_id is None else self.pending_requests[request_id]
+
+    def _add_available(self, slot: AllocatedSlot, since: int) -> None:
+        self.available_slots[slot.allocation_id] = (slot, since)
+        self.available_on.setdefault(slot.resource_id, {})[slot.allocation_id] = slot
+
+    def _take_available(self, allocation_id: str) -> tuple[AllocatedSlot, int] | None:
+        entry = self.available_slots.pop(allocation_id, None)
+        if entry is not None:
+            _drop(self.available_on, entry[0].resource_id, allocation_id)
+        return entry
+
+    def _add_allocated(self, request_id: str, slot: AllocatedSlot) -> None:
+        self.allocated_slots[request_id] = slot
+        self.request_of_allocation[slot.allocation_id] = request_id
+        self.allocated_on.setdefault(slot.resource_id, {})[request_id] = slot
+
+    def _take_allocated(self, request_id: str) -> AllocatedSlot:
+        slot = self.allocated_slots.pop(request_id)
+        del self.request_of_allocation[slot.allocation_id]
+        _drop(self.allocated_on, slot.resource_id, request_id)
+        return slot
 
     # -- queries -------------------------------------------------------------------------
 
@@ -148,9 +209,11 @@ class SlotPool(Reducer):
         )  # fmt: skip
 
     def slots_of(self, resource_id: str) -> list[AllocatedSlot]:
-        available = [s for s, _ in self.available_slots.values() if s.resource_id == resource_id]
-        allocated = [s for s in self.allocated_slots.values() if s.resource_id == resource_id]
-        return available + allocated
+        """The TaskManager's held slots: available ones, then allocated ones."""
+        return [
+            *self.available_on.get(resource_id, {}).values(),
+            *self.allocated_on.get(resource_id, {}).values(),
+        ]
 
     def create_allocated_slot_report(self, resource_id: str) -> list[tuple[int, str]]:
         """(slot index, AllocationID) of every slot of the TaskManager in the pool (SP-35)."""
@@ -160,12 +223,8 @@ class SlotPool(Reducer):
         """Available slots with their TaskManager's utilization, allocated / all (SP-36)."""
         info = []
         for slot, since in self.available_slots.values():
-            available = sum(
-                1 for s, _ in self.available_slots.values() if s.resource_id == slot.resource_id
-            )
-            allocated = sum(
-                1 for s in self.allocated_slots.values() if s.resource_id == slot.resource_id
-            )
+            available = len(self.available_on[slot.resource_id])
+            allocated = len(self.allocated_on.get(slot.resource_id, {}))
             info.append(
                 {
                     "allocation_id": slot.allocation_id,
@@ -265,6 +324,9 @@ class SlotPool(Reducer):
         self.allocated_slots.clear()
         self.request_of_allocation.clear()
         self.available_slots.clear()
+        self.pending_of_allocation.clear()
+        self.available_on.clear()
+        self.allocated_on.clear()
 
     # -- ResourceManager connection ------------------------------------------------------
 
@@ -292,7 +354,7 @@ class SlotPool(Reducer):
 
     def _request_from_resource_manager(self, request: PendingRequest, out: Decisions) -> None:
         request.allocation_id = out.derive(f"alloc/{request.slot_request_id}")
-        self.pending_requests[request.slot_request_id] = request
+        self._add_pending(request)
         out.emit(
             SlotRequested,
             job_id=self.job_id,
@@ -359,7 +421,7 @@ class SlotPool(Reducer):
         if self._knows_request(slot_request_id):
             self._reject(out, f"slot request {slot_request_id} already exists")
             return
-        entry = self.available_slots.pop(allocation_id, None)
+        entry = self._take_available(allocation_id)
         if entry is None:
             self._reject(out, f"allocation {allocation_id} is not an available slot")
             return
@@ -385,8 +447,7 @@ class SlotPool(Reducer):
             self._cancel_at_resource_manager(request, cause, out)
 
     def _allocate_to(self, slot_request_id: str, slot: AllocatedSlot, out: Decisions) -> None:
-        self.allocated_slots[slot_request_id] = slot
-        self.request_of_allocation[slot.allocation_id] = slot_request_id
+        self._add_allocated(slot_request_id, slot)
         self._complete(
             out,
             SlotRequestFulfilled,
@@ -422,9 +483,7 @@ class SlotPool(Reducer):
             reason = f"Pending slot request with SlotRequestId {slot_request_id} has been released."
             self._fail_request(slot_request_id, reason, out)
         elif slot_request_id in self.allocated_slots:
-            slot = self.allocated_slots.pop(slot_request_id)
-            del self.request_of_allocation[slot.allocation_id]
-            self._fulfill_or_make_available(slot, out)
+            self._fulfill_or_make_available(self._take_allocated(slot_request_id), out)
         else:
             self._reject(out, f"slot request {slot_request_id} is unknown to the pool")
 
@@ -436,7 +495,8 @@ class SlotPool(Reducer):
         """Fail a waiting request; one sent to the RM is cancelled there too."""
         request = self.waiting_for_resource_manager.pop(slot_request_id, None)
         if request is None:
-            request = self.pending_requests.pop(slot_request_id)
+            request = self.pending_requests[slot_request_id]
+            self._remove_waiting(self.pending_requests, slot_request_id)
         self._complete(
             out,
             SlotRequestFailed,
@@ -531,10 +591,10 @@ class SlotPool(Reducer):
 
     def _remove_held(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
         """Forget a held slot; the request it was allocated to fails with `cause`."""
-        if self.available_slots.pop(slot.allocation_id, None) is not None:
+        if self._take_available(slot.allocation_id) is not None:
             return
-        request_id = self.request_of_allocation.pop(slot.allocation_id)
-        del self.allocated_slots[request_id]
+        request_id = self.request_of_allocation[slot.allocation_id]
+        self._take_allocated(request_id)
         self._complete(
             out,
             SlotRequestFailed,
@@ -570,12 +630,9 @@ class SlotPool(Reducer):
         )
         self._answer_offer(event, out, None)
         self._forget_superseded(slot, out)
-        waiting = next(
-            (r for r in self.pending_requests.values() if r.allocation_id == slot.allocation_id),
-            None,
-        )
+        waiting = self._pending_with(slot.allocation_id)
         if waiting is not None:
-            del self.pending_requests[waiting.slot_request_id]
+            self._remove_waiting(self.pending_requests, waiting.slot_request_id)
             self._allocate(waiting, slot, out)
         else:
             self._fulfill_or_make_available(slot, out)
@@ -622,10 +679,10 @@ class SlotPool(Reducer):
         for waiting in (self.pending_requests, self.waiting_for_resource_manager):
             for request in waiting.values():
                 if is_matching(slot.resource_profile, request.resource_profile):
-                    del waiting[request.slot_request_id]
+                    self._remove_waiting(waiting, request.slot_request_id)
                     self._allocate(request, slot, out)
                     return
-        self.available_slots[slot.allocation_id] = (slot, out.cause.event_time)
+        self._add_available(slot, out.cause.event_time)
 
     @handles(AllocationFailed)
     @completes_requests
@@ -639,10 +696,7 @@ class SlotPool(Reducer):
                 out, f"failSlot from unknown TaskManager {event.resource_id} ignored (JM-4)"
             )
             return
-        pending = next(
-            (r for r in self.pending_requests.values() if r.allocation_id == event.allocation_id),
-            None,
-        )
+        pending = self._pending_with(event.allocation_id)
         if pending is not None:
             if not (pending.batch and not event.unfulfillable):
                 self._fail_request(pending.slot_request_id, event.cause, out)
@@ -708,7 +762,7 @@ class SlotPool(Reducer):
     def _time_out(
         self, request: PendingRequest, waiting: dict[str, PendingRequest], out: Decisions
     ) -> None:
-        del waiting[request.slot_request_id]
+        self._remove_waiting(waiting, request.slot_request_id)
         self._complete(
             out,
             SlotRequestTimedOut,
@@ -726,7 +780,7 @@ class SlotPool(Reducer):
             if now - since > self.config.idle_slot_timeout_ms
         ]
         for slot in idle:
-            del self.available_slots[slot.allocation_id]
+            self._take_available(slot.allocation_id)
             out.emit(
                 IdleSlotTimedOut,
                 job_id=self.job_id,
@@ -757,6 +811,14 @@ class SlotPool(Reducer):
                     and request.unfulfillable_since + self.config.batch_slot_timeout_ms <= now
                 ):
                     self._time_out(request, waiting, out)
+
+
+def _drop(index: dict[str, dict[str, AllocatedSlot]], resource_id: str, key: str) -> None:
+    """Remove one slot from a by-TaskManager index, and the TaskManager once it has none."""
+    slots = index[resource_id]
+    del slots[key]
+    if not slots:
+        del index[resource_id]
 
 
 def _plain(value: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ cluster of reducers: SlotPools, the ResourceManager and the TaskExecutors."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,7 @@ from jobledger.schemas.types import OwnerKind
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.job_master import JobMasterConfig
 from jobledger.services.resource_manager import ResourceManager, ResourceManagerConfig, SlotState
-from jobledger.services.slot_pool import SlotPoolConfig
+from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
 
 from .events import ANY, UNKNOWN, profile
 
@@ -160,6 +161,19 @@ def check_only_due_timers_matter(driver: ReducerDriver, time: int) -> None:
                 assert copied.to_dict() == before, (owner, now)
 
 
+def check_indexes_as_rebuilt(pool: SlotPool) -> None:
+    """The pool's indexes, kept up to date event by event, are those a snapshot's restore
+    rebuilds from the state it keeps, each TaskManager's slots in the same order."""
+    rebuilt = dataclasses.replace(pool)
+
+    def ordered(index: dict[str, dict[str, object]]) -> dict[str, list[tuple[str, object]]]:
+        return {resource_id: list(slots.items()) for resource_id, slots in index.items()}
+
+    assert pool.pending_of_allocation == rebuilt.pending_of_allocation
+    assert ordered(pool.available_on) == ordered(rebuilt.available_on)
+    assert ordered(pool.allocated_on) == ordered(rebuilt.allocated_on)
+
+
 def check_invariants(driver: ReducerDriver) -> None:
     for pool in driver.pools.values():
         allocated = [s.allocation_id for s in pool.allocated_slots.values()]
@@ -172,6 +186,9 @@ def check_invariants(driver: ReducerDriver) -> None:
         assert {pool.request_of_allocation[a] for a in allocated} == set(pool.allocated_slots)
         waiting = set(pool.pending_requests) | set(pool.waiting_for_resource_manager)
         assert not waiting & set(pool.allocated_slots), "a request both waiting and fulfilled"
+        pending = [r.allocation_id for r in pool.pending_requests.values()]
+        assert len(pending) == len(set(pending)), "two pending requests under one AllocationID"
+        check_indexes_as_rebuilt(pool)
     held = Counter(a for te in driver.task_executors.values() if te.table
                    for a in te.table.slots)  # fmt: skip
     assert all(c == 1 for c in held.values()), "an AllocationID in two TaskExecutors"
