@@ -6,11 +6,14 @@ again: the worker starts one under a new id."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from jobledger.services.kafka import create_topics
 from jobledger.services.runner import task_producers
@@ -154,3 +157,67 @@ def test_a_fenced_producer_is_dropped_and_the_next_task_writes_under_a_new_id(
         for held in task_producers._kept.values():
             held.producer.close()
         task_producers._kept.clear()
+
+
+def test_the_ids_leased_when_a_driver_dies_are_fenced_by_the_next_run(tmp_path):
+    """The journal holds exactly the ids leased now (only those can have a transaction
+    open); a driver killed with w3 leased leaves it there, and the next run fences it before
+    anything else, then refuses it to any task."""
+    journal = tmp_path / "ckpt" / "leased.json"
+    first = ProducerLeases(lambda _: None, journal)
+    first.begin("job-a/1")
+    first.lease("job-a/1", 0, "w1")
+    first.lease("job-a/1", 1, "w2")
+    assert json.loads(journal.read_text()) == ["w1", "w2"]
+    first.end("job-a/1", fence=False)
+    assert json.loads(journal.read_text()) == []
+    first.begin("job-b/2")
+    first.lease("job-b/2", 0, "w3")  # ... and the driver is killed
+
+    ids: list[str] = []
+    second = ProducerLeases(ids.append, journal)
+    assert second.recover() == ["w3"]
+    assert (ids, json.loads(journal.read_text())) == (["w3"], [])
+    second.begin("job-c/3")
+    assert second.lease("job-c/3", 0, "w3") is False
+
+
+def test_a_torn_journal_fences_nothing_and_starts_again(tmp_path):
+    journal = tmp_path / "leased.json"
+    journal.write_text('["w1", "w')
+    ids: list[str] = []
+    assert ProducerLeases(ids.append, journal).recover() == []
+    assert (ids, json.loads(journal.read_text())) == ([], [])
+
+
+def test_recovery_aborts_what_a_killed_worker_left_open(kafka_bootstrap, tmp_path):
+    """On Apache Kafka, fencing the journal's id aborts the killed producer's transaction at
+    once: the partition's last stable offset reaches its end, so read_committed readers are
+    not held back until the transaction times out."""
+    topic = f"dangling-{tmp_path.name}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    transactional_id = f"worker-{tmp_path.name}"
+    child = (
+        "import os\nfrom confluent_kafka import Producer\n"
+        f"p = Producer({{'bootstrap.servers': '{kafka_bootstrap}', "
+        f"'transactional.id': '{transactional_id}'}})\n"
+        "p.init_transactions(30)\np.begin_transaction()\n"
+        f"p.produce('{topic}', value=b'left open')\np.flush(10)\nos._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", child], timeout=60, check=False)
+    journal = tmp_path / "leased.json"
+    journal.write_text(json.dumps([transactional_id]))
+
+    def stable_and_end() -> tuple[int, int]:
+        part = TopicPartition(topic, 0)
+        offsets = [admin.list_offsets({part: OffsetSpec.latest()}, isolation_level=level)[part]
+                   .result().offset for level in (IsolationLevel.READ_COMMITTED,
+                                                  IsolationLevel.READ_UNCOMMITTED)]  # fmt: skip
+        return offsets[0], offsets[1]
+
+    stable, end = stable_and_end()
+    assert stable < end, "the killed producer's transaction is open"
+    ProducerLeases(lambda tid: task_producer(kafka_bootstrap, tid).close(), journal).recover()
+    stable, end = stable_and_end()
+    assert stable == end

@@ -66,6 +66,9 @@ MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
 accepted, so the oldest are forgotten past this many."""
 
+LEASE_JOURNAL = "jobledger-leased-ids.json"
+"""The task producers' ids leased now (`ProducerLeases`), in the checkpoint directory."""
+
 QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
 """Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
 inside it; the runner says why its query ended in one line of its own instead."""
@@ -154,7 +157,8 @@ class TaskRunner:
         self.serde = EventSerde()
         self.transactional_id = f"jobledger-runner-{config.prefix}{config.runner_id}"
         self.gate = StartGate(
-            self.spark.conf.get("spark.driver.host", "127.0.0.1"), ProducerLeases(self._fence)
+            self.spark.conf.get("spark.driver.host", "127.0.0.1"),
+            ProducerLeases(self._fence, config.checkpoint / LEASE_JOURNAL),
         )
         self.settings = task.RunnerSettings(
             config.bootstrap, config.prefix, config.allowed_modules, self.gate.url,
@@ -192,7 +196,12 @@ class TaskRunner:
     def start(self) -> None:
         """Start the query, then (once it has fixed its starting offsets) register the
         TaskExecutors, so no deployment for them can come before the query reads. A checkpoint
-        that does not fit the log is dealt with first (`checkpoint.fit`)."""
+        that does not fit the log is dealt with first (`checkpoint.fit`), after the
+        transactions a killed predecessor's tasks left open are aborted
+        (`ProducerLeases.recover`), so no reader waits for them to time out."""
+        aborted = self.gate.leases.recover()
+        if aborted:
+            log.info("aborted what %d task producer(s) of the last run left open", len(aborted))
         self._fit_checkpoint()
         _quiet_query_failures(self.spark)
         self._start_query()

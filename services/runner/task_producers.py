@@ -17,12 +17,19 @@ task. What a fixed id per Spark task gave must still hold:
 - A fenced producer is never used again: the driver refuses a lease of an id it fenced, and
   the worker then closes its producer and mints a new id; a task that raised closes its
   producer too (its transaction may be half done), so the next task starts a new one.
+- What a killed driver's tasks left open is aborted when the runner starts again, not a
+  transaction timeout later (librdkafka's default: 60 s, while every `read_committed` reader
+  of the partitions written, the services' among them, waits): the ids leased at any moment
+  are kept in a journal file beside the checkpoint, and the next run fences them first
+  (`ProducerLeases.recover`). Only a leased id can have a transaction open: a worker leases
+  its id before every task's first write, and its Spark job's end takes the lease back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import urllib.request
 import uuid
@@ -30,6 +37,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -43,12 +51,41 @@ class ProducerLeases:
     """The driver's side: which worker ids each running Spark job's partitions write under,
     and which ids were fenced. `fence(id)` starts and closes a producer under the id."""
 
-    def __init__(self, fence: Callable[[str], None]) -> None:
+    def __init__(self, fence: Callable[[str], None], journal: Path | None = None) -> None:
         self.fence = fence
+        self.journal = journal
+        """Where the ids leased now are kept, for the next run to fence (None: nowhere)."""
         self.lock = threading.Lock()
         self.leased: dict[str, dict[int, str]] = {}
         """Per Spark job (its job group): Spark partition -> the id its task writes under."""
         self.fenced: OrderedDict[str, None] = OrderedDict()
+
+    def recover(self) -> list[str]:
+        """Fence the ids an earlier run's journal holds (leased when it died, so possibly
+        with a transaction open), then start the journal empty; returns those ids."""
+        if self.journal is None:
+            return []
+        try:
+            ids = [str(i) for i in json.loads(self.journal.read_text("utf-8"))]
+        except FileNotFoundError:
+            ids = []
+        except (ValueError, TypeError):
+            ids = []  # torn by a crash mid-write: it was written whole or it is not ours
+        self._fence(ids)
+        with self.lock:
+            self._write_journal()
+        return ids
+
+    def _write_journal(self) -> None:
+        """The ids leased now, written whole (a temporary file renamed over the journal).
+        Under the lock."""
+        if self.journal is None:
+            return
+        ids = sorted({tid for leases in self.leased.values() for tid in leases.values()})
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.journal.with_name(f".{self.journal.name}.tmp")
+        temporary.write_text(json.dumps(ids), "utf-8")
+        os.replace(temporary, self.journal)
 
     def begin(self, spark_job: str) -> None:
         """`spark_job` starts: its tasks may lease ids until it ends."""
@@ -72,6 +109,7 @@ class ProducerLeases:
                     del other[held_by]
             earlier = leases.get(partition)
             leases[partition] = transactional_id
+            self._write_journal()
         if earlier is not None and earlier != transactional_id:
             self._fence([earlier])
         return True
@@ -81,6 +119,7 @@ class ProducerLeases:
         fenced (its tasks may have left transactions open)."""
         with self.lock:
             ids = list(self.leased.pop(spark_job, {}).values())
+            self._write_journal()
         if fence:
             self._fence(ids)
 
