@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import resource
 import statistics
@@ -43,6 +42,7 @@ import fastavro.write
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from eventsourcing_peer import Peer
 from fastavro import parse_schema
+from forked import in_fork
 
 from jobledger.projections.log_file import export_schema, read_export
 from jobledger.schemas import Event, EventSerde, topic_name
@@ -350,33 +350,6 @@ def measured_replay(
     driver = merged(drivers, prefix)
     return {"wall_s": wall_s, "cpu_s": cpu_s, "state": state_digest(driver),
             "jobs": len(driver.job_masters)}  # fmt: skip
-
-
-def in_fork(measure: Callable[[], dict[str, object]]) -> dict[str, object]:
-    """`measure()` run in a forked child, its JSON answer read back. Each replay then starts
-    from the same heap, the raw records and little else, as a `jobledger replay` process
-    does, and not from what an earlier replay of this run left behind: measured at 1M events,
-    the all-core replay of a process that had replayed on one core and kept that state (to
-    compare) took 16-22 s, against 14-15 s in a process that had kept nothing."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: measure, answer, exit without running the parent's cleanup
-        os.close(read)
-        try:
-            answer, status = measure(), 0
-        except BaseException as exc:  # reported to the parent, which raises it
-            answer, status = {"error": repr(exc)}, 1
-        with os.fdopen(write, "wb") as out:
-            out.write(json.dumps(answer).encode())
-        os._exit(status)
-    os.close(write)
-    with os.fdopen(read, "rb") as reply:
-        text = reply.read()
-    _, status = os.waitpid(pid, 0)
-    answer = json.loads(text) if text else {"error": f"the child died (wait status {status})"}
-    if status or "error" in answer:
-        raise RuntimeError(f"a measured run failed: {answer.get('error', status)}")
-    return answer
 
 
 def file_replay(path: Path) -> int:

@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
+
+from forked import in_fork
 
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
@@ -141,30 +141,6 @@ def one_round(driver: ReducerDriver, make: Inputs, parallelism: int, mode: Sched
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     gc.callbacks.remove(timed_collection)
     return {"wall_s": wall, "cpu_s": cpu, **collector}
-
-
-def in_fork(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
-    """`measure()` in a forked child, its JSON answer read back: every round starts from the
-    same registered cluster and the same heap, and none pays for another's garbage."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: measure, answer, exit without running the parent's cleanup
-        os.close(read)
-        try:
-            answer, status = measure(), 0
-        except BaseException as exc:  # reported to the parent, which raises it
-            answer, status = {"error": repr(exc)}, 1
-        with os.fdopen(write, "wb") as out:
-            out.write(json.dumps(answer).encode())
-        os._exit(status)
-    os.close(write)
-    with os.fdopen(read, "rb") as reply:
-        text = reply.read()
-    _, status = os.waitpid(pid, 0)
-    answer = json.loads(text) if text else {"error": f"the child died (wait status {status})"}
-    if status or "error" in answer:
-        raise RuntimeError(f"a measured round failed: {answer.get('error', status)}")
-    return answer
 
 
 def measure(parallelism: int, mode: ScheduleMode, repeats: int) -> dict[str, float]:
