@@ -130,25 +130,18 @@ def broker_aborts_dangling_transactions(kafka_bootstrap: str, broker_kind: str) 
         return True
     if broker_kind == "tansu":
         return False
-    import subprocess
-    import sys
-
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from jobledger.services.kafka import read_committed_consumer, read_topic
 
+    from .processes import leave_transaction_open
+
     topic = f"probe-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
     txn = f"probe-{uuid.uuid4().hex}"
-    child = (
-        "import os\nfrom confluent_kafka import Producer\n"
-        f"p = Producer({{'bootstrap.servers': '{kafka_bootstrap}', 'transactional.id': '{txn}'}})\n"
-        "p.init_transactions(30)\np.begin_transaction()\n"
-        f"p.produce('{topic}', value=b'dangling')\np.flush(10)\nos._exit(9)\n"
-    )
-    subprocess.run([sys.executable, "-c", child], timeout=60, check=False)
+    leave_transaction_open(kafka_bootstrap, topic, txn)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": txn})
     producer.init_transactions(60)
     producer.begin_transaction()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -63,3 +64,16 @@ def kill_tree(pid: int) -> None:
     """SIGKILL `pid` and everything it started, as if its machine died: frozen first, so
     that no descendant outlives it orphaned (an orphan leaves the tree) or acts in between."""
     _signal(freeze_tree(pid), signal.SIGKILL)
+
+
+def leave_transaction_open(bootstrap: str, topic: str, transactional_id: str) -> None:
+    """A process that writes `b"dangling"` to `topic` in a transaction under
+    `transactional_id` and dies before it ends it, as a killed worker does."""
+    child = (
+        "import os\nfrom confluent_kafka import Producer\n"
+        f"p = Producer({{'bootstrap.servers': '{bootstrap}', "
+        f"'transactional.id': '{transactional_id}'}})\n"
+        "p.init_transactions(30)\np.begin_transaction()\n"
+        f"p.produce('{topic}', value=b'dangling')\np.flush(10)\nos._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", child], timeout=60, check=False)

@@ -6,8 +6,6 @@ again: the worker starts one under a new id."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -20,6 +18,8 @@ from jobledger.services.runner import task_producers
 from jobledger.services.runner.start_gate import StartGate
 from jobledger.services.runner.task import task_producer
 from jobledger.services.runner.task_producers import ProducerLeases, acquire, lease, release
+
+from .processes import leave_transaction_open
 
 
 @pytest.fixture
@@ -198,14 +198,7 @@ def test_recovery_aborts_what_a_killed_worker_left_open(kafka_bootstrap, tmp_pat
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
     transactional_id = f"worker-{tmp_path.name}"
-    child = (
-        "import os\nfrom confluent_kafka import Producer\n"
-        f"p = Producer({{'bootstrap.servers': '{kafka_bootstrap}', "
-        f"'transactional.id': '{transactional_id}'}})\n"
-        "p.init_transactions(30)\np.begin_transaction()\n"
-        f"p.produce('{topic}', value=b'left open')\np.flush(10)\nos._exit(9)\n"
-    )
-    subprocess.run([sys.executable, "-c", child], timeout=60, check=False)
+    leave_transaction_open(kafka_bootstrap, topic, transactional_id)
     journal = tmp_path / "leased.json"
     journal.write_text(json.dumps([transactional_id]))
 
