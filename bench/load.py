@@ -50,7 +50,6 @@ failure and every job FINISHED.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -507,6 +506,9 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
         result["timed_out"] = not done
         result["rss_mb"] = [round((vm_hwm_kb(i.pid) or 0) / 1024, 1) for i in instances]
         watch.close()
+        quiesce(children, instances)
+        if not args.jobs:
+            result["stand_in"] = (run_dir / "stand-in.log").read_text().strip()[-400:]
         records = read_events(bootstrap, prefix)
         result |= figures(records, jobs, submitted_ms, args)
         if args.jobs:
@@ -520,13 +522,6 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
                            env=env, capture_output=True, timeout=300)  # fmt: skip
             result["evidence"] = f"{written} (log: {export})"
             result["first_spurious"] = [describe(r) for r in found[:5]]
-        if done and not result["timed_out"]:
-            stopped = children.started[-1]
-            if not args.jobs:  # the stand-in prints its counts when told to stop
-                stopped.send_signal(signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    stopped.wait(15)
-                result["stand_in"] = (run_dir / "stand-in.log").read_text().strip()[-400:]
         return result
     finally:
         watch.close()
@@ -536,6 +531,25 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
                 kill_tree(instance.pid)
                 assert instance.process is not None
                 instance.process.wait(30)
+
+
+def quiesce(children: Children, instances: list[Instance]) -> None:
+    """Stop every writer before the log is read back: TaskExecutors beat and the services'
+    clock ticks for as long as they run, and a reader waiting for every partition's end at
+    once never got there on a log that grows (the P=1000 phase's stand-ins append ~100
+    heartbeats a second). Each is asked to stop first (SIGTERM: the runner cancels its tasks
+    and the services finish their transaction, so nothing is left open for a read_committed
+    reader to wait on; the stand-in prints its counts), killed with all it started after
+    30 s."""
+    for child in children.started:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                children.kill(child)
+    for instance in instances:
+        instance.stop()
 
 
 def figures(records: list[LogRecord], jobs: list[JobSubmitted], submitted_ms: int,
