@@ -426,6 +426,23 @@ def ownership_settled(instances: list[Instance], partitions: int) -> bool:
     return len(owned) == len(set(owned)) == total
 
 
+@dataclass
+class Services(Instance):
+    """A `services run` instance as bench/recovery.py starts it, with the `-D`s given."""
+
+    options: tuple[str, ...] = ()
+
+    def start(self) -> None:
+        self.starts += 1
+        self.log_path = self.work / f"service-{self.name}-{self.starts}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "jobledger.cli", "services", "run", *self.options],
+                env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True,
+            )  # fmt: skip
+
+
 class PhaseFailed(Exception):
     """A phase could not be run to its end (not a spurious failure: something broke)."""
 
@@ -441,7 +458,9 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
     create_topics(bootstrap, prefix, partitions=args.partitions)
     env = {**env, "JOBLEDGER_TOPIC_PREFIX": prefix, "SPARK_LOCAL_DIRS": str(run_dir / "spark")}
     children = Children(run_dir, env)
-    instances = [Instance(f"{name}-{k}", env, run_dir) for k in range(n_instances)]
+    options = tuple(arg for pair in args.conf for arg in ("-D", pair))
+    instances = [Services(f"{name}-{k}", env, run_dir, options=options)
+                 for k in range(n_instances)]  # fmt: skip
     watch = Watch(bootstrap, prefix)
     deadline = time.monotonic() + args.limit
     result: dict[str, object] = {"phase": name, "instances": n_instances, "prefix": prefix}
@@ -627,6 +646,10 @@ def main() -> int:
                         help="(b) the stand-ins' beat, seconds")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=8, help="of the job and TE topics")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds per phase, hard")
+    parser.add_argument("-D", dest="conf", metavar="KEY=VALUE", action="append", default=[],
+                        help="an option of the services (`services run -D`), e.g. "
+                        "taskmanager.slot.timeout=1s to widen the window a late answer "
+                        "once lost in; default: the services' defaults")  # fmt: skip
     parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
     parser.add_argument("--stand-in", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -700,6 +723,7 @@ def summarize(args: argparse.Namespace, phases: list[dict[str, object]]) -> dict
     summary: dict[str, object] = {
         "load": f"jobs={args.jobs}" if args.jobs else f"parallelism={args.parallelism}",
         "burn": args.burn,
+        "services_options": args.conf,
         "instances": [p["instances"] for p in phases],
         "spurious_failures_total": sum(int(p["spurious_failures"]) for p in phases),  # type: ignore[call-overload]
     }
