@@ -540,7 +540,10 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
             subprocess.run([sys.executable, "-m", "jobledger.cli", "export", str(export)],
                            env=env, capture_output=True, timeout=300)  # fmt: skip
             result["evidence"] = f"{written} (log: {export})"
-            result["first_spurious"] = [describe(r) for r in found[:5]]
+            firsts: dict[str | None, LogRecord] = {}
+            for r in sorted(found, key=lambda r: r.timestamp):
+                firsts.setdefault(spurious_kind(r), r)  # the first of each kind
+            result["first_spurious"] = [describe(r) for r in firsts.values()][:8]
         return result
     finally:
         watch.close()
@@ -688,7 +691,10 @@ def main() -> int:
             phases.append(result)
             print(phase_line(result), flush=True)
             if result.get("first_spurious"):
-                print(f"  spurious, first of them (evidence: {result['evidence']}):", flush=True)
+                print(
+                    f"  spurious, the first of each kind (evidence: {result['evidence']}):",
+                    flush=True,
+                )
                 for line in result["first_spurious"]:  # type: ignore[attr-defined]
                     print(f"    {line}", flush=True)
     except KeyboardInterrupt:
