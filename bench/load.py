@@ -176,16 +176,27 @@ def describe(r: LogRecord) -> str:
             f"cause={(e.cause_event_id or '-')[:12]} {json.dumps(fields)[:600]}")  # fmt: skip
 
 
-def evidence(records: list[LogRecord], found: list[LogRecord], around: int = 12) -> str:
-    """For each spurious record: its cause chain back to an input, and the records of its
-    partition around it (and around its cause, which may sit elsewhere), in offset order."""
+def evidence(
+    records: list[LogRecord], found: list[LogRecord], around: int = 12, per_kind: int = 20
+) -> str:
+    """For each spurious record (the first `per_kind` of each kind: a failure that takes every
+    slot down at once made 80 MB of it): its cause chain back to an input, and the records of
+    its partition around it (and around its cause, which may sit elsewhere), in offset order."""
+    counts = Counter(spurious_kind(r) for r in found)
+    shown: Counter[str | None] = Counter()
+    kept = []
+    for r in sorted(found, key=lambda r: r.timestamp):
+        shown[spurious_kind(r)] += 1
+        if shown[spurious_kind(r)] <= per_kind:
+            kept.append(r)
+    found = kept
     by_id = {r.event.event_id: r for r in records}
     by_partition: dict[tuple[TopicRole, int], list[LogRecord]] = defaultdict(list)
     for r in records:
         by_partition[(r.role, r.partition)].append(r)
     for rows in by_partition.values():
         rows.sort(key=lambda r: r.offset)
-    out = []
+    out = [f"{n} x {kind}" for kind, n in counts.most_common()]
     for r in found:
         out.append(f"=== {spurious_kind(r)}: {describe(r)}")
         chain, cause = [], r.event.cause_event_id
