@@ -3,6 +3,7 @@ on one `services run` instance and then on two (issue 28, item 2).
 
     python bench/load.py --jobs 50 [--burn 2] [--slots 4] [--job-parallelism 2]
     python bench/load.py --parallelism 1000 [--burn 2] [--task-executors 500 --te-slots 4]
+    ... [--instances 1 2] [-D taskmanager.slot.timeout=1s]   (the services' options)
 
 A clean control plane fails no healthy job, however late its answers come: the TaskExecutors'
 slot timeouts once fired while a JobMaster's answer was still in flight, and under load 4 of
