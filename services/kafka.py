@@ -309,7 +309,10 @@ def read_topics(
     """Records of every partition of `topics`, in order per partition, read side by side.
 
     The end of a partition is found with `enable.partition.eof`, never from watermarks: the
-    embedded broker under-reports high watermarks after non-transactional batches.
+    embedded broker under-reports high watermarks after non-transactional batches. With
+    `stop_at_end`, a partition is read up to the end it has when reading reaches it, and no
+    further: waiting for every partition to be at its end at one moment never ended on a
+    cluster whose partitions all keep growing (500 TaskExecutors beating).
     """
     start = -2 if from_beginning else -1  # OFFSET_BEGINNING / OFFSET_END
     assignment = [
@@ -321,12 +324,17 @@ def read_topics(
         msg = consumer.poll(0.5)
         if msg is None:
             continue
+        where = (msg.topic(), msg.partition())
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add((msg.topic(), msg.partition()))
+                at_end.add(where)
+                if stop_at_end:
+                    consumer.pause([TopicPartition(*where)])
                 continue
             raise KafkaException(msg.error())
-        at_end.discard((msg.topic(), msg.partition()))
+        if stop_at_end and where in at_end:
+            continue  # fetched before the pause: past the end this read stops at
+        at_end.discard(where)
         yield msg
 
 

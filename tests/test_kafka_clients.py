@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from jobledger.services import kafka
 
@@ -33,3 +35,61 @@ def test_every_producer_is_transactional_one_request_at_a_time_and_retries_soon(
         assert config["transactional.id"].startswith("jobledger-clients-test-") or (
             config["transactional.id"] == "clients-test"
         )
+
+
+class _Record:
+    """A consumed record, or the end of its partition (KafkaError._PARTITION_EOF)."""
+
+    def __init__(self, partition: int, offset: int | None) -> None:
+        self._partition, self._offset = partition, offset
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int | None:
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return KafkaError(KafkaError._PARTITION_EOF) if self._offset is None else None
+
+
+class _GrowingLog:
+    """A consumer of two partitions that both keep growing: whenever one reaches its end,
+    the other has a new record, so they are never at their ends at one moment. Paused
+    partitions deliver nothing more, as librdkafka's do."""
+
+    def __init__(self, polls: int) -> None:
+        self.script = [_Record(0, 0), _Record(1, 0)]
+        for n in range(polls // 2):  # each partition grows right after it reached its end
+            self.script += [_Record(n % 2, None), _Record(n % 2, 100 + n)]
+        self.paused: set[int] = set()
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        partitions = {0: None, 1: None}
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions=partitions, error=None)})
+
+    def assign(self, _assignment: list) -> None:
+        """Reading starts at the beginning of both partitions."""
+
+    def pause(self, partitions: list) -> None:
+        self.paused.update(tp.partition for tp in partitions)
+
+    def poll(self, _timeout: float) -> _Record:
+        while self.script:
+            record = self.script.pop(0)
+            if record.partition() not in self.paused:
+                return record
+        raise AssertionError("reading never ended: it is still polling a log that grew")
+
+
+def test_reading_a_log_to_its_end_ends_while_every_partition_keeps_growing():
+    """`bench/load.py` found it: reading to the end waited for every partition to be at its
+    end at one moment, which never came while 500 TaskExecutors kept beating into all of
+    them, and `read_events` never returned. Each partition is now read to the end it has when
+    reading reaches it; what is appended later is not this read's."""
+    log = _GrowingLog(polls=1_000)
+    read = [(m.partition(), m.offset()) for m in kafka.read_topics(log, ["t"], True, True)]
+    assert read == [(0, 0), (1, 0)], "a record appended past a partition's end was read"
