@@ -259,9 +259,9 @@ class TaskRunner:
         starts again from its checkpoint: the runner must not die with it. Each end is one
         line. A checkpoint the log can no longer serve (records deleted by retention, topics
         created again) is moved aside first, and the query starts at the log's end: what the
-        runner skipped there may include deployments to its TaskExecutors, so it registers
-        them again as new instances, whose predecessors' tasks the JobMasters fail and run
-        again, rather than leave them waiting for reports that never come."""
+        runner skipped there may include deployments to its TaskExecutors, so they start over
+        as new instances (`_start_over`), whose predecessors' tasks the JobMasters fail and
+        run again, rather than leave them waiting for reports that never come."""
         if self.stopping.is_set() or self.query is None or self.query.isActive:
             return
         error = self.query.exception()
@@ -274,7 +274,7 @@ class TaskRunner:
             return
         self._start_query()
         if afresh:
-            self._register()
+            self._start_over(self.resource_ids)
 
     def _fail(self, reason: str) -> None:
         """Stop on our own, from any thread (`stop` joins the query's): `await_termination`
@@ -358,9 +358,16 @@ class TaskRunner:
             return
         log.warning("the ResourceManager closed %s's connection (%s); cancelling its tasks and "
                     "registering again as a new instance", rid, event.cause)  # fmt: skip
-        self.live.discard(rid)
-        self._abandon(rid)
-        self._register([rid])
+        self._start_over([rid])
+
+    def _start_over(self, resource_ids: list[str]) -> None:
+        """The TaskExecutors start over as new instances: what their current instances hold
+        (their tasks, which the JobMasters fail once the new ones register) is cancelled
+        first, then they register again."""
+        for rid in resource_ids:
+            self.live.discard(rid)
+            self._abandon(rid)
+        self._register(resource_ids)
 
     def _abandon(self, resource_id: str) -> None:
         """Cancel every attempt this runner holds for `resource_id`: waiting for its
