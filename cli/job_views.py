@@ -9,12 +9,17 @@ import argparse
 import json
 from typing import Any
 
-from jobledger.projections.archived_execution_graph import ClusterArchive, archive
+from jobledger.projections.archived_execution_graph import (
+    ARCHIVED,
+    ClusterArchive,
+    archive,
+    archive_of,
+)
 from jobledger.projections.history import iso
 from jobledger.projections.jobs import job_details, jobs_overview, vertex_details
 from jobledger.projections.tables import as_of_line
 
-from .log import cut_of, log_options, reducers_of
+from .log import cut_of, live_log, log_options, reducers_of
 from .options import (
     connection_options,
 )
@@ -36,7 +41,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
         "list", parents=[common],
         help="every job: running, scheduled and finished, with their times (flink list)",
     )  # fmt: skip
-    log_options(p)
+    log_options(p, snapshots=True)
     p.set_defaults(func=cmd_list, parser=p)
 
     p = sub.add_parser(
@@ -45,11 +50,15 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
         "restarts (flink info, and more)",
     )  # fmt: skip
     p.add_argument("job", help="the job id")
-    log_options(p)
+    log_options(p, snapshots=True)
     p.set_defaults(func=cmd_show, parser=p)
 
 
-def _archive(args: argparse.Namespace) -> ClusterArchive:
+def _archive(args: argparse.Namespace, job: str | None = None) -> ClusterArchive:
+    """The archive as of the command's `--at`; of `job`'s records only, when given."""
+    live = live_log(args, ARCHIVED, job)
+    if live is not None:
+        return archive_of(live.cut, live.driver, live.appended)
     return archive(cut_of(args), reducers_of(args))
 
 
@@ -86,7 +95,7 @@ def as_of_line_of(as_of: dict[str, Any]) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    cluster = _archive(args)
+    cluster = _archive(args, args.job)
     details = job_details(cluster, args.job)
     vertices = [vertex_details(cluster, args.job, v["id"]) for v in details["vertices"]]
     if args.output == "json":

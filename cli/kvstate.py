@@ -15,7 +15,7 @@ from jobledger.projections.tables import as_of_line
 from jobledger.services.key_groups import assign_to_key_group
 from jobledger.services.runner import kv_state
 
-from .log import log_records, reducers_of, replayed
+from .log import live_log, log_records, reducers_of, replayed, snapshots_option
 from .options import (
     CommandFailed,
     bootstrap_of,
@@ -42,6 +42,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--json-key", action="store_true",
         help="KEY is JSON: 7 is the number, '\"7\"' the string (keys are what key_by made them)",
     )  # fmt: skip
+    snapshots_option(c)
     registry_option(c)
     configuration_option(c)
     output_option(c)
@@ -59,8 +60,12 @@ def _key(args: argparse.Namespace) -> object:
 
 def cmd_lookup(args: argparse.Namespace) -> int:
     key = _key(args)
-    upto = cut(log_order(log_records(args, None)), "end")
-    driver = replayed(upto, driver_factory=reducers_of(args)).driver
+    live = live_log(args, ())
+    if live is not None:
+        upto, driver = live.cut, live.driver
+    else:
+        upto = cut(log_order(log_records(args, None)), "end")
+        driver = replayed(upto, driver_factory=reducers_of(args)).driver
     jm = driver.job_masters.get(args.job)
     if jm is None or jm.job is None:
         known = [j for j, m in driver.job_masters.items() if m.job is not None]

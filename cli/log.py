@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
+from jobledger.projections.live_log import LiveLog, read_live
 from jobledger.projections.log_file import (
     LogRecord,
     SkippedRecord,
@@ -23,7 +24,7 @@ from jobledger.projections.log_index import LogIndex, open_index
 from jobledger.projections.positions import Cut, Position, cut, log_order
 from jobledger.projections.replay import ReplayResult, foreign, position, replay, verify
 from jobledger.projections.tables import state_table
-from jobledger.schemas import EventSerde
+from jobledger.schemas import Event, EventSerde
 from jobledger.services import kafka
 from jobledger.services.driver import ReducerDriver
 from jobledger.services.gc_policy import bulk_replay
@@ -114,7 +115,7 @@ def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRec
     if from_file is not None:
         with bulk_replay():
             return list(progress(read_export(from_file), f"reading {from_file}"))
-    consumer = kafka.read_committed_consumer(bootstrap_of(args))
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
     try:
         with bulk_replay():
             records = list(progress(read_log(
@@ -129,15 +130,21 @@ def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRec
 
 
 def log_options(
-    p: argparse.ArgumentParser, formats: tuple[str, ...] | None = ("text", "json"), at: bool = True
+    p: argparse.ArgumentParser,
+    formats: tuple[str, ...] | None = ("text", "json"),
+    at: bool = True,
+    snapshots: bool = False,
 ) -> None:
     """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
-    (None: the command declares its own -o)."""
+    (None: the command declares its own -o); `snapshots`: the command answers from the
+    services' snapshots (`live_log`)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     p.add_argument(
         "--no-index", action="store_true",
         help="read the whole --file for the answer, not the index kept beside it",
     )  # fmt: skip
+    if snapshots:
+        snapshots_option(p)
     registry_option(p)
     configuration_option(p)
     if at:
@@ -178,6 +185,38 @@ def log_index(args: argparse.Namespace) -> LogIndex | None:
             args.file, progress, lambda line: print(line, file=sys.stderr)
         )
     return args.opened_index
+
+
+def snapshots_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-snapshots", action="store_true",
+        help="replay the broker's log from its beginning for the answer, not from the "
+        "services' snapshots (to check them)",
+    )  # fmt: skip
+
+
+def live_log(
+    args: argparse.Namespace, asked: tuple[type[Event], ...], job: str | None = None
+) -> LiveLog | None:
+    """The broker's log to its end, from the services' snapshots, decoding only the `asked`
+    event types (of the job topic, only `job`'s records) (projections/live_log.py); None
+    where that does not answer the question as asked: an export `--file`, `--at` some
+    earlier point, `-D` options (the snapshots hold the state the services' own options led
+    to), `--no-snapshots`."""
+    if any(getattr(args, option, None) for option in ("file", "at", "conf", "no_snapshots")):
+        return None
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+    try:
+        live = read_live(
+            consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry), asked,
+            reducers_of(args), lambda messages, what: progress(messages, what), job,
+        )  # fmt: skip
+    finally:
+        consumer.close()
+    for skipped in live.skipped:
+        where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
+        print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
+    return live
 
 
 def _processed_by_services(args: argparse.Namespace) -> Callable[[LogRecord], bool]:

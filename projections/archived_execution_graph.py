@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import ExecutionState
 from jobledger.services.driver import ReducerDriver
@@ -83,7 +84,8 @@ class ArchivedJob:
     submitted: JobSubmitted | None
     submitted_at: int
     last_modified: int = -1
-    """When the log last said something of the job."""
+    """When the job or one of its attempts last changed (Flink's JobDetails
+    lastUpdateTime): its submission, a status change, a deployment, a report taken."""
     status_timestamps: dict[str, int] = field(default_factory=dict)
     """Status -> when the job last entered it (Flink keeps one time per status)."""
     root_cause: tuple[int, str] | None = None
@@ -162,12 +164,27 @@ class ClusterArchive:
         return self.cut.as_of()
 
 
+ARCHIVED = (
+    JobSubmitted, JobStatusChanged, TaskDeploymentRequested, TaskExecutionStateChanged,
+    EventRejected,
+)  # fmt: skip
+"""The events an archive takes its times from (a refusal: to leave the report it refuses
+out); a question about the live log decodes only these (projections/live_log.py)."""
+
+
 def archive(
     upto: Cut, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
 ) -> ClusterArchive:
     """The archive of every job the JobMasters hold as of `upto`, replayed by the reducers
     `driver_factory` makes."""
     driver = replay(upto.records, driver_factory, refused=upto.refused).driver
+    now = max((r.timestamp for r in upto.records), default=-1)
+    return archive_of(upto, driver, now)
+
+
+def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
+    """The archive of the jobs `driver` holds, its times from the `ARCHIVED` records of
+    `upto` (others may be left out of it); `now`: the cut's latest append time."""
     jobs = {
         job_id: ArchivedJob(job_id, master, None, -1)
         for job_id, master in sorted(driver.job_masters.items())
@@ -175,16 +192,17 @@ def archive(
     refused = refused_reports(upto.records)
     for record in upto.records:
         _take(jobs, record, refused)
-    now = max((r.timestamp for r in upto.records), default=-1)
     return ClusterArchive(upto, driver, jobs, now)
 
 
 def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, str]) -> None:
     event = record.event
     job = jobs.get(getattr(event, "job_id", None) or "")
-    if job is None:
+    if job is None or not isinstance(event, ARCHIVED[:4]):
         return
     at = record.timestamp
+    if isinstance(event, TaskExecutionStateChanged) and event.event_id in refused:
+        return
     job.last_modified = at
     if isinstance(event, JobSubmitted) and job.submitted is None:
         job.submitted, job.submitted_at = event, at
@@ -196,7 +214,7 @@ def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, st
     elif isinstance(event, TaskDeploymentRequested):
         job.deployed[event.execution_attempt_id] = event
         job.reports.setdefault(event.execution_attempt_id, []).append((at, "DEPLOYING", None))
-    elif isinstance(event, TaskExecutionStateChanged) and event.event_id not in refused:
+    elif isinstance(event, TaskExecutionStateChanged):
         state = event.execution_state.value
         job.reports.setdefault(event.execution_attempt_id, []).append((at, state, event.error))
         deployment = job.deployed.get(event.execution_attempt_id)

@@ -84,6 +84,14 @@ class SingleObjectSerde:
         plan = self._plans[header] = (writer, body, from_avro(writer.event_type))
         return plan
 
+    def event_type(self, data: bytes) -> type[Event] | None:
+        """The event a record holds, by its header alone; None if the header names none."""
+        try:
+            plan = self._plans.get(data[:_FINGERPRINT_END]) or self._plan(data[:_FINGERPRINT_END])
+        except DecodeError:
+            return None
+        return plan[0].event_type
+
     def decode(self, data: bytes) -> Event:
         if type(data) is not bytes:  # a bytearray (a Spark row's binary), a memoryview
             data = bytes(data)
@@ -137,6 +145,13 @@ class ConfluentSerde:
             raise DecodeError(f"corrupt {cls.type_name()} body: {exc!r}") from exc
         return event_from_avro_dict(cls, record)
 
+    def event_type(self, data: bytes) -> type[Event] | None:
+        """The event a record holds, by its schema id alone; None if the id names none."""
+        try:
+            return self._event_type_of(struct.unpack(">I", data[1:5])[0])
+        except (DecodeError, struct.error):
+            return None
+
     def _event_type_of(self, schema_id: int) -> type[Event]:
         """The event a registry schema id stands for, looked up once per id."""
         if schema_id not in self._event_types:
@@ -174,3 +189,13 @@ class EventSerde:
                 raise DecodeError("Confluent wire format but no schema registry is configured")
             return self.confluent.decode(data, topic)
         return self.single_object.decode(data)
+
+    def event_type(self, data: bytes | None, topic: str) -> type[Event] | None:
+        """The event a record holds, read from its header without decoding its body (a
+        question that reads a few types counts the rest); None if the header names none
+        (decoding it says why)."""
+        if not data:
+            return None
+        if data[0] == CONFLUENT_MAGIC:
+            return self.confluent.event_type(data) if self.confluent is not None else None
+        return self.single_object.event_type(data)
