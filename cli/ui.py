@@ -79,6 +79,10 @@ class LiveLog:
             for topic in self.roles
             for p in kafka.partitions_of(consumer, topic)
         ]
+        self.partitions = {
+            role: sum(tp.topic == topic for tp in self.assignment)
+            for topic, role in self.roles.items()
+        }
         self.read: list[LogRecord] = []
         self.ordered: list[LogRecord] = []
         self.lock = threading.Lock()
@@ -93,31 +97,36 @@ class LiveLog:
                 self.ordered = log_order(self.read)
             return self.ordered
 
+    def as_read(self) -> list[LogRecord]:
+        """The records read so far, in the order read."""
+        with self.lock:
+            return list(self.read)
+
     def _follow(self) -> None:
         self.consumer.assign(self.assignment)
         at_end: set[tuple[str, int]] = set()
         while not self.stopping.is_set():
-            msg = self.consumer.poll(POLL_S)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add((msg.topic(), msg.partition()))
-                    if len(at_end) == len(self.assignment):
-                        self.caught_up.set()
-                elif msg.error().fatal():
-                    print(f"jobledger ui: Kafka error: {msg.error().str()}", file=sys.stderr)
-                    return
-                continue
-            try:
-                event = self.serde.decode(msg.value(), msg.topic())
-            except DecodeError:
-                continue  # the dead-letter topic holds it
-            record = LogRecord(
-                self.roles[msg.topic()], msg.partition(), msg.offset(), msg.timestamp()[1], event
-            )
+            read = []
+            for msg in self.consumer.consume(kafka.READ_BATCH, POLL_S):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add((msg.topic(), msg.partition()))
+                        if len(at_end) == len(self.assignment):
+                            self.caught_up.set()
+                    elif msg.error().fatal():
+                        print(f"jobledger ui: Kafka error: {msg.error().str()}", file=sys.stderr)
+                        return
+                    continue
+                try:
+                    event = self.serde.decode(msg.value(), msg.topic())
+                except DecodeError:
+                    continue  # the dead-letter topic holds it
+                role = self.roles[msg.topic()]
+                read.append(
+                    LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
+                )
             with self.lock:
-                self.read.append(record)
+                self.read += read
 
     def close(self) -> None:
         self.stopping.set()
@@ -139,13 +148,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
         log: FileLog | LiveLog = FileLog(args.file)
         where = str(args.file)
     else:
-        consumer = kafka.read_committed_consumer(bootstrap_of(args))
+        consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
         log = LiveLog(consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry))
         where = f"{bootstrap_of(args)} (following the log)"
         if not log.caught_up.wait(args.catch_up_timeout):
             print(f"jobledger ui: the log is still being read after {args.catch_up_timeout:g} s; "
                   "serving what is read so far", file=sys.stderr)  # fmt: skip
-    app = create_app(log, driver_factory=reducers_of(args))
+    followed = log if isinstance(log, LiveLog) else None
+    app = create_app(log, driver_factory=reducers_of(args), followed=followed)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     try:
         listening = _listen(args.bind, args.port)

@@ -196,14 +196,21 @@ def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
 
 
 def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, str]) -> None:
+    job = jobs.get(getattr(record.event, "job_id", None) or "")
+    if job is not None:
+        take(job, record, refused)
+
+
+def take(job: ArchivedJob, record: LogRecord, refused: dict[str, str]) -> None:
+    """The job's times after `record`, a record of the job (`refused`: event id -> why, of
+    the task state reports the JobMaster refused)."""
     event = record.event
-    job = jobs.get(getattr(event, "job_id", None) or "")
-    if job is None or not isinstance(event, ARCHIVED[:4]):
+    if not isinstance(event, ARCHIVED[:4]):
         return
     at = record.timestamp
     if isinstance(event, TaskExecutionStateChanged) and event.event_id in refused:
         return
-    job.last_modified = at
+    job.last_modified = max(job.last_modified, at)
     if isinstance(event, JobSubmitted) and job.submitted is None:
         job.submitted, job.submitted_at = event, at
         job.status_timestamps.setdefault("INITIALIZING", at)

@@ -13,11 +13,12 @@ the command line), so this module does no I/O of its own beyond serving its stat
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,6 +28,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from jobledger.schemas.jobs import JobStatusChanged
+from jobledger.schemas.topics import TopicRole
 from jobledger.services.driver import ReducerDriver
 
 from . import rest_messages as messages
@@ -34,6 +36,7 @@ from .archived_execution_graph import ClusterArchive, UnknownVertex, archive
 from .cluster_overview import cluster_overview
 from .exceptions import job_exceptions
 from .explain import UnknownTarget, explain
+from .followed_archive import FollowedArchive
 from .history import UnknownJob, history
 from .jobs import (
     UnknownSubtask,
@@ -60,6 +63,18 @@ POSITION_PATTERN = (
 """The shapes of a position (`positions.Position.parse` says which name a point of this log)."""
 
 Log = Callable[[], list[LogRecord]]
+
+
+class Followed(Protocol):
+    """A log that grows while it is served (the broker's topics, followed)."""
+
+    partitions: dict[TopicRole, int]
+    """How many partitions each input topic has."""
+
+    def as_read(self) -> list[LogRecord]:
+        """The records read so far, in the order read (appended to only)."""
+
+
 """The log as it is now, in log order (`positions.log_order`)."""
 
 
@@ -90,15 +105,26 @@ class Archives:
     """Archives of the log at the points asked for, the latest few kept: a point of a
     growing log is a new key once the log has grown, so a live view stays current."""
 
-    def __init__(self, log: Log, driver_factory: Callable[[], ReducerDriver]) -> None:
+    def __init__(
+        self, log: Log, driver_factory: Callable[[], ReducerDriver], followed: Followed | None
+    ) -> None:
         self.log = log
         self.driver_factory = driver_factory
         self.lock = threading.Lock()
         self.making = threading.Lock()
         self.kept: OrderedDict[tuple[int, str], ClusterArchive] = OrderedDict()
+        self.followed = followed
+        self.end = FollowedArchive(driver_factory, followed.partitions) if followed else None
+        """The end of a followed log, advanced by what was read since the last ask."""
+        self.serving = threading.RLock()
+        """Held by every request throughout: the end's state changes in place when asked."""
 
     def at(self, text: str | None) -> ClusterArchive:
         position = _position(text)
+        if self.end is not None and position.kind == "end":
+            with self.making:
+                self.end.advance(self.followed.as_read())
+                return self.end.archive(cut(self.log(), position))
         records = self.log()
         key = (len(records), position.text)
         with self.lock:
@@ -145,16 +171,18 @@ def _errors(status: int, *messages: str) -> JSONResponse:
 def create_app(
     log: Log, title: str = "jobledger",
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+    followed: Followed | None = None,
 ) -> FastAPI:  # fmt: skip
     """The REST API and the dashboard over `log`, replayed by the reducers `driver_factory`
-    makes (the cluster's configuration)."""
+    makes (the cluster's configuration); of a log that grows (`followed`), its end is not
+    replayed at each ask but advanced by what was read since (followed_archive.py)."""
     app = FastAPI(
         title=f"{title} REST API",
         description="Flink's REST API (v1) over a jobledger log, at any point of it.",
         version="v1",
         generate_unique_id_function=lambda route: route.name,
     )
-    archives = Archives(log, driver_factory)
+    archives = Archives(log, driver_factory, followed)
     _handle_errors(app)
     _flink_routes(app, archives)
     _jobledger_routes(app, archives, log)
@@ -207,9 +235,10 @@ def _handle_errors(app: FastAPI) -> None:
             return _errors(404, str(exc.args[0]) if exc.args else str(exc))
 
 
-def _route(app: FastAPI) -> Callable[..., Callable[[Callable], Callable]]:
+def _route(app: FastAPI, archives: Archives) -> Callable[..., Callable[[Callable], Callable]]:
     """`app.get` with Flink's errors declared, and OpenAPI links (operation id -> parameter ->
-    where its value is) from an answer to the operations that take the ids it holds."""
+    where its value is) from an answer to the operations that take the ids it holds; each
+    request served holding `archives.serving`."""
 
     def get(
         path: str, summary: str, links: dict[str, dict[str, str]] | None = None,
@@ -221,7 +250,17 @@ def _route(app: FastAPI) -> Callable[..., Callable[[Callable], Callable]]:
                 operation: {"operationId": operation, "parameters": parameters}
                 for operation, parameters in links.items()
             }
-        return app.get(path, summary=summary, responses={200: ok, **ERRORS}, response_model=model)
+        route = app.get(path, summary=summary, responses={200: ok, **ERRORS}, response_model=model)
+
+        def serve(endpoint: Callable) -> Callable:
+            @functools.wraps(endpoint)
+            def serving(*args: Any, **kwargs: Any) -> Any:
+                with archives.serving:
+                    return endpoint(*args, **kwargs)
+
+            return route(serving)
+
+        return serve
 
     return get
 
@@ -231,7 +270,7 @@ def _job_links(jobid: str) -> dict[str, dict[str, str]]:
 
 
 def _flink_routes(app: FastAPI, archives: Archives) -> None:
-    get = _route(app)
+    get = _route(app, archives)
 
     @get(
         "/overview", "TaskManagers, slots and jobs by status (Flink's ClusterOverview)",
@@ -340,7 +379,7 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
 
 
 def _jobledger_routes(app: FastAPI, archives: Archives, log: Log) -> None:
-    get = _route(app)
+    get = _route(app, archives)
 
     @get("/slots", "(jobledger) every pending slot request and why nothing satisfies it")
     def slots(at: At = None) -> dict[str, Any]:
