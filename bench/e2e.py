@@ -35,6 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
+from brokers import bench_broker
 from flink_minicluster import measure_flink
 
 from jobledger.cli.demo import Cluster, now_ms
@@ -238,27 +239,18 @@ def main() -> int:
     flink = measure_flink(args.parallelism, args.repeats)
     print(f"Flink MiniCluster: {json.dumps(flink)}", file=sys.stderr)
 
-    proc = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        port = broker.free_port()
-        proc = broker.spawn(
-            broker.default_kind(),
-            port,
-            Path(tempfile.mkdtemp(prefix="jobledger-e2e-broker-")),
-            detach=False,
-        )
-        bootstrap = f"127.0.0.1:{port}"
     work = Path(tempfile.mkdtemp(prefix="jobledger-e2e-"))
-    cluster = Cluster(bootstrap, f"e2e-{uuid.uuid4().hex[:8]}.", work, slots=max(args.parallelism))
-    try:
-        time_job(cluster, 1)  # warm-up: Python workers, producers, consumer fetch sessions
-        runs = {p: [time_job(cluster, p) for _ in range(args.repeats)] for p in args.parallelism}
-        floor = microbatch_floor(cluster)
-    finally:
-        cluster.close()
-        if proc is not None:
-            proc.terminate()
+    with bench_broker(args.bootstrap, work / "broker", broker.default_kind()) as bootstrap:
+        prefix = f"e2e-{uuid.uuid4().hex[:8]}."
+        cluster = Cluster(bootstrap, prefix, work, slots=max(args.parallelism))
+        try:
+            time_job(cluster, 1)  # warm-up: Python workers, producers, consumer fetch sessions
+            runs = {
+                p: [time_job(cluster, p) for _ in range(args.repeats)] for p in args.parallelism
+            }
+            floor = microbatch_floor(cluster)
+        finally:
+            cluster.close()
 
     ours = {p: statistics.median(s for s, _, _ in samples) for p, samples in runs.items()}
     hop_medians = {p: median_hops([h for _, h, _ in samples]) for p, samples in runs.items()}

@@ -65,6 +65,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from jobledger.cli import demo
@@ -107,7 +108,7 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-from jobledger.services import broker, dispatcher
+from jobledger.services import dispatcher
 from jobledger.services.decisions import derived_id
 from jobledger.services.driver import DECIDING_PRODUCERS
 from jobledger.services.job_status import GLOBALLY_TERMINAL
@@ -677,46 +678,40 @@ def main() -> int:
         args.task_executors = max(1, -(-2 * args.parallelism // args.te_slots))
 
     work = Path(tempfile.mkdtemp(prefix="jobledger-load-"))
-    proc = None
     burners: list[subprocess.Popen] = []
     phases: list[dict[str, object]] = []
     failure: str | None = None
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            port = broker.free_port()
-            proc = broker.spawn("kafka", port, work / "broker", detach=False)
-            bootstrap = f"{broker.LOOPBACK}:{port}"
-        env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap,
-               "JOBLEDGER_HOME": os.environ.get("JOBLEDGER_HOME", str(work / "home")),
-               "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
-        bound = str(args.limit * len(args.instances) + 300)
-        burners = [subprocess.Popen([sys.executable, "-c", BURN, bound]) for _ in range(args.burn)]
-        for n in args.instances:
-            try:
-                result = run_phase(args, env, work, n)
-            except PhaseFailed as exc:
-                failure = str(exc)
-                print(f"[{n} instance(s)] FAILED: {exc}", flush=True)
-                break
-            phases.append(result)
-            print(phase_line(result), flush=True)
-            if result.get("first_spurious"):
-                print(
-                    f"  spurious, the first of each kind (evidence: {result['evidence']}):",
-                    flush=True,
-                )
-                for line in result["first_spurious"]:  # type: ignore[attr-defined]
-                    print(f"    {line}", flush=True)
+        with bench_broker(args.bootstrap, work / "broker") as bootstrap:
+            env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap,
+                   "JOBLEDGER_HOME": os.environ.get("JOBLEDGER_HOME", str(work / "home")),
+                   "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+            bound = str(args.limit * len(args.instances) + 300)
+            burners = [
+                subprocess.Popen([sys.executable, "-c", BURN, bound]) for _ in range(args.burn)
+            ]
+            for n in args.instances:
+                try:
+                    result = run_phase(args, env, work, n)
+                except PhaseFailed as exc:
+                    failure = str(exc)
+                    print(f"[{n} instance(s)] FAILED: {exc}", flush=True)
+                    break
+                phases.append(result)
+                print(phase_line(result), flush=True)
+                if result.get("first_spurious"):
+                    print(
+                        f"  spurious, the first of each kind (evidence: {result['evidence']}):",
+                        flush=True,
+                    )
+                    for line in result["first_spurious"]:  # type: ignore[attr-defined]
+                        print(f"    {line}", flush=True)
     except KeyboardInterrupt:
         failure = "interrupted"
     finally:
         for burner in burners:
             kill_tree(burner.pid)
             burner.wait(10)
-        if proc is not None:
-            broker.stop_child(proc, "kafka")
     print(f"work directory: {work}", flush=True)
     summary = summarize(args, phases)
     if failure is not None:

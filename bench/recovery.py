@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
-from jobledger.services import broker
 from jobledger.services.kafka import (
     SESSION_TIMEOUT_MS,
     append_events,
@@ -358,25 +358,16 @@ def main() -> int:
 
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="jobledger-recovery-"))
-    proc = None
     failure: str | None = None
     recoveries: list[float] = []
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            port = broker.free_port()
-            proc = broker.spawn("kafka", port, work / "broker", detach=False)
-            bootstrap = f"{broker.LOOPBACK}:{port}"
-        measure(args, bootstrap, work, recoveries)
+        with bench_broker(args.bootstrap, work / "broker") as bootstrap:
+            measure(args, bootstrap, work, recoveries)
     except BenchFailure as exc:
         failure = str(exc)
         print(f"FAILED: {failure}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         failure = "interrupted"
-    finally:
-        if proc is not None:
-            broker.stop_child(proc, "kafka")
     print(f"{len(recoveries)} kills in {time.monotonic() - began:.0f} s; logs under {work}")
     summary: dict[str, object] = {
         "kills": len(recoveries),

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import fastavro.write
+from brokers import bench_broker
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from eventsourcing_peer import Peer
 from fastavro import parse_schema
@@ -290,22 +291,9 @@ def main() -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
-    proc = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        port = broker.free_port()
-        proc = broker.spawn(
-            broker.default_kind(),
-            port,
-            Path(tempfile.mkdtemp(prefix="jobledger-bench-broker-")),
-            detach=False,
-        )
-        bootstrap = f"127.0.0.1:{port}"
-    try:
+    workdir = Path(tempfile.mkdtemp(prefix="jobledger-bench-broker-"))
+    with bench_broker(args.bootstrap, workdir, broker.default_kind()) as bootstrap:
         return run(args.events, bootstrap, args.jobs, args.repeats)
-    finally:
-        if proc is not None:
-            proc.terminate()
 
 
 def replay_partitions(

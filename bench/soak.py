@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from brokers import bench_broker
+
 from jobledger.cli import demo
 from jobledger.projections.log_file import LogRecord, read_events
 from jobledger.schemas import EventSerde
@@ -277,17 +279,10 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="jobledger-soak-"))
-    proc = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        port = broker.free_port()
-        proc = broker.spawn(args.broker, port, work, detach=False)
-        bootstrap = f"{broker.LOOPBACK}:{port}"
-    env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_HOME": str(work)}
     results = []
     rng = random.Random(args.seed)
-    try:
+    with bench_broker(args.bootstrap, work, args.broker) as bootstrap:
+        env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_HOME": str(work)}
         for i in range(args.runs):
             result = run_killed(args, env, rng, work) if args.kill_runner else run_once(args, env)
             results.append(result)
@@ -305,9 +300,6 @@ def main() -> int:
                 print(f"          output: {log}", flush=True)
                 if result["hung"] and not args.keep_going:
                     break
-    finally:
-        if proc is not None:
-            broker.stop_child(proc, args.broker)
     seconds = [float(r["seconds"]) for r in results]
     detections = [float(r["detection_s"]) for r in results if r.get("detection_s") is not None]
     summary = {
