@@ -17,7 +17,7 @@ install: $(VENV)/.installed
 # Apache Kafka's jars from Maven Central (kafka_2.13 plus a log4j2 binding), into a cache
 # folder outside the checkout; `jobledger broker` runs them as a single-node KRaft broker.
 kafka: install
-	$(BIN)/jobledger broker --kafka --install
+	$(BIN)/jobledger broker --install
 
 # Apache Flink's own jars (from the apache-flink wheel), in a virtualenv of their own since
 # its pins clash with PySpark's; tests compare jobledger with Flink through them.
@@ -48,7 +48,7 @@ $(FLINK_VENV)/.installed:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,containers,spark,plot,ui,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,containers,spark,plot,ui,bench]'
 	touch $@
 
 demo: kafka

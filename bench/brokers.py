@@ -11,14 +11,14 @@ from jobledger.services import broker
 
 
 @contextmanager
-def bench_broker(bootstrap: str | None, workdir: Path, kind: str = "kafka") -> Iterator[str]:
+def bench_broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
     """The bootstrap address of `bootstrap`'s broker, or of one started under `workdir`."""
     if bootstrap is not None:
         yield bootstrap
         return
     port = broker.free_port()
-    proc = broker.spawn(kind, port, workdir, detach=False)
+    proc = broker.spawn(port, workdir, detach=False)
     try:
         yield f"{broker.LOOPBACK}:{port}"
     finally:
-        broker.stop_child(proc, kind)
+        broker.stop_child(proc)

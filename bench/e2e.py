@@ -43,7 +43,6 @@ from jobledger.projections.log_file import LogRecord
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import JobVertex
-from jobledger.services import broker
 from jobledger.services.kafka import transactional_producer
 from jobledger.services.runner.exchange import create_result_topics
 from jobledger.services.runner.kafka_source import FORMAT, register
@@ -233,14 +232,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parallelism", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bootstrap", help="a running Kafka (default: start the embedded one)")
+    parser.add_argument("--bootstrap", help="a running Kafka (default: start one)")
     args = parser.parse_args()
 
     flink = measure_flink(args.parallelism, args.repeats)
     print(f"Flink MiniCluster: {json.dumps(flink)}", file=sys.stderr)
 
     work = Path(tempfile.mkdtemp(prefix="jobledger-e2e-"))
-    with bench_broker(args.bootstrap, work / "broker", broker.default_kind()) as bootstrap:
+    with bench_broker(args.bootstrap, work / "broker") as bootstrap:
         prefix = f"e2e-{uuid.uuid4().hex[:8]}."
         cluster = Cluster(bootstrap, prefix, work, slots=max(args.parallelism))
         try:

@@ -9,7 +9,7 @@ full replay.
 
     python bench/replay.py --events 1000000 [--bootstrap HOST:PORT] [--jobs N] [--repeats 3]
 
-Without --bootstrap it starts the embedded broker. The one-core, all-core and peer replays run
+Without --bootstrap it starts Apache Kafka. The one-core, all-core and peer replays run
 `--repeats` rounds, interleaved, and so does the restart; each figure is the median of its
 rounds (`spread_*`: the slowest and the fastest), as a CPU-bound replay on a shared machine
 varies by a third from one run to the next. The last line is one JSON object; rates are
@@ -69,7 +69,6 @@ from jobledger.schemas.types import (
     RestartStrategy,
     RestartStrategyKind,
 )
-from jobledger.services import broker
 from jobledger.services.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.gc_policy import bulk_replay, settled
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
@@ -282,7 +281,7 @@ def clocked(fn) -> tuple[object, dict[str, float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--bootstrap", help="a running Kafka (default: start the embedded one)")
+    parser.add_argument("--bootstrap", help="a running Kafka (default: start one)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="replay processes")
     parser.add_argument(
         "--repeats", type=int, default=3, help="rounds of the timed replays and restarts"
@@ -292,7 +291,7 @@ def main() -> int:
         parser.error("--repeats must be at least 1")
 
     workdir = Path(tempfile.mkdtemp(prefix="jobledger-bench-broker-"))
-    with bench_broker(args.bootstrap, workdir, broker.default_kind()) as bootstrap:
+    with bench_broker(args.bootstrap, workdir) as bootstrap:
         return run(args.events, bootstrap, args.jobs, args.repeats)
 
 

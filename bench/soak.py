@@ -1,6 +1,6 @@
 """Soak: run the main demo N times on one broker and count what ended, what hung, what lied.
 
-    python bench/soak.py --runs 20 [--fail-once] [--broker kafka|tansu] [--master URL]
+    python bench/soak.py --runs 20 [--fail-once] [--master URL]
     python bench/soak.py --runs 20 --kill-runner [--seed 7] [--heartbeat-timeout 6] [--fail-once]
 
 Each run is `jobledger demo wordcount FILE` in a subprocess of its own (a fresh Spark, fresh
@@ -51,7 +51,7 @@ from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import TaskManagerLost, TaskManagerRegistrationAccepted
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
-from jobledger.services import broker, dispatcher
+from jobledger.services import dispatcher
 from jobledger.services.kafka import create_topics, transactional_producer
 from jobledger.services.runner.task import PRODUCER as RUNNER_PRODUCER
 
@@ -256,8 +256,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--fail-once", action="store_true")
-    parser.add_argument("--broker", choices=broker.KINDS, default="kafka")
-    parser.add_argument("--bootstrap", help="an already running Kafka instead of --broker")
+    parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
     parser.add_argument("--master", help="Spark master for the demo (default: local[*])")
     parser.add_argument("--file", type=Path, default=ROOT / "examples" / "words.txt")
     parser.add_argument("--job-timeout", type=float, default=180)
@@ -281,7 +280,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="jobledger-soak-"))
     results = []
     rng = random.Random(args.seed)
-    with bench_broker(args.bootstrap, work, args.broker) as bootstrap:
+    with bench_broker(args.bootstrap, work) as bootstrap:
         env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_HOME": str(work)}
         for i in range(args.runs):
             result = run_killed(args, env, rng, work) if args.kill_runner else run_once(args, env)
@@ -310,7 +309,7 @@ def main() -> int:
         "unverified": sum(r["verify"] != "clean" for r in results),
         "p50_s": round(statistics.median(seconds), 1) if seconds else None,
         "max_s": round(max(seconds), 1) if seconds else None,
-        "broker": args.bootstrap or args.broker,
+        "broker": args.bootstrap or "kafka",
         "fail_once": args.fail_once,
     }
     if args.kill_runner:

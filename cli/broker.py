@@ -16,19 +16,7 @@ Subparsers = argparse._SubParsersAction
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
-        "broker", help="run a local broker on loopback: Apache Kafka (KRaft) or the light Tansu"
-    )
-    kind = p.add_mutually_exclusive_group()
-    kind.add_argument(
-        "--kafka", dest="kind", action="store_const", const="kafka",
-        help="Apache Kafka from Maven Central's jars (default where Java and the jars are here)",
-    )  # fmt: skip
-    kind.add_argument(
-        "--tansu", dest="kind", action="store_const", const="tansu",
-        help="the in-memory Tansu broker from the `embedded` extra (no Java needed; it keeps "
-        "nothing on disk, so a restart starts empty)",
-    )  # fmt: skip
+    p = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on loopback")
     p.add_argument(
         "--port", type=positive_int,
         help=f"port (default {broker.DEFAULT_PORT}; --detach picks a free one if it is taken)",
@@ -78,25 +66,22 @@ def cmd_broker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    kind = args.kind or broker.default_kind()
     if args.detach:
-        record = broker.start_detached(args.port, kind)
+        record = broker.start_detached(args.port)
         print(_describe(record))
         print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
         return 0
-    return _run_broker_in_foreground(kind, args.port or broker.DEFAULT_PORT)
+    return _run_broker_in_foreground(args.port or broker.DEFAULT_PORT)
 
 
 def _describe(record: broker.BrokerRecord) -> str:
     return f"{record.name} listening on {record.bootstrap} (pid {record.pid}, log {record.log})"
 
 
-def _run_broker_in_foreground(kind: broker.Kind, port: int) -> int:
-    print(f"starting {broker.NAMES[kind]} on {broker.LOOPBACK}:{port} ...", flush=True)
-    proc = broker.spawn(kind, port, home() / "broker", detach=False)
-    record = broker.BrokerRecord(
-        proc.pid, port, str(broker.log_path_of(kind, port, home() / "broker")), kind
-    )
+def _run_broker_in_foreground(port: int) -> int:
+    print(f"starting {broker.NAME} on {broker.LOOPBACK}:{port} ...", flush=True)
+    proc = broker.spawn(port, home() / "broker", detach=False)
+    record = broker.BrokerRecord(proc.pid, port, str(broker.log_path_of(port, home() / "broker")))
     broker.write_record(record)
     print(_describe(record), flush=True)
     print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)

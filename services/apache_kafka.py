@@ -88,7 +88,7 @@ def java() -> str:
     if found is None:
         raise BrokerError(
             "Apache Kafka needs Java 17 or newer: install a JDK (Debian: apt-get install "
-            "openjdk-17-jre-headless), or use the light broker with `jobledger broker --tansu`"
+            "openjdk-17-jre-headless), or give --bootstrap / JOBLEDGER_BOOTSTRAP of any Kafka"
         )
     return found
 
@@ -113,7 +113,7 @@ def install(quiet: bool = True) -> Path:
     if mvn is None:
         raise BrokerError(
             f"Apache Kafka's jars are not in {libs_dir()} and Maven is missing: install Maven "
-            "(Debian: apt-get install maven), then run `jobledger broker --kafka --install` "
+            "(Debian: apt-get install maven), then run `jobledger broker --install` "
             f"(or point ${LIBS_ENV} at a folder holding kafka_2.13-{KAFKA_VERSION}.jar and its "
             "dependencies)"
         )
@@ -143,7 +143,7 @@ def _classpath() -> str:
     if not installed():
         raise BrokerError(
             f"Apache Kafka {KAFKA_VERSION} is not installed in {libs_dir()}: run "
-            "`make kafka` or `jobledger broker --kafka --install` (Maven fetches it from "
+            "`make kafka` or `jobledger broker --install` (Maven fetches it from "
             "Maven Central)"
         )
     return str(libs_dir() / "*")

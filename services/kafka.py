@@ -315,8 +315,8 @@ def read_topics(
 ) -> Iterator[Message]:
     """Records of every partition of `topics`, in order per partition, read side by side.
 
-    The end of a partition is found with `enable.partition.eof`, never from watermarks: the
-    embedded broker under-reports high watermarks after non-transactional batches. With
+    The end of a partition is found with `enable.partition.eof`, never from watermarks (a
+    broker may under-report them after non-transactional batches). With
     `stop_at_end`, a partition is read up to the end it has when reading reaches it, and no
     further: waiting for every partition to be at its end at one moment never ended on a
     cluster whose partitions all keep growing (500 TaskExecutors beating).

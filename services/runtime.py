@@ -723,8 +723,7 @@ class ServiceRuntime:
             worker.processed = 0
 
     def _lag(self, topic: str, partition: int, worker: PartitionWorker) -> str:
-        """Records behind the partition's high watermark, as the broker reports it (Tansu's
-        watermark can lag behind the log, which makes this an underestimate there)."""
+        """Records behind the partition's high watermark, as the broker reports it."""
         try:
             _, high = self.consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=1

@@ -1,11 +1,10 @@
 """Fixtures: a real Kafka broker and per-test topic namespaces.
 
 The broker is, in order: `JOBLEDGER_BOOTSTRAP` (any external Kafka); else the kind named by
-`JOBLEDGER_TEST_BROKER` (`kafka`: Apache Kafka from Maven Central's jars, `tansu`: the light
-in-memory broker, `docker`: testcontainers' Kafka), started once for the whole session; else
-Apache Kafka where Java and its jars are here, testcontainers where a Docker daemon answers,
-and Tansu last. Where none can run, broker tests skip, unless `JOBLEDGER_REQUIRE_BROKER=1`
-(CI) makes that a failure.
+`JOBLEDGER_TEST_BROKER` (`kafka`: Apache Kafka from Maven Central's jars, `docker`:
+testcontainers' Kafka), started once for the whole session; else Apache Kafka where Java and
+its jars are here, testcontainers where a Docker daemon answers. Where none can run, broker
+tests skip, unless `JOBLEDGER_REQUIRE_BROKER=1` (CI) makes that a failure.
 """
 
 from __future__ import annotations
@@ -49,9 +48,9 @@ def test_broker_kind() -> str:
     chosen = os.environ.get(TEST_BROKER_ENV)
     if chosen:
         return chosen
-    if apache_kafka.available():
-        return "kafka"
-    return "docker" if docker_daemon_answers() else "tansu"
+    if apache_kafka.available() or not docker_daemon_answers():
+        return "kafka"  # where it cannot run, its fixture says why
+    return "docker"
 
 
 test_broker_kind.__test__ = False  # a helper, not a test
@@ -73,17 +72,17 @@ def kafka_bootstrap(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) 
         with KafkaContainer() as container:
             yield container.get_bootstrap_server()
         return
-    if broker_kind not in broker.KINDS:
-        pytest.fail(f"{TEST_BROKER_ENV}={broker_kind!r}: expected kafka, tansu or docker")
+    if broker_kind != "kafka":
+        pytest.fail(f"{TEST_BROKER_ENV}={broker_kind!r}: expected kafka or docker")
     port = broker.free_port()
     try:
-        proc = broker.spawn(broker_kind, port, tmp_path_factory.mktemp("broker"), detach=False)
+        proc = broker.spawn(port, tmp_path_factory.mktemp("broker"), detach=False)
     except broker.BrokerError as exc:
         _no_broker(str(exc))
     try:
         yield f"{broker.LOOPBACK}:{port}"
     finally:
-        broker.stop_child(proc, broker_kind)
+        broker.stop_child(proc)
 
 
 @dataclass(frozen=True)
@@ -125,11 +124,9 @@ def module_cluster(kafka_bootstrap: str) -> Cluster:
 def broker_aborts_dangling_transactions(kafka_bootstrap: str, broker_kind: str) -> bool:
     """Whether a transaction left open by a killed producer stays invisible once a new
     producer with its transactional id starts. Apache Kafka does: tests that depend on it run
-    strictly there, never skipped; Tansu does not; an external broker is probed."""
+    strictly there, never skipped; an external broker is probed."""
     if broker_kind in ("kafka", "docker"):
         return True
-    if broker_kind == "tansu":
-        return False
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 

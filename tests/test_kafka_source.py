@@ -2,7 +2,7 @@
 
 What Spark reads must be exactly what a plain read_committed consumer reads, offset for offset,
 across restarts and rate limits; what it writes must arrive as given. Test data is written in
-transactions: the embedded broker misreports watermarks after plain multi-record batches.
+transactions, as the runner writes.
 """
 
 from __future__ import annotations

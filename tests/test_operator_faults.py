@@ -55,7 +55,7 @@ class RestartableBroker:
 
     def stop(self) -> None:
         if self.proc is not None:
-            broker.stop_child(self.proc, "kafka")
+            broker.stop_child(self.proc)
             self.proc = None
 
 

@@ -160,7 +160,7 @@ def test_a_zombie_instance_is_fenced(cluster, broker_aborts_dangling_transaction
     partition-named transactional id makes the new owner's init fence the old producer."""
     if not broker_aborts_dangling_transactions:
         pytest.skip(
-            "this broker (Tansu) does not fence transactional producers: a second "
+            "this broker does not fence transactional producers: a second "
             "init_transactions leaves the first producer's writes visible"
         )
     from confluent_kafka import KafkaException

@@ -1,5 +1,5 @@
 """Apache Kafka in a container, where a Docker daemon answers: the same round trip as the
-embedded broker gets, against the real thing. Skips cleanly without Docker."""
+local broker gets, against the containerized one. Skips cleanly without Docker."""
 
 from __future__ import annotations
 

@@ -45,9 +45,9 @@ Python data sources know no `errorifexists`): `kafka.*` options configure the pr
 wins), `partition` and `headers`, as native. Each Spark task writes its rows with its own producer
 in one Kafka transaction (`transactional`, default true; `kafka.transactional.id` sets the id
 prefix), committed before the task reports success: read_committed readers never see a failed
-task's rows, a retried task fences its predecessor, and the embedded broker's watermark bug for
-plain multi-record batches stays out of the way. Like native, a batch is at least once: a task
-that committed stays committed if a sibling fails. `transactional=false` produces and flushes.
+task's rows, and a retried task fences its predecessor. Like native, a batch is at least
+once: a task that committed stays committed if a sibling fails. `transactional=false`
+produces and flushes.
 """
 
 from __future__ import annotations

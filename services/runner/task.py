@@ -87,7 +87,7 @@ def task_producer(
     bootstrap: str, transactional_id: str, failures: list[KafkaError] | None = None
 ) -> Producer:
     """A transactional producer under a fixed id: starting it aborts whatever transaction a
-    predecessor with the same id left open (on Apache Kafka; Tansu does not fence). Records
+    predecessor with the same id left open. Records
     whose delivery failed go to `failures`, so a transaction missing one is never committed
     as if it were whole."""
 
@@ -134,9 +134,8 @@ def state_event(
 
 
 class TaskIO:
-    """The attempt's writes, all transactional (the embedded broker mishandled the last stable
-    offset when idempotent non-transactional records were interleaved with transactions, which
-    stalled read_committed readers). INITIALIZING + RUNNING commit together before the chain
+    """The attempt's writes, all transactional (read_committed readers see an attempt's
+    writes whole or not at all). INITIALIZING + RUNNING commit together before the chain
     runs, unless there is no chain (a no-op attempt reports everything at its end); what the
     attempt produces commits with its final state."""
 
