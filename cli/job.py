@@ -26,7 +26,7 @@ from typing import Any
 from jobledger.projections.explain import waiting_for
 from jobledger.projections.history import UnknownJob, belongs_to, iso
 from jobledger.projections.job_results import JobWatcher, SubmissionRefused, job_list
-from jobledger.projections.log_file import processed_by_services
+from jobledger.projections.log_file import LogRecord, processed_by_services
 from jobledger.projections.positions import cut, log_order
 from jobledger.projections.replay import position as where
 from jobledger.projections.replay import replay
@@ -283,24 +283,38 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return 0 if end.to_status is JobStatus.FINISHED else 1
 
 
+def _services_progress(args: argparse.Namespace, ordered: list[LogRecord], now_ms: int) -> str:
+    """Whether the services have read the job's records, and if not, how many are unread,
+    since when, and whether any services instance is there to read them: only what holds
+    (a record appended a moment ago is unread for a moment, with the services at work)."""
+    prefix = prefix_of(args)
+    processed = processed_by_services(bootstrap_of(args), prefix)
+    mine = [r for r in ordered if belongs_to(r.event, args.job)]
+    unread = [r for r in mine if not processed(r)]
+    if not unread:
+        last = f" (the last: {where(mine[-1])})" if mine else ""
+        return f"not for the services: they have read every record of the job{last}"
+    first = unread[0]
+    group = f"{kafka.SERVICES_GROUP_PREFIX}{prefix}"
+    members = kafka.group_members(bootstrap_of(args), group)
+    ago = max(0.0, (now_ms - first.timestamp) / 1000)
+    unread_line = (
+        f"the services to read {len(unread)} of the job's records (the first: "
+        f"{first.event.type_name()} at {where(first)}, appended {ago:.1f} s before this check)"
+    )
+    if not members:
+        return f"{unread_line}: no `jobledger services run` is in their group {group}"
+    return f"{unread_line}; {members} services instance(s) in their group"
+
+
 def _timed_out(args: argparse.Namespace, status: JobStatus | None, forged: list[str]) -> int:
     """What the job waits for, from a replay of the whole log and the services' progress
     through it, and the claims of its end the services dead-lettered; exit status
     TIMED_OUT."""
-    prefix = prefix_of(args)
     ordered = log_order(log_records(args, None))
     upto = cut(ordered, "end")
-    processed = processed_by_services(bootstrap_of(args), prefix)
-    unread = [r for r in ordered if belongs_to(r.event, args.job) and not processed(r)]
-    waits = []
-    if unread:
-        first = unread[0]
-        waits.append(
-            f"the services to read {len(unread)} of the job's records (the first: "
-            f"{first.event.type_name()} at {where(first)}): is `jobledger services run` "
-            f"running on {prefix}*?"
-        )
     now_ms = int(time.time() * 1000)
+    waits = [_services_progress(args, ordered, now_ms)]
     waits += waiting_for(ordered, replay(ordered, reducers_of(args)).driver, args.job, now_ms)
     shown = status.value if status else "not started yet"
     if args.output == "json":

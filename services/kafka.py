@@ -418,6 +418,19 @@ def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tup
         consumer.close()
 
 
+def group_members(bootstrap: str, group: str) -> int:
+    """How many consumers are members of `group` now (0 for a group that has none, or that
+    does not exist)."""
+    admin = admin_client(bootstrap)  # kept while its futures run: they die with it
+    futures = admin.describe_consumer_groups([group], request_timeout=30)
+    try:
+        return len(futures[group].result(timeout=30).members)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return 0
+        raise
+
+
 def follow(consumer: Consumer, starts: dict[tuple[str, int], int]) -> Iterator[Message]:
     """Committed records from each (topic, partition)'s start offset on, as they are
     appended, until the caller stops iterating (a follower is stopped with Ctrl-C)."""

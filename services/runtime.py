@@ -512,10 +512,11 @@ class ServiceRuntime:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             if self._broker_down_since is None:
                 self._broker_down_since = time.monotonic()
-                log.error("the broker at %s cannot be reached (%s); waiting for it: the "
-                          "service goes on where it left off once it is back. If it does not "
-                          "come back, check it (`jobledger broker --status`)",
-                          self.bootstrap, error.str())  # fmt: skip
+                # librdkafka's own text counts brokers oddly ("0/2 brokers are down")
+                log.error("the broker at %s cannot be reached: every connection to it is "
+                          "down. Waiting for it: the service goes on where it left off once it "
+                          "is back. If it does not come back, check it (`jobledger broker "
+                          "--status`)", self.bootstrap)  # fmt: skip
         elif error.code() not in (KafkaError._TRANSPORT, KafkaError._RESOLVE):
             log.warning("Kafka client error: %s", error.str())
 

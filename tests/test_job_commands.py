@@ -387,6 +387,10 @@ def test_wait_past_its_timeout_says_what_the_job_waits_for(cluster, capsys):
     assert err == "jobledger: job j1 did not end within 1 s (it is not started yet)\n"
     assert out.startswith("job j1 is not started yet after 1 s, waiting for:\n")
     assert "the services to read 3 of the job's records (the first: JobSubmitted at job/" in out
+    assert (
+        f"no `jobledger services run` is in their group jobledger-services-{cluster.prefix}\n"
+        in out
+    )
 
     # services, but no TaskExecutor: each source subtask waits for a slot
     with RuntimeThread(cluster):
@@ -397,7 +401,8 @@ def test_wait_past_its_timeout_says_what_the_job_waits_for(cluster, capsys):
     assert status == TIMED_OUT
     report = json.loads(out)
     assert (report["status"], report["ended"]) == ("RUNNING", False)
-    waits = report["waiting_for"]
+    progress, *waits = report["waiting_for"]
+    assert "no `jobledger services run`" not in progress, "one instance runs: it says so"
     assert [w.split(" is ")[0] for w in waits] == [
         "j1/numbers[0] attempt 0", "j1/numbers[1] attempt 0",
         "j1/count[0] attempt 0", "j1/count[1] attempt 0",
