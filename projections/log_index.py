@@ -223,7 +223,8 @@ class LogIndex:
         if key is None:
             return None
         rows = self._rows_of(key)
-        hits = np.nonzero(self.columns["offset"][rows] == position.offset)[0]
+        # an offset that holds no record (a transaction marker) names the next one
+        hits = np.nonzero(self.columns["offset"][rows] >= position.offset)[0]
         return int(rows[hits[0]]) if len(hits) else None
 
     def _event(self, position: Position) -> int | None:

@@ -32,8 +32,9 @@ from .replay import position as where
 
 _RECORD = re.compile(r"^(?P<role>[a-z]+)/(?P<partition>\d+)@(?P<offset>\d+)$", re.ASCII)
 FORMS = (
-    "ROLE/PARTITION@OFFSET (e.g. job/3@120), id:EVENT_ID, count:N, s@TIME or an ISO time "
-    "(TIME: epoch ms or ISO 8601), or end"
+    "ROLE/PARTITION@OFFSET (e.g. job/3@120; an offset holding no record, a transaction "
+    "marker, names the next record), id:EVENT_ID, count:N, s@TIME or an ISO time (TIME: "
+    "epoch ms or ISO 8601), or end"
 )
 
 
@@ -198,22 +199,18 @@ def _index_of(ordered: list[LogRecord], position: Position) -> int:
             )
         return found[0]
     key = (position.role, position.partition)
-    found = next(
-        (i for i, r in enumerate(ordered)
-         if (r.role.value, r.partition, r.offset) == (*key, position.offset)),
-        None,
-    )  # fmt: skip
-    if found is not None:
-        return found
-    held = sorted(r.offset for r in ordered if (r.role.value, r.partition) == key)
+    held = [(r.offset, i) for i, r in enumerate(ordered) if (r.role.value, r.partition) == key]
     if not held:
         partitions = sorted({where(r).split("@")[0] for r in ordered})
         raise PositionError(
             f"{position.text!r}: this log has no records in {position.role}/{position.partition} "
             f"(partitions with records: {', '.join(partitions) or 'none'})"
         )
-    raise PositionError(
-        f"{position.text!r}: no record at offset {position.offset} of "
-        f"{position.role}/{position.partition} (it holds offsets {held[0]}-{held[-1]}; "
-        "transaction markers take offsets too)"
-    )
+    # an offset that holds no record (a transaction marker, an aborted record) is the next one
+    found = next((i for offset, i in held if offset >= position.offset), None)
+    if found is None:
+        raise PositionError(
+            f"{position.text!r}: past the last record of {position.role}/{position.partition} "
+            f"(it holds offsets {held[0][0]}-{held[-1][0]})"
+        )
+    return found

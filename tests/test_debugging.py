@@ -84,7 +84,7 @@ def test_the_answer_is_exactly_the_golden_one(name, capsys):
         (["diff", "id:missing"], "no event 'missing' in this log (29 records;"),
         (["diff", "end", "count:3"], "end is after count:3 in this log: give the earlier first"),
         (["explain", "job-1/source[3]"], "vertex source of job job-1 has subtasks 0-0"),
-        (["history", "job-1", "--at", "job/0@99"], "no record at offset 99 of job/0"),
+        (["history", "job-1", "--at", "job/0@99"], "past the last record of job/0"),
         (["explain", "job-1/sink[0]"], "job job-1 has no vertex 'sink'; vertices: source"),
         (["explain", "nothing"], "tasks look like JOB/VERTEX[SUBTASK] (job-1/source[0])"),
     ],

@@ -126,6 +126,9 @@ def _questions(path: Path) -> list[tuple[list[str], bool]]:
         "end", f"count:{n // 2 + 7}", f"{middle.role.value}/{middle.partition}@{middle.offset}",
         f"id:{unique.event.event_id}", f"s@{middle.timestamp}",
     ]  # fmt: skip
+    gap = _first_gap(ordered)
+    if gap is not None:
+        at.append(gap)  # an offset holding no record (a transaction marker): the next record
     if n < 1000:
         at += [
             "count:0", f"count:{n // 3}", iso(ordered[2 * n // 3].timestamp), f"count:{n + 1}",
@@ -162,6 +165,19 @@ def _questions(path: Path) -> list[tuple[list[str], bool]]:
             questions += [(["explain", "nope", *where], False)]
             questions += [(["explain", targets[-1], *where, "-o", "json"], whole)]
     return questions
+
+
+def _first_gap(ordered: list[LogRecord]) -> str | None:
+    """The first offset, in some partition, that holds no record of the log but is followed
+    by one (a transaction's marker), as a position."""
+    held: dict[str, set[int]] = {}
+    for record in ordered:
+        held.setdefault(f"{record.role.value}/{record.partition}", set()).add(record.offset)
+    for partition, offsets in sorted(held.items()):
+        missing = sorted(set(range(max(offsets))) - offsets)
+        if missing:
+            return f"{partition}@{missing[0]}"
+    return None
 
 
 @pytest.mark.parametrize("log", [

@@ -40,6 +40,8 @@ def test_log_order_merges_partitions_by_append_time_keeping_offsets_in_order(log
     [
         ("end", 5, {"job/0": 2, "job/1": 1, "resourcemanager/0": 0}),
         ("job/1@0", 3, {"job/0": 0, "job/1": 0, "resourcemanager/0": 0}),
+        # offset 1 of job/0 holds no record (a transaction marker): it names the next, job/0@2
+        ("job/0@1", 4, {"job/0": 2, "job/1": 0, "resourcemanager/0": 0}),
         ("count:2", 2, {"job/0": 0, "resourcemanager/0": 0}),
         ("count:0", 0, {}),
         ("s@12", 3, {"job/0": 0, "job/1": 0, "resourcemanager/0": 0}),
@@ -56,7 +58,7 @@ def test_every_form_cuts_a_prefix_and_says_which_offsets_it_reflects(log, text, 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("job/1@7", "no record at offset 7 of job/1 (it holds offsets 0-1"),
+        ("job/1@7", "past the last record of job/1 (it holds offsets 0-1)"),
         (
             "job/5@0",
             "no records in job/5 (partitions with records: job/0, job/1, resourcemanager/0)",
