@@ -227,7 +227,7 @@ def _explained(index: LogIndex, upto: IndexedCut, target: str) -> Story | None:
     partitions, anything else from the records naming it and their causes."""
     job = task_job(target)
     if job is None:
-        records = index.explain_records(upto, target)
+        records = index.explain_records(upto, target.removeprefix("id:"))
         return None if records is None else explain(records, ReducerDriver(), target)
     if not index.submitted(upto, job):
         return None

@@ -73,8 +73,11 @@ def explain(ordered: list[LogRecord], driver: ReducerDriver, target: str) -> Sto
         by_id.setdefault(record.event.event_id, record)
     if match := _TASK.match(target):
         return _task(ordered, driver, match)
-    if target in by_id:
-        return _causes(by_id, by_id[target])
+    event_id = target.removeprefix("id:")  # as a position names an event
+    if event_id in by_id:
+        return _causes(by_id, by_id[event_id])
+    if (task := attempt_task(ordered, driver, target)) is not None:
+        return _task(ordered, driver, _TASK.match(task))
     for name, named in (("allocation", "allocation_id"), ("TaskExecutor", "resource_id")):
         records = [r for r in ordered if getattr(r.event, named, None) == target]
         if records:
@@ -82,10 +85,27 @@ def explain(ordered: list[LogRecord], driver: ReducerDriver, target: str) -> Sto
             story.lines = [_line(r, by_id) for r in records]
             return story
     raise UnknownTarget(
-        f"{target!r} is no event id, task, allocation or TaskExecutor of this log; tasks look "
+        f"{target!r} is no event id, task, attempt id, allocation or TaskExecutor of this log; "
+        "tasks look "
         f"like JOB/VERTEX[SUBTASK] ({', '.join(_some_tasks(ordered)) or 'none here'}), "
         f"TaskExecutors here: {', '.join(_resources(ordered)) or 'none'}"
     )
+
+
+def attempt_task(ordered: list[LogRecord], driver: ReducerDriver, attempt_id: str) -> str | None:
+    """The task an ExecutionAttemptID names, as JOB/VERTEX[SUBTASK]#ATTEMPT (what `job wait`,
+    `kvstate lookup` and the REST API print): from its deployment, else from the JobMaster's
+    graph (an attempt never deployed); None if it names none."""
+    for record in ordered:
+        event = record.event
+        if isinstance(event, TaskDeploymentRequested) and event.execution_attempt_id == attempt_id:
+            return f"{event.job_id}/{event.vertex_id}[{event.subtask_index}]#{event.attempt_number}"
+    for job_id, jm in sorted(driver.job_masters.items()):
+        ev = jm.graph.attempts.get(attempt_id) if jm.graph is not None else None
+        if ev is not None:
+            attempt = next(e for e in (*ev.prior, ev.current) if e.attempt_id == attempt_id)
+            return f"{job_id}/{ev.job_vertex_id}[{ev.subtask_index}]#{attempt.attempt_number}"
+    return None
 
 
 def _line(record: LogRecord, by_id: dict[str, LogRecord]) -> str:

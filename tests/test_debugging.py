@@ -121,3 +121,35 @@ def test_a_timeline_file_of_another_kind_is_refused(capsys):
             ["timeline", FAIL_ONCE, "--file", str(LOGS / "wordcount-fail-once.avro"), "-o", "t.gif"]
         )
     assert "-o t.gif: text, json, or a file ending in .svg, .png, .pdf" in capsys.readouterr().err
+
+
+def _explained(capsys, target: str, *extra: str) -> str:
+    assert main(["explain", target, "--file", str(LOGS / "wordcount-fail-once.avro"), *extra]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-index"]], ids=["index", "whole"])
+def test_explain_takes_every_id_the_other_commands_print(extra, capsys):
+    """An attempt id (as `job wait`, `kvstate lookup` and the REST API print it) is the
+    attempt's story; an event id is its chain of causes with or without `id:` (the position
+    form); allocation and TaskExecutor ids name their records."""
+    from jobledger.projections.log_file import read_export
+    from jobledger.schemas.tasks import TaskDeploymentRequested
+
+    records = list(read_export(LOGS / "wordcount-fail-once.avro"))
+    retried = next(r.event for r in records if isinstance(r.event, TaskDeploymentRequested)
+                   and r.event.attempt_number == 1)  # fmt: skip
+    task = f"{retried.job_id}/{retried.vertex_id}[{retried.subtask_index}]#1"
+    by_task = _explained(capsys, task, *extra)
+    subtask = f"{retried.job_id}/{retried.vertex_id}[{retried.subtask_index}]"
+    assert by_task.splitlines()[1].startswith(f"task {subtask} "), by_task
+    assert _explained(capsys, retried.execution_attempt_id, *extra) == by_task
+    event = retried.event_id
+    assert _explained(capsys, f"id:{event}", *extra) == _explained(capsys, event, *extra)
+    assert f"event {event}: " in _explained(capsys, event, *extra)
+    assert f"allocation {retried.allocation_id}: " in _explained(
+        capsys, retried.allocation_id, *extra
+    )
+    assert f"TaskExecutor {retried.resource_id}: " in _explained(
+        capsys, retried.resource_id, *extra
+    )
