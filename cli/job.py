@@ -36,6 +36,13 @@ from jobledger.schemas.types import JobStatus
 from jobledger.services import dispatcher, kafka
 from jobledger.services.dispatcher import JobGraphRefused
 from jobledger.services.job_status import GLOBALLY_TERMINAL
+from jobledger.services.runner.operators import (
+    BUILTIN_FUNCTIONS,
+    FunctionLoader,
+    OperatorError,
+    check_shape,
+    user_modules,
+)
 
 from .log import log_records, reducers_of
 from .options import (
@@ -161,12 +168,39 @@ def _build(reference: str) -> Any:
     )
 
 
+def _check_operators(job: JobSubmitted) -> list[str]:
+    """Refuse a chain no runner could run (an unknown operator, a missing config, a source
+    out of place, a built-in function that does not exist) before anything is written: it
+    failed only when its task ran, restarts later. What only the runner can tell (its
+    allow-list of modules) is a warning."""
+    builtins = FunctionLoader()
+    warnings = []
+    for vertex in job.vertices:
+        try:
+            check_shape(vertex.operators, bool(vertex.inputs))
+            for spec in vertex.operators:
+                reference = spec.config.get("function", "")
+                if reference.startswith(f"{BUILTIN_FUNCTIONS}:"):
+                    builtins.load(reference)
+        except OperatorError as exc:
+            raise JobGraphRefused(f"vertex {vertex.vertex_id!r}: {exc}") from None
+        warnings += [
+            f"vertex {vertex.vertex_id!r} calls {module}: a runner runs it only with "
+            f"`--allow-module {module}`"
+            for module in sorted(user_modules(vertex.operators))
+        ]
+    return warnings
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     try:
         graph, name = load_job_graph(args.jobgraph)
         job = dispatcher.job_submitted(graph, PRODUCER, args.job_id, name)
+        warnings = _check_operators(job)
     except JobGraphRefused as exc:
         raise JobGraphRefused(f"{args.jobgraph}: {exc}") from None
+    for warning in warnings:
+        print(f"jobledger: warning: {warning}", file=sys.stderr)
     bootstrap, prefix = bootstrap_of(args), prefix_of(args)
     serde = EventSerde(registry_url=args.schema_registry)
     watcher = JobWatcher(bootstrap, prefix, (job.job_id,), serde)

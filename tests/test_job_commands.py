@@ -55,6 +55,9 @@ AWAITED_ONLY = {"idle_commit_interval_s": 3600.0}
 """Services that commit past a record deriving nothing only if a client waits on it (a job's
 end, a refusal): `job wait` believes those once committed past, so it ends only if that holds."""
 GRAPH = json.loads(EXAMPLE.read_text())
+RANGE = {"name": "range", "config": {"start": "0", "end": "9"}}
+NOPE = "jobledger.services.runner.functions:nope"
+"""A built-in function that does not exist."""
 
 
 def _with(**changes: Any) -> dict[str, Any]:
@@ -92,6 +95,26 @@ def _with(**changes: Any) -> dict[str, Any]:
             '{"job_name": "x", "vertices": [], "restart_strategy": {"delay_ms": NaN}}',
             "NaN is not a JSON number",
         ),
+        (
+            json.dumps(_with(operators=[{"name": "rangee", "config": {"start": "0"}}])),
+            "vertex 'numbers': unknown operator 'rangee' (did you mean 'range'?); built-ins: ",
+        ),
+        (
+            json.dumps(_with(operators=[{"name": "range", "config": {"start": "0"}}])),
+            "vertex 'numbers': operator 'range' needs config 'end'",
+        ),
+        (
+            json.dumps(_with(operators=[{"name": "range", "config": {"start": "0", "end": "x"}}])),
+            "vertex 'numbers': operator 'range': end is not an integer",
+        ),
+        (
+            json.dumps(_with(operators=[{"name": "key_by"}])),
+            "vertex 'numbers': a vertex without inputs must start with a source, not 'key_by'",
+        ),
+        (
+            json.dumps(_with(operators=[RANGE, {"name": "map", "config": {"function": NOPE}}])),
+            "vertex 'numbers': `jobledger.services.runner.functions:nope` is not an exported",
+        ),
     ],
     ids=[
         "not-json",
@@ -104,6 +127,11 @@ def _with(**changes: Any) -> dict[str, Any]:
         "no-vertex",
         "other-event",
         "nan",
+        "operator-name",
+        "operator-config",
+        "operator-config-type",
+        "no-source",
+        "no-such-builtin-function",
     ],
 )
 def test_a_bad_jobgraph_file_is_one_line_naming_the_field_and_nothing_is_written(
@@ -115,6 +143,23 @@ def test_a_bad_jobgraph_file_is_one_line_naming_the_field_and_nothing_is_written
     assert main(["job", "submit", str(path), "--bootstrap", unreachable]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"jobledger: {path}: ") and message in line, line
+
+
+def test_a_function_of_a_users_module_is_a_warning_naming_the_runners_allow_list(tmp_path, capsys):
+    """Only the runner knows its allow-list: the submission says what it needs, and goes on."""
+    graph = _with(operators=[
+        {"name": "range", "config": {"start": "0", "end": "9"}},
+        {"name": "map", "config": {"function": "mypkg.ops:double"}},
+    ])  # fmt: skip
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(graph))
+    unreachable = f"127.0.0.1:{free_port()}"
+    assert main(["job", "submit", str(path), "--bootstrap", unreachable]) == 69
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (
+        "jobledger: warning: vertex 'numbers' calls mypkg.ops: a runner runs it only with "
+        "`--allow-module mypkg.ops`"
+    )
 
 
 def _builder_module(tmp_path: Path, monkeypatch, body: str) -> str:

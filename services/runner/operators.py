@@ -27,6 +27,7 @@ Anything else fails the task (and so the job) with the reason.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import json
@@ -157,28 +158,66 @@ def _int_config(spec: OperatorSpec, key: str) -> int:
         raise OperatorError(f"operator {spec.name!r}: {key} is not an integer") from exc
 
 
+REQUIRED = {
+    "text_file": ("path",), "range": ("start", "end"), "map": ("function",),
+    "flat_map": ("function",), "filter": ("function",), "file": ("path",), "topic": ("topic",),
+}  # fmt: skip
+"""The config each operator cannot run without."""
+
+
+def check_shape(chain: list[OperatorSpec], has_inputs: bool) -> None:
+    """Refuse what no runner could run, whatever its host: unknown names (with the nearest
+    built-in), missing or malformed config, a source out of place, a function reference
+    that is no `module:function`. What `job submit` checks before anything is written."""
+    for position, spec in enumerate(chain):
+        if spec.name not in BUILTINS:
+            near = difflib.get_close_matches(spec.name, sorted(BUILTINS), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise OperatorError(
+                f"unknown operator {spec.name!r}{hint}; built-ins: {', '.join(sorted(BUILTINS))}"
+            )
+        if spec.name in SOURCES and (position != 0 or has_inputs):
+            raise OperatorError(f"source {spec.name!r} must be first in a vertex without inputs")
+        for key in REQUIRED.get(spec.name, ()):
+            _config(spec, key)
+        if spec.name == "range":
+            _int_config(spec, "start")
+            _int_config(spec, "end")
+        reference = spec.config.get("function")
+        if spec.name in TRANSFORMS and reference is not None:
+            module_name, sep, name = reference.partition(":")
+            if not (sep and module_name and name):
+                raise OperatorError(f"{reference!r} is not a `module:function` reference")
+    if chain and not has_inputs and chain[0].name not in SOURCES:
+        raise OperatorError(
+            f"a vertex without inputs must start with a source, not {chain[0].name!r}"
+        )
+
+
+def user_modules(chain: list[OperatorSpec]) -> set[str]:
+    """The modules of the chain's functions other than the built-in ones: each must be on
+    the runner's allow-list (`--allow-module`), which only the runner knows."""
+    return {
+        spec.config["function"].partition(":")[0]
+        for spec in chain
+        if spec.name in TRANSFORMS and "function" in spec.config
+    } - {BUILTIN_FUNCTIONS}
+
+
 def check_chain(
     chain: list[OperatorSpec],
     has_inputs: bool,
     loader: FunctionLoader,
     data_roots: tuple[Path, ...] = (),
 ) -> None:
-    """Refuse a chain before anything runs: names, config, functions, paths, and shape."""
-    if not chain:
-        return
-    for position, spec in enumerate(chain):
-        if spec.name not in BUILTINS:
-            raise OperatorError(f"unknown operator {spec.name!r}")
-        if spec.name in SOURCES and (position != 0 or has_inputs):
-            raise OperatorError(f"source {spec.name!r} must be first in a vertex without inputs")
+    """Refuse a chain before anything runs: its shape (`check_shape`), then what this runner
+    allows: its functions and its paths."""
+    check_shape(chain, has_inputs)
+    for spec in chain:
         if spec.name in TRANSFORMS and (spec.name != "key_by" or "function" in spec.config):
             loader.load(_config(spec, "function"))
         if spec.name in FILE_OPERATORS:
             confined_path(spec, data_roots)
-    if not has_inputs and chain[0].name not in SOURCES:
-        raise OperatorError(
-            f"a vertex without inputs must start with a source, not {chain[0].name!r}"
-        )
 
 
 # -- sources -------------------------------------------------------------------------------
