@@ -271,7 +271,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         return 0
     if args.output == "text":
         print(as_of_line(upto))
-        print("\n".join(timeline(records, args.job)))
+        print("\n".join(timeline(records, args.job, reducers_of(args))))
         return 0
     count = draw_timeline(records, args.job, Path(args.output), reducers_of(args))
     print(f"wrote {args.output}: {count} bars ({as_of_line(upto)})")

@@ -114,7 +114,9 @@ def _show_text(details: dict[str, Any], vertices: list[dict[str, Any]]) -> None:
     print(f"  submitted {iso(start)}{ended}, {_seconds(details['duration'])}")
     if details["failure-cause"]:
         print(f"  last failure: {details['failure-cause']}")
-    reached = [f"{s}@+{_seconds(t - start)}" for s, t in details["timestamps"].items() if t]
+    # in the order entered (Flink's timestamps are per status, in the enum's order)
+    entered = sorted((t, s) for s, t in details["timestamps"].items() if t)
+    reached = [f"{s}@+{_seconds(t - start)}" for t, s in entered]
     print(f"  statuses: {' '.join(reached)}")
     nodes = {n["id"]: n for n in details["plan"]["nodes"]}
     for summary, vertex in zip(details["vertices"], vertices, strict=True):

@@ -17,31 +17,22 @@ from .log_file import LogRecord
 from .replay import replay
 
 
-def timeline(records: list[LogRecord], job_id: str) -> list[str]:
-    """Each attempt: vertex, subtask, attempt number, slot, and its states with times since
-    the job's first event."""
-    start = min((r.event.event_time for r in records if getattr(r.event, "job_id", None) == job_id),
-                default=0)  # fmt: skip
-    deployed = {
-        r.event.execution_attempt_id: r.event
-        for r in records
-        if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
-    }
-    states: dict[str, list[str]] = {}
-    for r in records:
-        e = r.event
-        if isinstance(e, TaskExecutionStateChanged) and e.job_id == job_id:
-            states.setdefault(e.execution_attempt_id, []).append(
-                f"{e.execution_state.value}@{(e.event_time - start) / 1000:.2f}s"
-            )
-    lines = []
-    for attempt, d in sorted(deployed.items(), key=lambda kv: (kv[1].attempt_number,
-                             kv[1].vertex_id != "source", kv[1].subtask_index)):  # fmt: skip
-        lines.append(
-            f"  {d.vertex_id:>6}[{d.subtask_index}] attempt {d.attempt_number} on "
-            f"{d.resource_id} slot {d.slot_index}: {' -> '.join(states.get(attempt, []))}"
-        )
-    return lines
+def timeline(
+    records: list[LogRecord], job_id: str,
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+) -> list[str]:  # fmt: skip
+    """Each attempt in its slot, with the states it went through and when: the same bars the
+    Gantt chart draws (`bars`), as lines, so the two never disagree."""
+    drawn, _ = bars(records, job_id, driver_factory)
+    steps: dict[str, list[Bar]] = {}
+    for bar in drawn:
+        steps.setdefault(bar.attempt, []).append(bar)
+    ordered = sorted(steps.values(), key=lambda b: (int(b[0].label.rsplit("#", 1)[1]), b[0].start))
+    return [
+        f"  {b[0].label} on {b[0].slot}: "
+        + " -> ".join(f"{bar.state}@{bar.start:.2f}s" for bar in b)
+        for b in ordered
+    ]
 
 
 def stalled_job(
@@ -54,7 +45,7 @@ def stalled_job(
     lines = [
         f"job status: {jm.status.value if jm else 'unknown to the JobMaster'}",
         "timeline (seconds since submission):",
-        *timeline(records, job_id),
+        *timeline(records, job_id, driver_factory),
     ]
     if jm is not None and jm.graph is not None:
         lines.extend(

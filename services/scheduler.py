@@ -470,6 +470,7 @@ class Scheduler:
                 now + self.backoff.backoff_ms,
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
             ))  # fmt: skip
+            self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
             self._set_status(JobStatus.RESTARTING, self.failure_cause, out)
             self._cancel(to_restart, out)
         else:
@@ -550,7 +551,6 @@ class Scheduler:
         else:
             for restart in due:
                 self.pending_restarts.remove(restart)
-                self.restarts += 1
                 for ev in self._vertices(restart):
                     if ev.version == restart.versions[ev.job_vertex_id, ev.subtask_index]:
                         self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))

@@ -33,7 +33,7 @@ def test_list_as_of_the_restart_shows_the_job_restarting(capsys):
     assert lines[1:] == [
         "------------------ Running/Restarting Jobs ------------------",
         f"2026-11-24T22:18:52.093Z : {JOB} : wordcount words.txt (RESTARTING; 4/8 tasks "
-        "finished, 0 restart(s), 13.9 s)",
+        "finished, 1 restart(s), 13.9 s)",
     ]
 
 
@@ -53,7 +53,7 @@ def test_show_tells_every_subtasks_attempts_slots_and_times(capsys):
     assert main(["job", "show", JOB, "--file", FAIL_ONCE, "--at", RESTARTING]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1:5] == [
-        f"job {JOB} 'wordcount words.txt': RESTARTING, 0 restart(s)",
+        f"job {JOB} 'wordcount words.txt': RESTARTING, 1 restart(s)",
         "  submitted 2026-11-24T22:18:52.093Z, 13.9 s",
         "  last failure: 184844dec56959f4a2fdeccc0ae6ef98: InjectedFailure: operator 'count' "
         "fails on attempt 0 as configured",
