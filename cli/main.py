@@ -21,7 +21,20 @@ from jobledger.services.loopback import BrokerError
 from jobledger.services.parallel import ReplayWorkerFailed
 from jobledger.services.runner.kv_state import KvStateLookupError
 
-from . import broker, debug, events, job, job_views, kvstate, log, runner, services, tail, ui
+from . import (
+    broker,
+    cluster,
+    debug,
+    events,
+    job,
+    job_views,
+    kvstate,
+    log,
+    runner,
+    services,
+    tail,
+    ui,
+)
 from .options import CommandFailed, connection_options
 
 
@@ -49,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_views.add_parsers(job.add_parsers(sub, common), common)
     kvstate.add_parsers(sub, common)
     runner.add_parsers(sub, common)
+    cluster.add_parsers(sub, common)
     ui.add_parsers(sub, common)
     _show_defaults(parser)
     return parser

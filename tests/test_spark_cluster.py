@@ -28,13 +28,16 @@ from jobledger.projections.log_file import read_events
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.services.broker import LOOPBACK
 from jobledger.services.kafka import transactional_producer
+from jobledger.services.loopback import pid_alive
 
 pytest.importorskip("pyspark")
 
 from pyspark.sql import DataFrame
 
+from jobledger.services import spark_standalone
+
 from .conftest import Cluster
-from .spark_cluster import StandaloneCluster, _await_workers, children, standalone_cluster
+from .spark_cluster import StandaloneCluster, children, standalone_cluster
 from .test_kafka_source import new_topic
 from .test_runner import counted, plain_count, text  # noqa: F401  (text: a fixture)
 
@@ -274,13 +277,43 @@ def test_a_master_ui_bound_but_not_serving_yet_counts_as_not_up(tmp_path):
     thread.start()
     try:
         cluster = StandaloneCluster("spark://unused", f"http://{LOOPBACK}:{server.server_port}",
-                                    tmp_path)  # fmt: skip
+                                    str(tmp_path), master_pid=0)  # fmt: skip
         alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:
-            _await_workers(cluster, [alive], workers=2, timeout_s=20)
+            spark_standalone._await_workers(cluster, [alive], workers=2, timeout_s=20)
         finally:
             alive.kill()
             alive.wait()
     finally:
         server.shutdown()
     assert next(answers, None) is None, "the wait read past the two answers that were not JSON"
+
+
+def test_cluster_start_status_stop_a_standalone_cluster_from_the_command_line(tmp_path):
+    """`jobledger cluster start` leaves a master and its workers running for `runner --master
+    spark://...`; `status` finds them, a second start is refused, `stop` ends every daemon."""
+    env = {**os.environ, "JOBLEDGER_HOME": str(tmp_path)}
+
+    def cluster(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "jobledger.cli", "cluster", *args],
+                              env=env, capture_output=True, text=True, timeout=180)  # fmt: skip
+
+    started = cluster("start", "--workers", "1")
+    assert started.returncode == 0, started.stderr
+    master = re.match(r"Spark standalone master (spark://127\.0\.0\.1:\d+) ", started.stdout)[1]
+    fields = json.loads((tmp_path / "spark-cluster.json").read_text())
+    recorded = spark_standalone.StandaloneCluster(
+        **{**fields, "worker_pids": tuple(fields["worker_pids"])}
+    )
+    try:
+        assert "1 of 1 worker(s) ALIVE" in started.stdout
+        assert f"jobledger runner --master {master}" in started.stderr
+        assert cluster("status").stdout == started.stdout
+        again = cluster("start")
+        assert again.returncode == 1 and "already; `jobledger cluster stop` first" in again.stderr
+        assert cluster("stop").stdout == f"stopped {master}\n"
+    finally:
+        spark_standalone.stop_daemons(recorded)
+    status = cluster("status")
+    assert (status.returncode, status.stdout) == (1, "not running\n")
+    assert not any(pid_alive(pid) for pid in (recorded.master_pid, *recorded.worker_pids))
