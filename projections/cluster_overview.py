@@ -1,5 +1,5 @@
-"""Flink's ClusterOverview (`/overview`): TaskManagers, slots and jobs by status, counted
-from a `ClusterArchive`."""
+"""Flink's ClusterOverview (`/overview`): registered TaskManagers, their slots and jobs by
+status, counted from a `ClusterArchive`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from .slots import slot_report
 
 def cluster_overview(archive: ClusterArchive) -> dict[str, Any]:
     report = slot_report(archive.driver, archive.cut)
-    slots = [s for rows in report.task_executors.values() for s in rows]
+    # a lost TaskExecutor's slot table is still in the log, but it is no TaskManager of the
+    # cluster's any more: counted, as Flink's overview counts, are the registered ones
+    registered = archive.driver.resource_manager.task_executors
+    live = [rid for rid in report.task_executors if rid in registered]
+    slots = [s for rid in live for s in report.task_executors[rid]]
     statuses = [job.status for job in archive.jobs.values()]
     ended = ("FINISHED", "CANCELED", "FAILED", "SUSPENDED")
     return {
-        "taskmanagers": len(report.task_executors),
+        "taskmanagers": len(live),
         "slots-total": len(slots),
         "slots-available": sum(1 for s in slots if s["at_resource_manager"] == "FREE"),
         "jobs-running": sum(1 for s in statuses if s not in ended),

@@ -112,3 +112,91 @@ def test_clicking_through_a_job_that_failed_once_and_back_in_time(page):
     _at(page, None)
     expect(page.get_by_test_id("job-state")).to_have_text("FINISHED")
     expect(page.get_by_test_id("at-text")).to_have_text("end (284)")
+
+
+IDLE_BEATS = 720
+"""Two hours of one TaskExecutor's beats every 10 s after the job ended: a log that goes on
+idling, whose whole length once squeezed the job's attempts into 1-px slivers."""
+
+
+@pytest.fixture
+def idle_page(tmp_path) -> Iterator[object]:
+    """The fail-once log, then two idle hours, then the TaskExecutor lost; opened at a link
+    naming the job and its `count` vertex."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    from jobledger.projections.log_file import LogRecord, read_export, write_export
+    from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerLost
+    from jobledger.schemas.topics import TopicRole
+
+    records = list(read_export(LOGS / "wordcount-fail-once.avro"))
+    rm = [r for r in records if r.role is TopicRole.RESOURCE_MANAGER]
+    offset, at = rm[-1].offset + 2, max(r.timestamp for r in records)
+    header = {"producer": "runner", "resource_id": "runner-0"}
+    for n in range(IDLE_BEATS):
+        at += 10_000
+        beat = TaskManagerHeartbeat(event_id=f"idle-{n}", event_time=at, **header)
+        records.append(LogRecord(TopicRole.RESOURCE_MANAGER, 0, offset + n, at, beat))
+    lost = TaskManagerLost(event_id="lost", event_time=at + 1, producer="operator",
+                           resource_id="runner-0", cause="decommissioned")  # fmt: skip
+    records.append(LogRecord(TopicRole.RESOURCE_MANAGER, 0, offset + IDLE_BEATS, at + 1, lost))
+    log = tmp_path / "idle.avro"
+    with log.open("wb") as out:
+        write_export(records, out)
+    with ui_server(log) as url, sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, headless=True)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 1400})
+            tab.set_default_timeout(TIMEOUT_MS)
+            tab.goto(f"{url}?job={JOB}&vertex=count")
+            yield tab
+        finally:
+            browser.close()
+
+
+def test_a_job_keeps_its_own_time_axis_on_a_log_that_idled_on_and_every_view_is_a_link(
+    idle_page,
+):
+    from playwright.sync_api import expect
+
+    page = idle_page
+    page.wait_for_selector('body[data-rendered-at="end"][data-loading="false"]')
+    expect(page.get_by_test_id("loading")).to_be_hidden()
+    expect(page.get_by_test_id("vertex-id")).to_have_text("count")
+    assert page.url.endswith(f"/?job={JOB}&vertex=count")
+
+    # the track is the job's 18 s, not the log's two hours: a count attempt of 1-3 s is a
+    # tenth of it, where it was 0.03% (a sliver under one pixel)
+    spans = page.eval_on_selector_all(".timeline .track", """tracks => tracks.map(track => {
+        const bars = [...track.children].map(b => b.getBoundingClientRect());
+        const left = Math.min(...bars.map(b => b.left));
+        return (Math.max(...bars.map(b => b.right)) - left) / track.getBoundingClientRect().width;
+    })""")  # fmt: skip
+    assert len(spans) == 8 and min(spans) > 0.02, spans
+
+    # a lost TaskManager is shown lost, and no longer counted
+    expect(page.get_by_test_id("tm-runner-0")).to_contain_text("lost")
+    assert "lost" in page.get_by_test_id("tm-runner-0").get_attribute("class")
+    expect(page.get_by_test_id("overview-taskmanagers")).to_contain_text("0")
+
+    page.get_by_test_id("attempt-2-1").click()
+    expect(page.get_by_test_id("explain")).to_contain_text("count[2]")
+    assert page.url.endswith(f"/?job={JOB}&vertex=count&attempt=2.1")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-idle-tail.png"), full_page=True)
+
+    # by the job's own events, the slider's first step is the job's first record
+    page.get_by_test_id("slide").select_option("job")
+    slider = page.get_by_test_id("slider")
+    slider.focus()
+    page.keyboard.press("Home")
+    page.wait_for_selector('body[data-rendered-at="job/0@0"]')
+    expect(page.get_by_test_id("job-state")).to_have_text("CREATED")
+    assert "at=job%2F0%400" in page.url and "slide=job" in page.url
+
+    # the link opens the same view
+    page.goto(page.url)
+    page.wait_for_selector('body[data-rendered-at="job/0@0"][data-loading="false"]')
+    expect(page.get_by_test_id("job-state")).to_have_text("CREATED")
+    expect(page.get_by_test_id("slide")).to_have_value("job")

@@ -4,7 +4,10 @@
 
 const state = {
   at: "end", job: null, vertex: null, explained: null, records: 0, following: true, generation: 0,
+  mode: "records", log: null, jobEvents: [],
 };
+// how the slider moves: by record count, by append time, or by the selected job's events
+const MODES = ["records", "time", "job"];
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -48,6 +51,9 @@ function showError(message) {
 async function render() {
   // several moves of the slider may be in flight: only the latest one's answers are shown
   const mine = ++state.generation;
+  writeUrl();
+  document.body.dataset.loading = "true";
+  document.getElementById("loading").hidden = false;
   try {
     const [overview, jobs, tms, slots] = await Promise.all([
       get("/overview"), get("/jobs/overview"), get("/taskmanagers"), get("/slots"),
@@ -63,7 +69,36 @@ async function render() {
     document.body.dataset.renderedAt = state.at;
   } catch (error) {
     if (mine === state.generation) showError(error.message);
+  } finally {
+    if (mine === state.generation) {
+      document.body.dataset.loading = "false";
+      document.getElementById("loading").hidden = true;
+    }
   }
+}
+
+// every view can be linked: the job, vertex, attempt, point and slider mode are in the URL
+function readUrl() {
+  const query = new URLSearchParams(location.search);
+  state.job = query.get("job");
+  state.vertex = query.get("vertex");
+  const attempt = query.get("attempt");
+  state.explained = attempt && /^\d+\.\d+$/.test(attempt) ? attempt.split(".").map(Number) : null;
+  state.mode = MODES.includes(query.get("slide")) ? query.get("slide") : "records";
+  const at = query.get("at");
+  state.at = at || "end";
+  state.following = !at || at === "end";
+}
+
+function writeUrl() {
+  const query = new URLSearchParams();
+  if (state.job) query.set("job", state.job);
+  if (state.vertex) query.set("vertex", state.vertex);
+  if (state.explained) query.set("attempt", state.explained.join("."));
+  if (state.at !== "end") query.set("at", state.at);
+  if (state.mode !== "records") query.set("slide", state.mode);
+  const search = query.toString();
+  history.replaceState(null, "", `${location.pathname}${search ? `?${search}` : ""}`);
 }
 
 async function loadJob() {
@@ -107,7 +142,10 @@ function renderJobs(jobs) {
   fill(document.querySelector("#jobs tbody"), jobs.map((job) => el("tr", {
     class: `clickable${job.jid === state.job ? " selected" : ""}`,
     "data-testid": `job-row-${job.jid}`,
-    onclick: () => { state.job = job.jid; state.vertex = null; state.explained = null; render(); },
+    onclick: () => {
+      state.job = job.jid; state.vertex = null; state.explained = null;
+      if (state.mode === "job") refreshLog().then(render); else render();
+    },
   },
   el("td", {}, job.jid), el("td", {}, job.name), el("td", { class: `state ${job.state}` }, job.state),
   el("td", {}, `${job.tasks.finished}/${job.tasks.total} finished`),
@@ -156,17 +194,20 @@ function renderVertex(job, vertex) {
   box.hidden = !vertex;
   if (!vertex) return;
   document.getElementById("vertex-id").textContent = vertex.id;
-  // the scale runs from the vertex's first deployment (else the job's start) to "now"
-  const starts = vertex.subtasks.flatMap((t) => t["attempt-history"]).map((a) => a["start-time"]).filter((t) => t >= 0);
-  const start = starts.length ? Math.min(...starts) : job["start-time"];
-  const span = Math.max(job.now - start, 1);
+  // the job's own time: from its submission to its last event (its end, or its latest
+  // attempt state), never to the end of a log that went on idling after it
+  const attempts = vertex.subtasks.flatMap((t) => t["attempt-history"]);
+  const times = [...Object.values(job.timestamps), ...attempts.flatMap((a) => Object.values(a.timestamps))];
+  const start = job["start-time"];
+  const last = job["end-time"] >= 0 ? job["end-time"] : Math.max(start, ...times.filter((t) => t > 0));
+  const span = Math.max(last - start, 1);
   const place = (ms) => `${Math.max(0, Math.min(100, ((ms - start) / span) * 100))}%`;
   const rows = [];
   for (const subtask of vertex.subtasks) {
     for (const attempt of subtask["attempt-history"]) {
       const steps = Object.entries(attempt.timestamps).sort((a, b) => a[1] - b[1]);
       const bars = steps.map(([name, at], i) => {
-        const until = i + 1 < steps.length ? steps[i + 1][1] : (attempt["end-time"] >= 0 ? at : job.now);
+        const until = i + 1 < steps.length ? steps[i + 1][1] : (attempt["end-time"] >= 0 ? at : last);
         return el("div", {
           class: `bar ${name}`, title: `${name} at ${iso(at)}`,
           style: { left: place(at), width: `calc(${place(until)} - ${place(at)})` },
@@ -188,8 +229,10 @@ function renderVertex(job, vertex) {
 function renderTaskManagers(tms, slots) {
   document.getElementById("taskmanagers").replaceChildren(...tms.map((tm) => {
     const rows = slots.task_executors[tm.id] || [];
-    return el("div", { class: "tm", "data-testid": `tm-${tm.id}` },
-      el("div", {}, `${tm.id} (${tm.path || "unregistered"}): ${tm.freeSlots} of ${tm.slotsNumber} slots free`),
+    const said = tm.registered ? `${tm.id} (${tm.path}): ${tm.freeSlots} of ${tm.slotsNumber} slots free`
+      : `${tm.id}: lost (not registered at the ResourceManager); its slot table as it last was`;
+    return el("div", { class: `tm${tm.registered ? "" : " lost"}`, "data-testid": `tm-${tm.id}` },
+      el("div", {}, said),
       el("div", { class: "slots" }, ...rows.map((s) => el("span", {
         class: `slot ${s.at_resource_manager}`, "data-testid": `slot-${tm.id}-${s.index}`,
       }, `${s.index}: ${s.at_resource_manager}${s.job ? ` to ${s.job}` : ""}`))));
@@ -202,29 +245,62 @@ function renderTaskManagers(tms, slots) {
 async function refreshLog() {
   const response = await fetch("/log");
   const log = await response.json();
-  const slider = document.getElementById("at");
+  state.log = log;
   state.records = log.records;
-  slider.max = log.records;
-  if (state.following) slider.value = log.records;
+  if (state.mode === "job" && state.job) {
+    const history = await (await fetch(`/jobs/${encodeURIComponent(state.job)}/history?at=end`)).json();
+    state.jobEvents = (history.events || []).map((e) => e.position);
+  }
+  const slider = document.getElementById("at");
+  const [min, max] = range();
+  slider.min = min;
+  slider.max = max;
+  if (state.following) slider.value = max;
+  const marks = state.mode === "records" ? log.marks : [];
   slider.title = log.marks.map((m) => `${m.count}: ${m.job} ${m.status}`).join("\n");
   document.getElementById("marks").replaceChildren(
-    ...log.marks.map((m) => el("option", { value: m.count, label: `${m.job} ${m.status}` })));
+    ...marks.map((m) => el("option", { value: m.count, label: `${m.job} ${m.status}` })));
+}
+
+function range() {
+  const log = state.log;
+  if (state.mode === "time" && log.records) return [log["first-timestamp"], log["last-timestamp"]];
+  if (state.mode === "job" && state.jobEvents.length) return [0, state.jobEvents.length - 1];
+  return [0, log.records];
+}
+
+function pointOf(value) {
+  if (state.mode === "time") return `s@${value}`;
+  if (state.mode === "job" && state.jobEvents.length) return state.jobEvents[value];
+  return `count:${value}`;
 }
 
 function moved() {
   const slider = document.getElementById("at");
   const value = Number(slider.value);
-  state.following = value >= state.records;
-  state.at = state.following ? "end" : `count:${value}`;
+  state.following = value >= range()[1];
+  state.at = state.following ? "end" : pointOf(value);
   document.getElementById("at-text").textContent = state.following ? `end (${state.records})` : state.at;
   render();
 }
 
+async function slideBy() {
+  state.mode = document.getElementById("slide").value;
+  state.following = true;
+  await refreshLog();
+  moved();
+}
+
 async function start() {
+  readUrl();
+  const mode = document.getElementById("slide");
+  mode.value = state.mode;
+  mode.addEventListener("change", slideBy);
   await refreshLog();
   const slider = document.getElementById("at");
   slider.addEventListener("input", moved);
-  moved();
+  document.getElementById("at-text").textContent = state.following ? `end (${state.records})` : state.at;
+  render();
   setInterval(async () => {
     const before = state.records;
     await refreshLog();
