@@ -32,55 +32,21 @@ from pathlib import Path
 
 from brokers import bench_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
-from replay import PARTITIONS, SLOT, Generator, generate
+from replay import PARTITIONS, SLOT, Appender, Generator, generate
 
 from jobledger.projections.log_file import read_events
 from jobledger.projections.replay import replay
-from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas import topic_name
 from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
 from jobledger.schemas.topics import TopicRole
 from jobledger.services import snapshot
 from jobledger.services.kafka import (
-    PARTITIONER,
     SERVICES_GROUP_PREFIX,
     create_topics,
 )
 
 IDLE_TASK_EXECUTORS = 20
 IDLE_JOBS = 20
-
-
-class Appender:
-    """Appends batches of events to their topics in transactions of 20k records."""
-
-    def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.serde = EventSerde()
-        self.prefix = prefix
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "transactional.id": f"bench-{prefix}",
-            "partitioner": PARTITIONER, "linger.ms": 20, "queue.buffering.max.messages": 500_000,
-        })  # fmt: skip
-        self.producer.init_transactions(60)
-        self.open = 0
-        self.written = 0
-
-    def __call__(self, batch: list[Event]) -> None:
-        for event in batch:
-            role, key = event.route()
-            topic = topic_name(role, self.prefix)
-            if not self.open:
-                self.producer.begin_transaction()
-            self.producer.produce(topic, key=key.encode(), value=self.serde.encode(event, topic))
-            self.producer.poll(0)
-            self.open += 1
-            self.written += 1
-            if self.open == 20_000:
-                self.close()
-
-    def close(self) -> None:
-        if self.open:
-            self.producer.commit_transaction(120)
-            self.open = 0
 
 
 def generate_idle(target: int, sink: Appender) -> None:

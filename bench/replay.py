@@ -192,36 +192,53 @@ def generate(target: int, sink: Callable[[list[Event]], None]) -> int:
     return written
 
 
-class Writer:
-    """Where the generated log goes: the broker (in transactions of 20k records), an export
-    file (as `jobledger export` writes it, offsets counted per partition) and the peer."""
+class Appender:
+    """Appends batches of events to their topics in transactions of 20k records."""
 
-    def __init__(self, bootstrap: str, prefix: str, export: BinaryIO, peer: Peer) -> None:
+    def __init__(self, bootstrap: str, prefix: str) -> None:
         self.serde = EventSerde()
         self.prefix = prefix
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "transactional.id": f"bench-{prefix}",
-            "partitioner": PARTITIONER, "linger.ms": 20,
-            "queue.buffering.max.messages": 500_000,
+            "partitioner": PARTITIONER, "linger.ms": 20, "queue.buffering.max.messages": 500_000,
         })  # fmt: skip
         self.producer.init_transactions(60)
-        self.in_transaction = 0
-        self.export = fastavro.write.Writer(export, parse_schema(export_schema()), codec="deflate")
-        self.offsets: dict[tuple[TopicRole, int], int] = {}
-        self.peer = peer
+        self.open = 0
+        self.written = 0
 
     def __call__(self, batch: list[Event]) -> None:
         for event in batch:
             role, key = event.route()
             topic = topic_name(role, self.prefix)
-            if not self.in_transaction:
+            if not self.open:
                 self.producer.begin_transaction()
             self.producer.produce(topic, key=key.encode(), value=self.serde.encode(event, topic))
             self.producer.poll(0)
-            self.in_transaction += 1
-            if self.in_transaction == 20_000:
-                self.producer.commit_transaction(120)
-                self.in_transaction = 0
+            self.open += 1
+            self.written += 1
+            if self.open == 20_000:
+                self.close()
+
+    def close(self) -> None:
+        if self.open:
+            self.producer.commit_transaction(120)
+            self.open = 0
+
+
+class Writer:
+    """Where the generated log goes: the broker (`Appender`), an export file (as `jobledger
+    export` writes it, offsets counted per partition) and the peer."""
+
+    def __init__(self, bootstrap: str, prefix: str, export: BinaryIO, peer: Peer) -> None:
+        self.broker = Appender(bootstrap, prefix)
+        self.export = fastavro.write.Writer(export, parse_schema(export_schema()), codec="deflate")
+        self.offsets: dict[tuple[TopicRole, int], int] = {}
+        self.peer = peer
+
+    def __call__(self, batch: list[Event]) -> None:
+        self.broker(batch)
+        for event in batch:
+            role, key = event.route()
             partition = partition_of(
                 key, PARTITIONS if role is not TopicRole.RESOURCE_MANAGER else 1
             )
@@ -234,8 +251,7 @@ class Writer:
         self.peer.append(batch)
 
     def close(self) -> None:
-        if self.in_transaction:
-            self.producer.commit_transaction(120)
+        self.broker.close()
         self.export.flush()
 
 
