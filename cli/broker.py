@@ -18,6 +18,11 @@ Subparsers = argparse._SubParsersAction
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("broker", help="run Apache Kafka (KRaft, one node) on loopback")
     p.add_argument(
+        "--nodes", type=positive_int, default=1,
+        help="a KRaft cluster of this many nodes (each broker and controller, internal topics "
+        "on three replicas), listening on --port and the ports after it",
+    )  # fmt: skip
+    p.add_argument(
         "--port", type=positive_int,
         help=f"port (default {broker.DEFAULT_PORT}; --detach picks a free one if it is taken)",
     )  # fmt: skip
@@ -67,32 +72,42 @@ def cmd_broker(args: argparse.Namespace) -> int:
         )
         return 1
     if args.detach:
-        record = broker.start_detached(args.port)
+        record = broker.start_detached(args.port, args.nodes)
         print(_describe(record))
         print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
         return 0
-    return _run_broker_in_foreground(args.port or broker.DEFAULT_PORT)
+    return _run_broker_in_foreground(
+        broker.node_ports(args.port or broker.DEFAULT_PORT, args.nodes)
+    )
 
 
 def _describe(record: broker.BrokerRecord) -> str:
-    return f"{record.name} listening on {record.bootstrap} (pid {record.pid}, log {record.log})"
+    pids = ", ".join(map(str, record.pids))
+    return f"{record.name} listening on {record.bootstrap} (pid {pids}, log {record.log})"
 
 
-def _run_broker_in_foreground(port: int) -> int:
-    print(f"starting {broker.NAME} on {broker.LOOPBACK}:{port} ...", flush=True)
-    proc = broker.spawn(port, home() / "broker", detach=False)
-    record = broker.BrokerRecord(proc.pid, port, str(broker.log_path_of(port, home() / "broker")))
+def _run_broker_in_foreground(ports: list[int]) -> int:
+    nodes = f" ({len(ports)} nodes)" if len(ports) > 1 else ""
+    where = ",".join(f"{broker.LOOPBACK}:{port}" for port in ports)
+    print(f"starting {broker.NAME}{nodes} on {where} ...", flush=True)
+    workdir = home() / "broker"
+    if len(ports) == 1:
+        procs = [broker.spawn(ports[0], workdir, detach=False)]
+    else:
+        procs = broker.spawn_nodes(ports, workdir, detach=False)
+    record = broker.record_of(procs, ports, workdir)
     broker.write_record(record)
     print(_describe(record), flush=True)
     print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for proc in procs])
     try:
-        return proc.wait()
+        return max(proc.wait() for proc in procs)
     except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+        for proc in procs:
+            proc.terminate()
+        return max(proc.wait() for proc in procs)
     finally:
-        broker.clear_record(proc.pid)
+        broker.clear_record(procs[0].pid)
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:

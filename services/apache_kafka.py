@@ -149,12 +149,18 @@ def _classpath() -> str:
     return str(libs_dir() / "*")
 
 
-def server_properties(port: int, controller_port: int, data: Path) -> str:
-    """One node, broker and controller, on loopback; every internal topic with one replica."""
+def server_properties(
+    port: int, controller_port: int, data: Path, node: int = 1, voters: str | None = None,
+    replicas: int = 1,
+) -> str:  # fmt: skip
+    """Node `node`, broker and controller, on loopback. Alone (no `voters`), every internal
+    topic has one replica; in a cluster of `voters` (`id@host:port,...`), `replicas` of
+    them, and a transaction is committed once all but one are in sync."""
+    in_sync = str(max(1, replicas - 1))
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+        "node.id": str(node),
+        "controller.quorum.voters": voters or f"{node}@{LOOPBACK}:{controller_port}",
         "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -163,14 +169,14 @@ def server_properties(port: int, controller_port: int, data: Path) -> str:
         "log.dirs": str(data / "log"),
         "auto.create.topics.enable": "false",
         "num.partitions": "1",
-        "default.replication.factor": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(replicas),
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": in_sync,
         "transaction.state.log.num.partitions": "8",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": in_sync,
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "1000",
     }
@@ -192,14 +198,19 @@ def _log4j2_file() -> Path:
     return path
 
 
-def format_storage(data: Path, config: Path) -> None:
-    """Format the log folder once (KRaft refuses to start on unformatted storage)."""
-    if (data / "log" / "meta.properties").is_file():
-        return
-    cluster_id = subprocess.run(
+def random_cluster_id() -> str:
+    return subprocess.run(
         _java_command(STORAGE_TOOL, "random-uuid", heap="256m"),
         capture_output=True, text=True, check=True,
     ).stdout.strip().splitlines()[-1]  # fmt: skip
+
+
+def format_storage(data: Path, config: Path, cluster_id: str | None = None) -> None:
+    """Format the log folder once (KRaft refuses to start on unformatted storage); the nodes
+    of one cluster share its `cluster_id`."""
+    if (data / "log" / "meta.properties").is_file():
+        return
+    cluster_id = cluster_id or random_cluster_id()
     done = subprocess.run(
         _java_command(STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(config), heap="256m"),
         capture_output=True, text=True, check=False,
@@ -238,18 +249,78 @@ def spawn(port: int, data: Path, log_path: Path, detach: bool) -> subprocess.Pop
     return proc
 
 
-def wait_until_ready(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+def wait_until_ready(
+    proc: subprocess.Popen[bytes], port: int, log_path: Path, replicas: int = 1,
+    others: tuple[tuple[subprocess.Popen[bytes], int, Path], ...] = (),
+) -> None:  # fmt: skip
+    """Every node listening (`proc` on `port`, and `others`), then the probe passing."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not port_answers(port):
-        if proc.poll() is not None:
-            raise BrokerError(f"Apache Kafka exited with {proc.returncode}; see {log_path}")
-        if time.monotonic() > deadline:
-            raise BrokerError(f"Apache Kafka did not listen on port {port}; see {log_path}")
-        time.sleep(0.1)
-    probe(f"{LOOPBACK}:{port}", deadline - time.monotonic())
+    for node, node_port, node_log in ((proc, port, log_path), *others):
+        while not port_answers(node_port):
+            if node.poll() is not None:
+                raise BrokerError(f"Apache Kafka exited with {node.returncode}; see {node_log}")
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"Apache Kafka did not listen on port {node_port}; see {node_log}"
+                )
+            time.sleep(0.1)
+    bootstrap = ",".join(f"{LOOPBACK}:{p}" for p in (port, *(o[1] for o in others)))
+    probe(bootstrap, deadline - time.monotonic(), replicas)
 
 
-def probe(bootstrap: str, timeout_s: float) -> None:
+def spawn_cluster(
+    ports: list[int], data: Path, log_paths: list[Path], detach: bool
+) -> list[subprocess.Popen[bytes]]:
+    """A KRaft cluster of `len(ports)` nodes on loopback, each broker and controller (a
+    quorum of all of them), internal topics replicated on three: started together (the
+    controllers elect a leader among themselves), ready once a topic with a replica on every
+    node takes and returns a committed record. The controllers' ports and the cluster id are
+    kept in `data`, so a node restarted alone finds its quorum."""
+    data.mkdir(parents=True, exist_ok=True)
+    kept = data / "controller.ports"
+    if kept.is_file() and len(kept.read_text().split()) == len(ports):
+        controllers = [int(p) for p in kept.read_text().split()]
+    else:
+        controllers = []
+        while len(controllers) < len(ports):
+            port = free_port()
+            if port not in controllers and port not in ports:
+                controllers.append(port)
+        kept.write_text(" ".join(map(str, controllers)))
+    id_file = data / "cluster.id"
+    if not id_file.is_file():
+        id_file.write_text(random_cluster_id())
+    cluster_id = id_file.read_text().strip()
+    voters = ",".join(f"{n}@{LOOPBACK}:{c}" for n, c in enumerate(controllers, start=1))
+    replicas = min(3, len(ports))
+    procs = []
+    try:
+        for n, (port, controller, log_path) in enumerate(
+            zip(ports, controllers, log_paths, strict=True), start=1
+        ):
+            node = data / f"node-{n}"
+            node.mkdir(exist_ok=True)
+            config = node / "server.properties"
+            config.write_text(server_properties(port, controller, node, n, voters, replicas))
+            format_storage(node, config, cluster_id)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as log:
+                procs.append(subprocess.Popen(
+                    _java_command(MAIN_CLASS, str(config), heap="512m"),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=detach,
+                ))  # fmt: skip
+        others = tuple(zip(procs[1:], ports[1:], log_paths[1:], strict=True))
+        wait_until_ready(procs[0], ports[0], log_paths[0], replicas, others)
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise
+    return procs
+
+
+def probe(bootstrap: str, timeout_s: float, replicas: int = 1) -> None:
     """Create a topic, commit a transactional record and read it back with read_committed."""
     from confluent_kafka import KafkaException, TopicPartition
     from confluent_kafka.admin import NewTopic
@@ -260,7 +331,8 @@ def probe(bootstrap: str, timeout_s: float) -> None:
     timeout = max(5.0, timeout_s)
     admin = kafka.admin_client(bootstrap, quiet=True)
     try:
-        admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=timeout)[topic].result()
+        created = admin.create_topics([NewTopic(topic, 1, replicas)], operation_timeout=timeout)
+        created[topic].result()
         # log_level 3: librdkafka's retries while the transaction coordinator loads are
         # expected here, not worth a warning on the user's terminal
         producer = kafka.producer(bootstrap, topic, {"log_level": 3}, init_timeout_s=timeout)

@@ -27,7 +27,7 @@ from .loopback import (
     pid_alive,
     port_answers,
     port_is_free,
-    terminate,
+    terminate_all,
 )
 
 __all__ = ["LOOPBACK", "BrokerError", "free_port", "port_is_free"]
@@ -49,14 +49,21 @@ class BrokerRecord:
     pid: int
     port: int
     log: str
+    others: tuple[tuple[int, int], ...] = ()
+    """The other nodes of a cluster: (pid, port) each."""
 
     @property
     def name(self) -> str:
-        return NAME
+        return f"{NAME}, {len(self.others) + 1} nodes," if self.others else NAME
 
     @property
     def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        ports = (self.port, *(port for _, port in self.others))
+        return ",".join(f"{LOOPBACK}:{port}" for port in ports)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid, *(pid for pid, _ in self.others))
 
     def is_up(self) -> bool:
         return pid_alive(self.pid) and port_answers(self.port)
@@ -81,6 +88,19 @@ def spawn(port: int, workdir: Path, detach: bool) -> subprocess.Popen[bytes]:
     return proc
 
 
+def spawn_nodes(ports: list[int], workdir: Path, detach: bool) -> list[subprocess.Popen[bytes]]:
+    """Start a KRaft cluster of one node per port on loopback (apache_kafka.spawn_cluster),
+    its logs and data under `workdir`, and return once it is ready."""
+    taken = [port for port in ports if not port_is_free(port)]
+    if taken:
+        raise BrokerError(
+            f"port(s) {', '.join(map(str, taken))} on {LOOPBACK} taken by another process: pick "
+            "others with --port (the nodes listen on it and the ports after it)"
+        )
+    logs = [log_path_of(port, workdir) for port in ports]
+    return apache_kafka.spawn_cluster(ports, workdir / "kafka-cluster", logs, detach)
+
+
 def stop_child(proc: subprocess.Popen[bytes]) -> None:
     """Stop a broker this process started (with time for Kafka's controlled shutdown)."""
     proc.terminate()
@@ -93,7 +113,9 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
 
 def read_record() -> BrokerRecord | None:
     try:
-        record = BrokerRecord(**json.loads(state_file().read_text()))
+        fields = json.loads(state_file().read_text())
+        others = tuple(tuple(node) for node in fields.pop("others", ()))
+        record = BrokerRecord(**fields, others=others)
     except (OSError, ValueError, TypeError):
         return None
     return record if record.is_up() else None
@@ -115,22 +137,44 @@ def clear_record(pid: int) -> None:
         pass
 
 
-def start_detached(port: int | None = None) -> BrokerRecord:
-    """Start a broker that outlives this process, record it, and return the record."""
-    chosen = (
-        port if port is not None else (DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port())
-    )
+def start_detached(port: int | None = None, nodes: int = 1) -> BrokerRecord:
+    """Start a broker (or a cluster of `nodes`) that outlives this process, record it, and
+    return the record."""
+    ports = node_ports(port, nodes)
     workdir = home() / "broker"
-    proc = spawn(chosen, workdir, detach=True)
-    record = BrokerRecord(proc.pid, chosen, str(log_path_of(chosen, workdir)))
+    if nodes == 1:
+        procs = [spawn(ports[0], workdir, detach=True)]
+    else:
+        procs = spawn_nodes(ports, workdir, detach=True)
+    record = record_of(procs, ports, workdir)
     write_record(record)
     return record
+
+
+def node_ports(port: int | None, nodes: int) -> list[int]:
+    """The ports `nodes` nodes listen on: `port` and the ones after it; by default 9092 on
+    (any free ones where those are taken)."""
+    first = DEFAULT_PORT if port is None else port
+    wanted = [first + n for n in range(nodes)]
+    if port is None and not all(port_is_free(p) for p in wanted):
+        wanted = []
+        while len(wanted) < nodes:
+            if (found := free_port()) not in wanted:
+                wanted.append(found)
+    return wanted
+
+
+def record_of(
+    procs: list[subprocess.Popen[bytes]], ports: list[int], workdir: Path
+) -> BrokerRecord:
+    others = tuple((proc.pid, port) for proc, port in zip(procs[1:], ports[1:], strict=True))
+    return BrokerRecord(procs[0].pid, ports[0], str(log_path_of(ports[0], workdir)), others)
 
 
 def stop() -> BrokerRecord | None:
     record = read_record()
     if record is None:
         return None
-    terminate(record.pid, STOP_GRACE_S)
+    terminate_all(record.pids, STOP_GRACE_S)
     clear_record(record.pid)
     return record

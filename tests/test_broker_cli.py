@@ -23,6 +23,7 @@ from jobledger.services.kafka import (
     read_topic,
     transactional_producer,
 )
+from jobledger.services.loopback import pid_alive
 from jobledger.services.produce import produce_lines
 
 pytestmark = pytest.mark.broker
@@ -398,3 +399,53 @@ def test_tail_offsets_past_the_end_wait_there_and_e_at_a_past_time_ends_the_tail
     )  # fmt: skip
     assert until_now.returncode == 0, until_now.stderr
     assert [json.loads(x)["event_id"] for x in until_now.stdout.splitlines()] == ["e0", "e1", "e2"]
+
+
+def _consecutive_free_ports(n: int) -> int:
+    """The first of `n` consecutive free ports on loopback."""
+    while True:
+        first = broker.free_port()
+        if first + n < 65536 and all(broker.port_is_free(first + i) for i in range(n)):
+            return first
+
+
+def test_a_three_node_cluster_keeps_serving_a_node_short_and_stops_whole(broker_kind, tmp_path):
+    """`jobledger broker --nodes 3`: three KRaft nodes (each broker and controller), topics
+    replicated on all three; with one node killed (SIGKILL) a transactional write and a
+    read_committed read still go through; `--stop` ends the other two."""
+    if not apache_kafka.available():
+        pytest.skip("Apache Kafka needs Java and `make kafka`")
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env.update(JOBLEDGER_HOME=str(tmp_path), JOBLEDGER_TOPIC_PREFIX="three.")
+    first = _consecutive_free_ports(3)
+    bootstrap = ",".join(f"127.0.0.1:{first + i}" for i in range(3))
+
+    def run(*args, stdin=None):
+        return subprocess.run(
+            [sys.executable, "-m", "jobledger.cli", *args],
+            input=stdin, capture_output=True, text=True, timeout=180, env=env,
+        )  # fmt: skip
+
+    started = run("broker", "--nodes", "3", "--detach", "--port", str(first))
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith(f"Apache Kafka, 3 nodes, listening on {bootstrap} (pid ")
+    recorded = json.loads((tmp_path / "broker.json").read_text())
+    every = [recorded["pid"], *(pid for pid, _ in recorded["others"])]
+    assert len(every) == 3 and recorded["port"] == first
+    try:
+        created = run("topics", "create", "--partitions", "3", "--replication-factor", "3")
+        assert created.returncode == 0, created.stderr
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        described = admin.list_topics(topic_name(TopicRole.JOB, "three."), timeout=30)
+        replicas = [p.replicas for p in described.topics["three.job"].partitions.values()]
+        assert all(sorted(r) == [1, 2, 3] for r in replicas), replicas
+
+        os.kill(every[1], 9)
+        wrote = run("produce", stdin=json.dumps(REGISTERED))
+        assert wrote.returncode == 0, wrote.stderr
+        tailed = run("tail", "resourcemanager", "-o", "beginning", "-e", "--format", "event")
+        assert [json.loads(x) for x in tailed.stdout.splitlines()] == [REGISTERED]
+    finally:
+        stopped = run("broker", "--stop")
+    assert stopped.stdout.startswith(f"stopped Apache Kafka, 3 nodes, listening on {bootstrap}")
+    assert not any(pid_alive(pid) for pid in every), "a node outlived --stop"
