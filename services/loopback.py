@@ -16,7 +16,10 @@ class BrokerError(RuntimeError):
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server can listen on `port` now, as Kafka binds (SO_REUSEADDR: a connection
+    of a broker just stopped, left in TIME_WAIT, does not hold the port; a listener does)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:

@@ -449,3 +449,21 @@ def test_a_three_node_cluster_keeps_serving_a_node_short_and_stops_whole(broker_
         stopped = run("broker", "--stop")
     assert stopped.stdout.startswith(f"stopped Apache Kafka, 3 nodes, listening on {bootstrap}")
     assert not any(pid_alive(pid) for pid in every), "a node outlived --stop"
+
+
+def test_a_port_held_only_by_time_wait_connections_is_free_and_a_listened_one_is_not():
+    """`broker --stop` then `broker` again: the old broker's connections linger in TIME_WAIT
+    for a minute; Kafka binds through them (SO_REUSEADDR), so the port check must too."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    assert not broker.port_is_free(port), "a listening port is taken"
+    accepted.close()  # the server side closes first: its end of the port goes to TIME_WAIT
+    time.sleep(0.1)
+    client.close()
+    listener.close()
+    assert broker.port_is_free(port)
