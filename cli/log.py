@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
-from jobledger.projections.live_log import LiveLog, read_live
+from jobledger.projections.live_log import LiveRead, read_live
 from jobledger.projections.log_file import (
     LogRecord,
     SkippedRecord,
@@ -197,7 +197,7 @@ def snapshots_option(p: argparse.ArgumentParser) -> None:
 
 def live_log(
     args: argparse.Namespace, asked: tuple[type[Event], ...], job: str | None = None
-) -> LiveLog | None:
+) -> LiveRead | None:
     """The broker's log to its end, from the services' snapshots, decoding only the `asked`
     event types (of the job topic, only `job`'s records) (projections/live_log.py); None
     where that does not answer the question as asked: an export `--file`, `--at` some

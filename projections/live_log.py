@@ -36,7 +36,7 @@ Watch = Callable[[Iterable[Message], str], Iterable[Message]]
 
 
 @dataclass
-class LiveLog:
+class LiveRead:
     """The log as one read found it: the records a question decodes, the state of every
     input partition, and what was skipped as undecodable."""
 
@@ -63,7 +63,7 @@ def read_live(
     factory: Callable[[], ReducerDriver],
     watch: Watch = lambda messages, _: messages,
     job: str | None = None,
-) -> LiveLog:
+) -> LiveRead:
     """The log's topics read to their ends through `consumer` (read_committed), the records
     of the `asked` types decoded (of the job topic, only `job`'s if given: its records are
     keyed by job id), every input partition's state rebuilt from its snapshot."""
@@ -91,7 +91,7 @@ def read_live(
     with bulk_replay():
         found = _latest_snapshots(consumer, prefix)
         partitioned, starts = _states(found, prefix, serde, factory, partitions, refused)
-    return LiveLog(cut, partitioned, appended, skipped, starts)
+    return LiveRead(cut, partitioned, appended, skipped, starts)
 
 
 def _dead_letters(

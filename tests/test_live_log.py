@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from jobledger.projections.archived_execution_graph import ARCHIVED
-from jobledger.projections.live_log import LiveLog, read_live
+from jobledger.projections.live_log import LiveRead, read_live
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.topics import TopicRole
 from jobledger.services import snapshot
@@ -29,7 +29,7 @@ QUESTIONS = (
 )
 
 
-def live(cluster) -> LiveLog:
+def live(cluster) -> LiveRead:
     consumer = read_committed_consumer(cluster.bootstrap)
     try:
         return read_live(consumer, cluster.prefix, EventSerde(), ARCHIVED, ReducerDriver)
