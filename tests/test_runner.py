@@ -104,10 +104,10 @@ def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, tex
     assert "counts equal a plain Python count" in printed
     lookup = re.search(r"queryable state 'word-counts'\['(.+?)'\]: .* -> (\d+)$", printed, re.M)
     assert lookup and int(lookup[2]) == plain_count(text)[lookup[1]]
-    timeline = [line for line in printed.splitlines() if " attempt " in line]
+    timeline = [line for line in printed.splitlines() if re.match(r"\s+\w+\[\d+\]#\d+ on ", line)]
     if fail_once:
-        assert re.search(r"count\[\d\] attempt 0 .*FAILED", printed)
-        assert re.search(r"count\[\d\] attempt 1 .*FINISHED", printed)
+        assert re.search(r"count\[\d\]#0 on .*FAILED", printed)
+        assert re.search(r"count\[\d\]#1 on .*FINISHED", printed)
     else:
         assert len(timeline) == 8, timeline
         assert all(

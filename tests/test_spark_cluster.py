@@ -91,10 +91,12 @@ def test_the_wordcount_demo_runs_on_a_standalone_cluster(
     assert counted(tmp_path / "demo") == plain_count(text)
     assert "counts equal a plain Python count" in printed
     if fail_once:
-        assert re.search(r"count\[\d\] attempt 0 .*FAILED", printed), printed
-        assert re.search(r"count\[\d\] attempt 1 .*FINISHED", printed), printed
+        assert re.search(r"count\[\d\]#0 on .*FAILED", printed), printed
+        assert re.search(r"count\[\d\]#1 on .*FINISHED", printed), printed
     else:
-        timeline = [line for line in printed.splitlines() if " attempt " in line]
+        timeline = [
+            line for line in printed.splitlines() if re.match(r"\s+\w+\[\d+\]#\d+ on ", line)
+        ]
         assert len(timeline) == 8, printed
         assert all(re.search(r"-> FINISHED@[\d.]+s$", line) for line in timeline), printed
 
