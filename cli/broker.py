@@ -41,8 +41,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     c = topics.add_parser("create", parents=[common], help="create every topic explicitly")
     c.add_argument("--partitions", type=positive_int, default=8, help="partitions per owner topic")
     c.add_argument(
-        "--replication-factor", type=positive_int, default=1, help="replicas per partition"
-    )
+        "--replication-factor", type=positive_int,
+        help="replicas per partition, min.insync.replicas one less (default: the smaller of 3 "
+        "and the broker count)",
+    )  # fmt: skip
     c.set_defaults(func=cmd_topics_create)
     c = topics.add_parser("list", parents=[common], help="list the cluster's topics")
     c.set_defaults(func=cmd_topics_list)
@@ -116,7 +118,8 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     )
     for r in results:
         state = "created" if r.created else f"failed: {r.error}" if r.error else "exists"
-        print(f"{r.topic}\t{r.partitions} partitions\t{state}")
+        print(f"{r.topic}\t{r.partitions} partitions\t{state}"
+              + (f" with {r.short}" if r.short else ""))  # fmt: skip
     return 1 if any(r.error for r in results) else 0
 
 

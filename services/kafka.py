@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import (
@@ -88,26 +88,40 @@ class TopicCreation:
     partitions: int
     created: bool
     error: str | None = None
+    short: str | None = None
+    """For a topic that existed: why it is less safe than asked (fewer replicas)."""
+
+
+def replication(admin: AdminClient, asked: int | None = None) -> tuple[int, dict[str, str]]:
+    """The replication factor of the topics jobledger creates (`asked`, else the smaller of 3
+    and the broker count), and the config that goes with it: `min.insync.replicas` one less
+    where there is more than one replica, so a committed record is on two brokers at least
+    and one broker may be lost without stopping writes."""
+    factor = asked or min(3, max(1, len(admin.list_topics(timeout=30).brokers)))
+    return factor, {"min.insync.replicas": str(max(1, factor - 1))}
 
 
 def create_topics(
-    bootstrap: str, prefix: str, partitions: int, replication_factor: int = 1
+    bootstrap: str, prefix: str, partitions: int, replication_factor: int | None = None
 ) -> list[TopicCreation]:
-    """Create every topic of the cluster; existing topics are reported, not an error."""
-    specs = topic_specs(partitions)
+    """Create every topic of the cluster (replicated as `replication` says); existing topics
+    are reported, not an error."""
+    admin = admin_client(bootstrap)
+    factor, config = replication(admin, replication_factor)
     wanted = {
         topic_name(spec.role, prefix): NewTopic(
             topic_name(spec.role, prefix), num_partitions=spec.partitions,
-            replication_factor=replication_factor, config=spec.config,
+            replication_factor=factor, config={**spec.config, **config},
         )
-        for spec in specs
+        for spec in topic_specs(partitions)
     }  # fmt: skip
-    return ensure_topics(admin_client(bootstrap), wanted)
+    return ensure_topics(admin, wanted)
 
 
 def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:
     """Create the topics that do not exist yet (existing ones are reported as such, not as
-    errors, and left as they are), then wait until the broker serves every one created."""
+    errors, and left as they are: with fewer replicas than asked, said in `short`), then wait
+    until the broker serves every one created."""
     futures = admin.create_topics(list(wanted.values()), operation_timeout=30, request_timeout=30)
     results = []
     for name, new in wanted.items():
@@ -121,7 +135,23 @@ def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[Topic
             else:
                 results.append(TopicCreation(name, new.num_partitions, False, err.str()))
     await_metadata(admin, {r.topic: r.partitions for r in results if r.created})
-    return results
+    if all(r.created or r.error for r in results):
+        return results
+    topics = admin.list_topics(timeout=30).topics
+    return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
+
+
+def _short(result: TopicCreation, held: Any, asked: NewTopic) -> TopicCreation:
+    """`result`, saying so if the topic existed with fewer replicas than `asked`."""
+    if result.created or result.error or held is None:
+        return result
+    replicas = min((len(p.replicas) for p in held.partitions.values()), default=0)
+    if replicas >= asked.replication_factor:
+        return result
+    return replace(result, short=(
+        f"{replicas} replica(s) where {asked.replication_factor} were asked: a broker lost "
+        "loses its records (kafka-reassign-partitions adds replicas)"
+    ))  # fmt: skip
 
 
 def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float = 30.0) -> None:
@@ -195,7 +225,8 @@ def producer(
     (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger)."""
     made = Producer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-        "enable.idempotence": True, "partitioner": PARTITIONER, **ONE_REQUEST_IN_FLIGHT,
+        "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
+        **ONE_REQUEST_IN_FLIGHT,
         **RETRY_BACKOFF, **(extra or {}),
     })  # fmt: skip
     connect(made, init_timeout_s)

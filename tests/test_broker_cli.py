@@ -433,12 +433,19 @@ def test_a_three_node_cluster_keeps_serving_a_node_short_and_stops_whole(broker_
     every = [recorded["pid"], *(pid for pid, _ in recorded["others"])]
     assert len(every) == 3 and recorded["port"] == first
     try:
-        created = run("topics", "create", "--partitions", "3", "--replication-factor", "3")
+        created = run("topics", "create", "--partitions", "3")  # by default: on all three
         assert created.returncode == 0, created.stderr
         admin = AdminClient({"bootstrap.servers": bootstrap})
         described = admin.list_topics(topic_name(TopicRole.JOB, "three."), timeout=30)
         replicas = [p.replicas for p in described.topics["three.job"].partitions.values()]
         assert all(sorted(r) == [1, 2, 3] for r in replicas), replicas
+        job_topic = ConfigResource("topic", "three.job")
+        in_sync = admin.describe_configs([job_topic])[job_topic].result()["min.insync.replicas"]
+        assert in_sync.value == "2"
+        low = run("topics", "create", "--topic-prefix", "low.", "--replication-factor", "1")
+        assert low.returncode == 0, low.stderr
+        again = run("topics", "create", "--topic-prefix", "low.")
+        assert "low.job\t8 partitions\texists with 1 replica(s) where 3 were asked" in again.stdout
 
         os.kill(every[1], 9)
         wrote = run("produce", stdin=json.dumps(REGISTERED))

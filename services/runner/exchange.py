@@ -36,7 +36,7 @@ from jobledger.schemas.types import (
 )
 
 from ..execution_graph import pointwise_producers
-from ..kafka import admin_client, await_metadata, ensure_topics, read_partition
+from ..kafka import admin_client, await_metadata, ensure_topics, read_partition, replication
 from ..key_groups import assign_key_to_parallel_operator
 from .operators import Keyed
 
@@ -60,7 +60,10 @@ def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
     the broker serves them all."""
     admin = admin_client(bootstrap)
     try:
-        created = ensure_topics(admin, {t: NewTopic(t, p, 1) for t, p in topics.items()})
+        factor, config = replication(admin)
+        created = ensure_topics(
+            admin, {t: NewTopic(t, p, factor, config=config) for t, p in topics.items()}
+        )
     except Exception as exc:
         raise ResultPartitionError(f"cannot create {sorted(topics)}: {exc}") from exc
     failed = [c for c in created if c.error]
