@@ -114,6 +114,7 @@ def stop_child(proc: subprocess.Popen[bytes]) -> None:
 def read_record() -> BrokerRecord | None:
     try:
         fields = json.loads(state_file().read_text())
+        fields.pop("kind", None)  # written by versions that had two kinds of broker
         others = tuple(tuple(node) for node in fields.pop("others", ()))
         record = BrokerRecord(**fields, others=others)
     except (OSError, ValueError, TypeError):

@@ -474,3 +474,18 @@ def test_a_port_held_only_by_time_wait_connections_is_free_and_a_listened_one_is
     client.close()
     listener.close()
     assert broker.port_is_free(port)
+
+
+def test_a_broker_recorded_by_the_version_with_two_kinds_is_still_found(tmp_path, monkeypatch):
+    """A broker started before the upgrade (its record names a `kind`) is found, not taken
+    for none while it holds the port."""
+    monkeypatch.setenv("JOBLEDGER_HOME", str(tmp_path))
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        (tmp_path / "broker.json").write_text(json.dumps(
+            {"pid": os.getpid(), "port": port, "log": "kafka.log", "kind": "kafka"}
+        ))  # fmt: skip
+        record = broker.read_record()
+    assert record is not None and record.bootstrap == f"127.0.0.1:{port}"
