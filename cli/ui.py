@@ -97,10 +97,10 @@ class LiveLog:
                 self.ordered = log_order(self.read)
             return self.ordered
 
-    def as_read(self) -> list[LogRecord]:
-        """The records read so far, in the order read."""
+    def read_from(self, start: int) -> list[LogRecord]:
+        """The records read so far from the `start`-th on, in the order read."""
         with self.lock:
-            return list(self.read)
+            return self.read[start:]
 
     def _follow(self) -> None:
         self.consumer.assign(self.assignment)

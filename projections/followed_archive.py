@@ -37,11 +37,11 @@ class FollowedArchive:
         self.applied = 0
         self.now = -1
 
-    def advance(self, read: list[LogRecord]) -> None:
-        """Take the records of `read` (the records as read, appended to only) not yet taken."""
-        for record in read[self.applied :]:
+    def extend(self, records: list[LogRecord]) -> None:
+        """Take the records read since those taken so far (`applied` of them)."""
+        for record in records:
             self._take(record)
-        self.applied = len(read)
+        self.applied += len(records)
 
     def _take(self, record: LogRecord) -> None:
         self.now = max(self.now, record.timestamp)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, Message
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
-from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services import snapshot
 from jobledger.services.driver import PartitionedDriver, ReducerDriver
@@ -31,6 +30,7 @@ from jobledger.services.kafka import read_topics
 
 from .log_file import LOG_ROLES, LogRecord, SkippedRecord
 from .positions import Cut, log_order
+from .replay import dead_lettered
 
 Watch = Callable[[Iterable[Message], str], Iterable[Message]]
 
@@ -98,18 +98,12 @@ def _dead_letters(
     serde: EventSerde, prefix: str, partitions: dict[tuple[TopicRole, int], list[Message]]
 ) -> set[tuple[str, int, int]]:
     """(role, partition, offset) of every input the services dead-lettered: it reached no
-    reducer live, and reaches none here (replay.dead_lettered)."""
-    refused = set()
+    reducer live, and reaches none here (replay.dead_lettered, of the dead letters read)."""
+    letters: list[LogRecord] = []
     for (role, _), messages in partitions.items():
         for msg in messages if role is TopicRole.DEAD_LETTER else ():
-            try:
-                event = serde.decode(msg.value(), msg.topic())
-            except DecodeError:
-                continue
-            if isinstance(event, DeadLettered):
-                role_name = event.source_topic.removeprefix(prefix)
-                refused.add((role_name, event.source_partition, event.source_offset))
-    return refused
+            _decoded(serde, role, msg, letters, [])
+    return dead_lettered(letters)
 
 
 def _is_a(serde: EventSerde, msg: Message, asked: tuple[type[Event], ...]) -> bool:

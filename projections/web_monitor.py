@@ -71,8 +71,9 @@ class Followed(Protocol):
     partitions: dict[TopicRole, int]
     """How many partitions each input topic has."""
 
-    def as_read(self) -> list[LogRecord]:
-        """The records read so far, in the order read (appended to only)."""
+    def read_from(self, start: int) -> list[LogRecord]:
+        """The records read so far from the `start`-th on, in the order read (the log's
+        records as read are appended to only)."""
 
 
 """The log as it is now, in log order (`positions.log_order`)."""
@@ -116,6 +117,8 @@ class Archives:
         self.followed = followed
         self.end = FollowedArchive(driver_factory, followed.partitions) if followed else None
         """The end of a followed log, advanced by what was read since the last ask."""
+        self.at_end: ClusterArchive | None = None
+        """The end's archive as last made (the state it holds changes in place)."""
         self.serving = threading.RLock()
         """Held by every request throughout: the end's state changes in place when asked."""
 
@@ -123,8 +126,11 @@ class Archives:
         position = _position(text)
         if self.end is not None and position.kind == "end":
             with self.making:
-                self.end.advance(self.followed.as_read())
-                return self.end.archive(cut(self.log(), position))
+                new = self.followed.read_from(self.end.applied)
+                if new or self.at_end is None:  # the cut is the whole log: remade only as it grows
+                    self.end.extend(new)
+                    self.at_end = self.end.archive(cut(self.log(), position))
+                return self.at_end
         records = self.log()
         key = (len(records), position.text)
         with self.lock:

@@ -58,9 +58,9 @@ def test_the_followed_archive_answers_as_a_replay_of_the_same_records(name, seed
     read = as_read(records, seed)
     followed = FollowedArchive(ReducerDriver, PARTITIONS)
     half = len(read) // 2
-    followed.advance(read[:half])  # asked once halfway, then again at the end
+    followed.extend(read[:half])  # asked once halfway, then again at the end
     followed.archive(cut(log_order(read[:half]), "end"))
-    followed.advance(read)
+    followed.extend(read[half:])
     assert answers(followed.archive(whole)) == replayed
 
 
@@ -87,5 +87,5 @@ def test_a_record_the_services_dead_lettered_is_left_out_as_a_replay_leaves_it_o
     believed = cut(log_order([*records, forged]), "end")
     assert answers(archive(believed, ReducerDriver)) != replayed, "the forgery changes nothing"
     followed = FollowedArchive(ReducerDriver, PARTITIONS)
-    followed.advance(as_read(log, 3))
+    followed.extend(as_read(log, 3))
     assert answers(followed.archive(whole)) == replayed
