@@ -303,13 +303,7 @@ def spawn_cluster(
             config = node / "server.properties"
             config.write_text(server_properties(port, controller, node, n, voters, replicas))
             format_storage(node, config, cluster_id)
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as log:
-                procs.append(subprocess.Popen(
-                    _java_command(MAIN_CLASS, str(config), heap="512m"),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=detach,
-                ))  # fmt: skip
+            procs.append(start_node(data, n, log_path, detach))
         others = tuple(zip(procs[1:], ports[1:], log_paths[1:], strict=True))
         wait_until_ready(procs[0], ports[0], log_paths[0], replicas, others)
     except BaseException:
@@ -318,6 +312,19 @@ def spawn_cluster(
             proc.wait()
         raise
     return procs
+
+
+def start_node(data: Path, node: int, log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
+    """Start node `node` of the cluster kept in `data` (formatted and configured by
+    `spawn_cluster`) without waiting for it: alone, or again after it stopped."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    config = data / f"node-{node}" / "server.properties"
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            _java_command(MAIN_CLASS, str(config), heap="512m"),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=detach,
+        )  # fmt: skip
 
 
 def probe(bootstrap: str, timeout_s: float, replicas: int = 1) -> None:

@@ -213,24 +213,35 @@ from this on each retry of one request (librdkafka's `retry.backoff.max.ms`, 1 s
 that keeps refusing is not asked much more often than before."""
 
 
+REQUEST_TIMEOUT = {"socket.timeout.ms": 10_000}
+"""A request unanswered this long is given up and sent again, to whichever broker leads or
+coordinates by then. Kafka's controller fences a broker that stops heartbeating after its
+`broker.session.timeout.ms` (9 s) and moves its leaderships and coordinators to the others;
+with librdkafka's default (60 s) a request to a paused broker (SIGSTOP, a long GC, a hung
+disk) held the service's whole loop for a minute after the cluster had moved on."""
+
+
 def producer(
     bootstrap: str,
     transactional_id: str,
     extra: dict[str, Any] | None = None,
     init_timeout_s: float = 60,
+    init: bool = True,
 ) -> Producer:
     """Every producer of jobledger: transactional (its writes become visible atomically, and
-    making it fences every earlier producer with the same id), idempotent, and partitioning
-    keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
-    (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger)."""
+        making it fences every earlier producer with the same id), idempotent, and partitioning
+        keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
+        (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger). Without
+    `init`, the caller runs `init_transactions` itself (to retry it)."""
     made = Producer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
         **ONE_REQUEST_IN_FLIGHT,
-        **RETRY_BACKOFF, **(extra or {}),
+        **RETRY_BACKOFF, **REQUEST_TIMEOUT, **(extra or {}),
     })  # fmt: skip
     connect(made, init_timeout_s)
-    made.init_transactions(init_timeout_s)
+    if init:
+        made.init_transactions(init_timeout_s)
     return made
 
 
@@ -298,6 +309,7 @@ def read_committed_consumer(
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
+            **REQUEST_TIMEOUT,
             **(extra or {}),
         }
     )

@@ -58,6 +58,8 @@ class Wedged(Exception):
 
 
 SEND_OFFSETS_TIMEOUT_S = 30
+INIT_TIMEOUT_S = 30
+"""One try at `init_transactions`; a timed-out one is tried again (librdkafka allows it)."""
 
 
 class StopRequested(Exception):
@@ -241,7 +243,7 @@ class ServiceRuntime:
             worker = self.workers.pop((tp.topic, tp.partition), None)
             if worker is not None and worker.uncommitted_since is not None:
                 with contextlib.suppress(KafkaException):  # the next owner redoes them
-                    self._commit(worker, [], restore=False)
+                    self._commit(worker, [], giving_up=True)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
     def _rebuild(self, committed: TopicPartition, producer: Producer) -> PartitionWorker:
@@ -349,8 +351,32 @@ class ServiceRuntime:
 
     def _transactional_producer(self, topic: str, partition: int) -> Producer:
         """The partition's producer: its transactional id names the partition, so making it
-        fences every earlier producer of the partition (another owner's, or a wedged one)."""
-        return kafka.producer(self.bootstrap, f"jobledger-{topic}-{partition}")
+        fences every earlier producer of the partition (another owner's, or a failed one).
+        A broker that does not answer in time is waited for, said once a minute; a refusal
+        for good stops the service in one line."""
+        made = kafka.producer(self.bootstrap, f"jobledger-{topic}-{partition}", init=False)
+        said = 0.0
+        while True:
+            try:
+                made.init_transactions(INIT_TIMEOUT_S)
+                return made
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal() or not error.retriable():
+                    raise ServiceHalted(
+                        f"{topic}/{partition}: the broker refused this instance's "
+                        f"transactions ({error.str()}); the service stops. Check the broker "
+                        "(`jobledger broker --status`) and the transactional id's ACLs, then "
+                        "start it again"
+                    ) from exc
+                if not self.running:
+                    raise StopRequested(f"stopped while {topic}/{partition} waited for the "
+                                        f"broker ({error.str()})") from exc  # fmt: skip
+                if time.monotonic() - said >= 60:
+                    said = time.monotonic()
+                    log.error("%s/%d: the broker did not start this partition's transactions "
+                              "within %.0f s (%s); trying again until it does",
+                              topic, partition, INIT_TIMEOUT_S, error.str())  # fmt: skip
 
     def _snapshot_partition(self, partition: int) -> int:
         return partition % self._snapshot_partitions
@@ -547,9 +573,11 @@ class ServiceRuntime:
         elif worker.uncommitted_since is None:
             worker.uncommitted_since = time.monotonic()
 
-    def _commit(self, worker: PartitionWorker, outputs: list[Event], restore: bool = True) -> None:
+    def _commit(
+        self, worker: PartitionWorker, outputs: list[Event], giving_up: bool = False
+    ) -> None:
         """One transaction: the decisions, the input offsets and, when due, a snapshot;
-        `restore=False` for a partition being given up (its next owner starts over)."""
+        `giving_up` for a partition being given up (its next owner starts over)."""
         topic = topic_name(worker.role, self.prefix)
 
         def write(producer: Producer) -> None:
@@ -561,7 +589,7 @@ class ServiceRuntime:
             if self._snapshot_due(worker):
                 self._write_snapshot(worker, topic)
 
-        if self._transaction(worker, write, restore):
+        if self._transaction(worker, write, restore=not giving_up, giving_up=giving_up):
             worker.uncommitted_since = None
             worker.awaited = False
 
@@ -589,12 +617,18 @@ class ServiceRuntime:
             raise failure[0]
 
     def _transaction(
-        self, worker: PartitionWorker, write: Callable[[Producer], None], restore: bool
-    ) -> bool:
-        """Run one transaction of the worker's producer. If the broker refuses it (an
-        abortable error: a timeout, a lost coordinator, a full queue), it is aborted and, with
-        `restore`, the worker goes back to its last committed offset: its reducers have seen
-        inputs whose decisions were just thrown away, and going on from there would lose
+        self, worker: PartitionWorker, write: Callable[[Producer], None], *, restore: bool,
+        giving_up: bool = False,
+    ) -> bool:  # fmt: skip
+        """Run one transaction of the worker's producer. If it fails short of fatal (a
+        timeout, a lost coordinator, a full queue, a stuck call), the producer is never used
+        again and, unless the partition is being given up, a new one takes its place: making
+        it fences the old one and aborts its open transaction. librdkafka lacks KIP-890
+        (Kafka's hardened transactions): a producer whose commit or abort did not complete in
+        time may still deliver them late, into its next transaction (Jepsen saw aborted reads,
+        lost writes and torn transactions of that kind), while a fenced one cannot. With
+        `restore`, the worker then goes back to its last committed offset: its reducers have
+        seen inputs whose decisions were just thrown away, and going on from there would lose
         them. A fatal error (fenced: another instance owns the partition now) is raised."""
         producer = worker.producer
         try:
@@ -604,17 +638,11 @@ class ServiceRuntime:
             return True
         except Wedged:
             log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
-                      "is stuck; see its issue #5511); leaving that producer behind and "
-                      "fencing it with a new one%s", worker.role.value, worker.partition,
+                      "is stuck; see its issue #5511); leaving that producer behind%s",
+                      worker.role.value, worker.partition,
                       SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
-                      "; going back to the committed offset" if restore else "")  # fmt: skip
-            self._abandoned.append(producer)
-            if restore:  # still the owner; when giving the partition up, a new producer
-                worker.producer = self._transactional_producer(  # would fence the next owner
-                    topic_name(worker.role, self.prefix), worker.partition
-                )
-                self._restore(worker)
-            return False
+                      "" if giving_up else " and fencing it with a new one")  # fmt: skip
+            self._abandoned.append(producer)  # a thread is still inside: never closed under it
         except KafkaException as exc:
             if exc.args[0].fatal():
                 raise ServiceHalted(
@@ -624,14 +652,20 @@ class ServiceRuntime:
                     "on the same partitions, or this one stalled past its session timeout. "
                     "This instance stops; the other goes on. Start it again to rejoin the group."
                 ) from exc
-            log.warning("%s/%d: transaction aborted (%s)%s", worker.role.value,
-                        worker.partition, exc.args[0],
-                        "; going back to the committed offset" if restore else "")  # fmt: skip
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(60)
+            log.warning("%s/%d: transaction failed (%s); %s", worker.role.value,
+                        worker.partition, exc.args[0].str(),
+                        "left to the next owner" if giving_up
+                        else "its producer is replaced")  # fmt: skip
+            _retire(producer)
+        if not giving_up:  # when giving the partition up, a new producer would fence the next owner
+            worker.producer = self._transactional_producer(
+                topic_name(worker.role, self.prefix), worker.partition
+            )
             if restore:
+                log.warning("%s/%d: going back to the committed offset", worker.role.value,
+                            worker.partition)  # fmt: skip
                 self._restore(worker)
-            return False
+        return False
 
     def _restore(self, worker: PartitionWorker) -> None:
         """Rebuild the worker from its committed offset and fetch again from there."""
@@ -707,7 +741,9 @@ class ServiceRuntime:
                         scope=OWNER_OF_ROLE[role], owner_id=owner,
                     ))  # fmt: skip
 
-            self._transaction(worker, write, restore=False)  # the next tick tries again
+            # nothing reduced yet (the TimerFired are reduced when read back): the next tick
+            # tries again
+            self._transaction(worker, write, restore=False)
 
     def _report_health(self) -> None:
         if time.monotonic() - self.last_health < self.config.health_interval_s:
@@ -739,6 +775,20 @@ def _topic_gone(what: str) -> ServiceHalted:
         f"{what}: the decisions it held are lost. Re-create the cluster's topics (`jobledger "
         "topics create`, a new prefix for a clean start) and start the service again"
     )
+
+
+def _retire(producer: Producer) -> None:
+    """Drop a producer whose transaction failed; another fences it (this instance's next
+    producer of the partition, or the next owner's). Its queue is purged now, and it is
+    closed in a thread of its own (closing waits on the broker)."""
+    with contextlib.suppress(KafkaException, RuntimeError):
+        producer.purge()
+    threading.Thread(target=_close_quietly, args=(producer,), name="retire", daemon=True).start()
+
+
+def _close_quietly(producer: Producer) -> None:
+    with contextlib.suppress(KafkaException, RuntimeError):
+        producer.close()
 
 
 def _commit_transaction(producer: Producer, attempts: int = 3) -> None:

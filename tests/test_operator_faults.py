@@ -7,6 +7,7 @@ tests stop and start again; the rest on the session's broker."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from jobledger.projections.replay import verify
@@ -231,6 +233,71 @@ def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
     assert "leaving that producer behind and fencing it with a new one" in caplog.text
     answers = [r for r in records if isinstance(r.event, TaskManagerRegistrationAccepted)]
     assert [a.event.cause_event_id for a in answers] == [registered.event_id]
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()
+
+
+class _LateCommit:
+    """A partition's producer whose commit times out while its EndTxn is still on its way: the
+    commit is sent a second later (the delayed transaction marker of Jepsen's 2024 Kafka
+    analysis, which KIP-890 fences and librdkafka, lacking KIP-890, does not). Every use
+    after the timeout is recorded."""
+
+    DELAY_S = 1.0
+
+    def __init__(self, producer) -> None:
+        self._producer = producer
+        self.timed_out = False
+        self.used_after: list[str] = []
+        self.late = threading.Event()
+
+    def commit_transaction(self, *args) -> None:
+        if not self.timed_out:
+            self.timed_out = True
+            threading.Thread(target=self._commit_late, daemon=True).start()
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out (test)",
+                                        retriable=True))  # fmt: skip
+
+    def _commit_late(self) -> None:
+        time.sleep(self.DELAY_S)
+        with contextlib.suppress(KafkaException):  # fenced, if the runtime did its part
+            self._producer.commit_transaction(30)
+        self.late.set()
+
+    def purge(self, *args) -> None:
+        """Purged under the late commit it would fail at once: the test wants it sent."""
+
+    def close(self, *args) -> None:
+        self.late.wait(30)
+        self._producer.close()
+
+    def __getattr__(self, name: str):
+        if self.timed_out:
+            self.used_after.append(name)
+        return getattr(self._producer, name)
+
+
+def test_a_producer_whose_commit_timed_out_is_never_used_again_and_its_late_commit_is_fenced(
+    cluster, caplog
+):
+    clock = Clock()
+    with RuntimeThread(cluster) as runtime:
+        rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+        late = runtime.workers[(rm_topic, 0)].producer = _LateCommit(
+            runtime.workers[(rm_topic, 0)].producer
+        )
+        registered = _register(cluster, clock, "tm-1")
+        _wait_for_answer(cluster, registered)
+        assert late.late.wait(30), "the late commit was never sent"
+        second = _register(cluster, clock, "tm-2")
+        _wait_for_answer(cluster, second)
+        replaced = runtime.workers[(rm_topic, 0)].producer
+        records = wait_until_quiet(cluster)
+
+    assert late.timed_out and late.used_after == [] and replaced is not late
+    assert "its producer is replaced" in caplog.text
+    answers = [r for r in records if isinstance(r.event, TaskManagerRegistrationAccepted)]
+    assert [a.event.cause_event_id for a in answers] == [registered.event_id, second.event_id]
     _, divergence = verify(records)
     assert divergence is None, divergence.describe()
 
