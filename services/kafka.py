@@ -213,12 +213,26 @@ from this on each retry of one request (librdkafka's `retry.backoff.max.ms`, 1 s
 that keeps refusing is not asked much more often than before."""
 
 
-REQUEST_TIMEOUT = {"socket.timeout.ms": 10_000}
+REQUEST_TIMEOUT = {"socket.timeout.ms": 5_000}
 """A request unanswered this long is given up and sent again, to whichever broker leads or
 coordinates by then. Kafka's controller fences a broker that stops heartbeating after its
 `broker.session.timeout.ms` (9 s) and moves its leaderships and coordinators to the others;
 with librdkafka's default (60 s) a request to a paused broker (SIGSTOP, a long GC, a hung
 disk) held the service's whole loop for a minute after the cluster had moved on."""
+
+
+def clock_skew(error: KafkaError, what: str) -> str:
+    """What to say when the broker refuses a record's timestamp: the writer's clock is off.
+    Every record carries its writer's clock, and Kafka refuses one further ahead of its own
+    than `message.timestamp.after.max.ms` (1 h by default) or further behind than
+    `message.timestamp.before.max.ms` (no limit by default)."""
+    return (
+        f"the broker refused a record of {what} for its timestamp ({error.str()}): this "
+        "machine's clock differs from the broker's by more than the topic allows "
+        "(message.timestamp.after.max.ms, 1 h by default, or message.timestamp.before.max.ms; "
+        "broker-wide log.message.timestamp.after.max.ms / .before.max.ms). Set the clock right "
+        "(NTP) and start again"
+    )
 
 
 def producer(

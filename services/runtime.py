@@ -57,7 +57,7 @@ class Wedged(Exception):
     (a thread is still inside it) and the partition gets a new one."""
 
 
-SEND_OFFSETS_TIMEOUT_S = 30
+SEND_OFFSETS_TIMEOUT_S = 15
 INIT_TIMEOUT_S = 30
 """One try at `init_transactions`; a timed-out one is tried again (librdkafka allows it)."""
 
@@ -112,7 +112,7 @@ class RuntimeConfig:
     after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
     open transaction is aborted by the broker and the next owner redoes it."""
     session_timeout_ms: int = kafka.SESSION_TIMEOUT_MS
-    client_grace_s: float = 15.0
+    client_grace_s: float = 5.0
     """How long past its own timeout a librdkafka call may take before it counts as stuck."""
     rebuild_silence_s: float = 60.0
     """A rebuild that hears nothing from the broker this long stops the service (it cannot
@@ -186,8 +186,9 @@ class ServiceRuntime:
 
     def start(self) -> None:
         self.consumer.subscribe(
-            list(self.roles), on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+            list(self.roles), on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )  # fmt: skip
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._broker_back()
@@ -245,6 +246,16 @@ class ServiceRuntime:
                 with contextlib.suppress(KafkaException):  # the next owner redoes them
                     self._commit(worker, [], giving_up=True)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group session ended (its coordinator silent past the session timeout): the
+        partitions may be another's already, and a commit of their offsets would wait on that
+        coordinator only to be refused. Their inputs since the last commit are the next
+        owner's to redo."""
+        for tp in partitions:
+            self.workers.pop((tp.topic, tp.partition), None)
+        log.warning("lost %s (the group session ended); rejoining",
+                    sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))  # fmt: skip
 
     def _rebuild(self, committed: TopicPartition, producer: Producer) -> PartitionWorker:
         """Latest snapshot plus the tail of the log up to the committed offset, for the
@@ -644,6 +655,9 @@ class ServiceRuntime:
                       "" if giving_up else " and fencing it with a new one")  # fmt: skip
             self._abandoned.append(producer)  # a thread is still inside: never closed under it
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.INVALID_TIMESTAMP:
+                what = f"{worker.role.value}/{worker.partition}'s transaction"
+                raise ServiceHalted(kafka.clock_skew(exc.args[0], what)) from exc
             if exc.args[0].fatal():
                 raise ServiceHalted(
                     f"{worker.role.value}/{worker.partition}: the broker refused this "

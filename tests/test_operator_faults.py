@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from jobledger.projections.replay import verify
-from jobledger.schemas import topic_name
+from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole
 from jobledger.services import apache_kafka, broker
@@ -300,6 +300,35 @@ def test_a_producer_whose_commit_timed_out_is_never_used_again_and_its_late_comm
     assert [a.event.cause_event_id for a in answers] == [registered.event_id, second.event_id]
     _, divergence = verify(records)
     assert divergence is None, divergence.describe()
+
+
+def test_a_clock_two_hours_ahead_stops_the_service_naming_the_skew_and_writes_nothing(
+    cluster, monkeypatch
+):
+    """Every record carries its writer's clock; Kafka refuses one more than an hour ahead
+    (INVALID_TIMESTAMP). The service's records are stamped two hours ahead, as a machine whose
+    clock is off would stamp them."""
+
+    def two_hours_ahead(producer, event) -> None:
+        role, key = event.route()
+        producer.produce(
+            topic_name(role, cluster.prefix), key=key.encode(),
+            value=EventSerde().encode(event, topic_name(role, cluster.prefix)),
+            timestamp=int(time.time() * 1000) + 2 * 3600 * 1000,
+        )  # fmt: skip
+
+    clock, host = Clock(), RuntimeThread(cluster)
+    with host as runtime:
+        monkeypatch.setattr(runtime, "_produce", two_hours_ahead)
+        registered = _register(cluster, clock, "tm-1")
+        host.thread.join(60)
+
+    assert isinstance(runtime.failure, runtime_module.ServiceHalted)
+    said = str(runtime.failure)
+    assert said.startswith("the broker refused a record of resourcemanager/0's transaction for "
+                           "its timestamp (")  # fmt: skip
+    assert "clock differs from the broker's" in said and "message.timestamp.after.max.ms" in said
+    assert [r.event for r in read(cluster)] == [registered]
 
 
 def test_a_stalled_instance_that_wakes_after_losing_its_partitions_corrupts_nothing(
