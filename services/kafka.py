@@ -216,9 +216,13 @@ that keeps refusing is not asked much more often than before."""
 REQUEST_TIMEOUT = {"socket.timeout.ms": 5_000}
 """A request unanswered this long is given up and sent again, to whichever broker leads or
 coordinates by then. Kafka's controller fences a broker that stops heartbeating after its
-`broker.session.timeout.ms` (9 s) and moves its leaderships and coordinators to the others;
-with librdkafka's default (60 s) a request to a paused broker (SIGSTOP, a long GC, a hung
-disk) held the service's whole loop for a minute after the cluster had moved on."""
+`broker.session.timeout.ms` (9 s) and moves its leaderships and coordinators to the others,
+but a paused broker (SIGSTOP, a long GC, a hung disk) still accepts connections: librdkafka
+keeps asking it, one timeout after another (a request, then the reconnection's
+ApiVersionRequest, then metadata), until one answer names another broker. With librdkafka's
+default (60 s) that held the service's whole loop for a minute or more after the cluster had
+moved on; with 10 s, 30 s (`bench/faults.py --fault pause`). A produce waiting for a dead
+follower still in the ISR times out too, and is retried (idempotence keeps it once)."""
 
 
 def clock_skew(error: KafkaError, what: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import threading
 import time
 import uuid
@@ -48,6 +47,7 @@ from .job_status import awaited_by_clients
 from .kafka import SERVICES_GROUP_PREFIX, partitions_of
 from .parallel import ReplayWorkerFailed, can_fork, default_jobs, run_groups
 from .partitioning import misrouted
+from .stop_signals import on_stop_signal
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -179,6 +179,8 @@ class ServiceRuntime:
         """Partitions of each input topic, counted at the first assignment (where a key
         belongs depends on them) and checked again at every later one: they may never change."""
         self._broker_down_since: float | None = None
+        self._deadline: threading.Timer | None = None
+        """Started by the first stop signal: exits the process when it runs out."""
         self._abandoned: list[Producer] = []
         """Producers left behind with a thread stuck inside (never closed under it)."""
 
@@ -464,8 +466,7 @@ class ServiceRuntime:
         """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by
         batch; a signal lets the current transaction finish first."""
         if handle_signals:
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+            on_stop_signal(self._on_signal)
         self.start()
         try:
             while self.running:
@@ -490,10 +491,13 @@ class ServiceRuntime:
     def stop(self, *_: object) -> None:
         self.running = False
 
-    def _on_signal(self, signum: int, _: object) -> None:
+    def _on_signal(self, signum: int) -> None:
         """Stop after the current transaction, and exit regardless once the deadline passes:
-        a call blocked on an unreachable broker must not keep the process alive."""
+        a call blocked on an unreachable broker must not keep the process alive. Heard twice
+        for one signal (`stop_signals`): the deadline counts from the first."""
         self.stop()
+        if self._deadline is not None:
+            return
         deadline = self.config.stop_deadline_s
 
         def expire() -> None:
@@ -503,9 +507,9 @@ class ServiceRuntime:
             logging.shutdown()
             os._exit(3)
 
-        timer = threading.Timer(deadline, expire)
-        timer.daemon = True
-        timer.start()
+        self._deadline = threading.Timer(deadline, expire)
+        self._deadline.daemon = True
+        self._deadline.start()
 
     def step(self) -> int:
         """One poll: process what arrived, partition by partition; tick the clock when due."""

@@ -10,7 +10,6 @@ again is dropped by the JobMaster as a duplicate.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Iterable, Iterator
@@ -189,8 +188,12 @@ class TaskIO:
 
     def fail(self, error: str) -> None:
         if self.open:
-            with contextlib.suppress(KafkaException):
-                self.producer.abort_transaction(30)
+            # An abort that does not complete (nor a commit before it) leaves the producer
+            # unusable: librdkafka lacks KIP-890, so either may still reach the broker late,
+            # into this producer's next transaction. The KafkaException fails the Spark
+            # task: its producer is closed, the driver fences its id and reports the
+            # attempts FAILED.
+            self.producer.abort_transaction(30)
             self.open = False
         self.report((ExecutionState.FAILED, error))
 
