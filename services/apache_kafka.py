@@ -155,7 +155,8 @@ def server_properties(
 ) -> str:  # fmt: skip
     """Node `node`, broker and controller, on loopback. Alone (no `voters`), every internal
     topic has one replica; in a cluster of `voters` (`id@host:port,...`), `replicas` of
-    them, and a transaction is committed once all but one are in sync."""
+    them, and a write (a transaction's state, a group's offsets) is committed once all but one
+    are in sync."""
     in_sync = str(max(1, replicas - 1))
     settings = {
         "process.roles": "broker,controller",
@@ -171,6 +172,7 @@ def server_properties(
         "num.partitions": "1",
         "default.replication.factor": str(replicas),
         "offsets.topic.replication.factor": str(replicas),
+        "min.insync.replicas": in_sync,  # the offsets topic's, and any topic's not set
         "offsets.topic.num.partitions": "8",
         "transaction.state.log.replication.factor": str(replicas),
         "transaction.state.log.min.isr": in_sync,

@@ -302,6 +302,56 @@ def test_a_producer_whose_commit_timed_out_is_never_used_again_and_its_late_comm
     assert divergence is None, divergence.describe()
 
 
+class _CommitWithBrokerGone:
+    """A partition's producer whose commit finds the broker gone: `stop` runs, the commit
+    times out."""
+
+    def __init__(self, producer, stop) -> None:
+        self._producer, self._stop = producer, stop
+
+    def commit_transaction(self, *args) -> None:
+        self._stop()
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out (test)",
+                                        retriable=True))  # fmt: skip
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+
+def test_a_new_producer_waits_for_a_broker_that_is_gone_and_goes_on_once_it_is_back(
+    own_broker, monkeypatch, caplog
+):
+    """The replacement of a failed producer cannot start its transactions while the broker
+    is down: `init_transactions` times out, is said at ERROR and tried again, with no
+    traceback, until the broker is back; the input is then decided once."""
+    monkeypatch.setattr(runtime_module, "INIT_TIMEOUT_S", 1)
+    cluster = new_cluster(own_broker.bootstrap)
+    clock = Clock()
+    try:
+        with RuntimeThread(cluster) as runtime:
+            rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
+            worker = runtime.workers[(rm_topic, 0)]
+            worker.producer = _CommitWithBrokerGone(worker.producer, own_broker.stop)
+            registered = _register(cluster, clock, "tm-1")
+            deadline = time.monotonic() + 60
+            while "did not start this partition's transactions" not in caplog.text:
+                assert time.monotonic() < deadline, "the new producer's wait was never said"
+                time.sleep(0.2)
+            own_broker.start()
+            _wait_for_answer(cluster, registered, limit_s=90)
+            records = wait_until_quiet(cluster)
+            assert runtime.failure is None
+    finally:
+        if own_broker.proc is None:
+            own_broker.start()
+
+    assert "Traceback" not in caplog.text
+    answers = [r for r in records if isinstance(r.event, TaskManagerRegistrationAccepted)]
+    assert [a.event.cause_event_id for a in answers] == [registered.event_id]
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()
+
+
 def test_a_clock_two_hours_ahead_stops_the_service_naming_the_skew_and_writes_nothing(
     cluster, monkeypatch
 ):
