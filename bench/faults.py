@@ -53,29 +53,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soak import Children, task_reports, until, verify
+from soak import (
+    PARALLELISM,
+    Children,
+    runner_registered,
+    submit_wordcount,
+    task_reports,
+    until,
+    verify,
+)
 
 from jobledger.cli import demo
 from jobledger.projections.log_file import LogRecord, read_events
-from jobledger.schemas import EventSerde
-from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole, topic_name
-from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 from jobledger.services import (
     apache_kafka,
     broker,
-    dispatcher,
     job_master,
     resource_manager,
     slot_pool,
     task_executor,
 )
-from jobledger.services.kafka import admin_client, create_topics, transactional_producer
+from jobledger.services.kafka import admin_client, create_topics
 from jobledger.services.loopback import free_port, port_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ("kill", "pause", "lose", "roll")
-PARALLELISM = 4
 START_LIMIT_S = 180.0
 IN_SYNC_LIMIT_S = 120.0
 TRANSACTION_STATE_PARTITIONS = 8
@@ -250,18 +253,10 @@ def run_once(args: argparse.Namespace, cluster: Cluster, kind: str, rng: random.
         def log() -> list[LogRecord]:
             return read_events(bootstrap, prefix)
 
-        def registered() -> bool:
-            return any(isinstance(r.event, TaskManagerRegistrationAccepted) for r in log())
-
-        if not until(registered, START_LIMIT_S):
+        if not runner_registered(bootstrap, prefix):
             result["why"] = "the runner never registered"
             return result
-        job = demo.wordcount_job(job_id, text, out, PARALLELISM, fail_once=True).model_copy(
-            update={"restart_strategy": RestartStrategy(
-                kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
-        )  # fmt: skip
-        dispatcher.submit(transactional_producer(bootstrap, f"faults-{uuid.uuid4().hex}"),
-                          prefix, job, EventSerde())  # fmt: skip
+        submit_wordcount(bootstrap, prefix, job_id, text, out, fail_once=True)
         until(lambda: len(task_reports(log())) >= fault_after, args.job_timeout)
         acting = fault.begin()
         waited = subprocess.run(

@@ -183,19 +183,10 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
         def log() -> list[LogRecord]:
             return read_events(bootstrap, prefix)
 
-        def registered() -> bool:
-            return any(isinstance(r.event, TaskManagerRegistrationAccepted) for r in log())
-
-        if not until(registered, START_LIMIT_S):
+        if not runner_registered(bootstrap, prefix):
             result["why"] = "the runner never registered"
             return result
-        # a kill fails every subtask the runner held, a restart each: the demo's few run out
-        job = demo.wordcount_job(job_id, text, out, PARALLELISM, args.fail_once).model_copy(
-            update={"restart_strategy": RestartStrategy(
-                kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
-        )  # fmt: skip
-        dispatcher.submit(transactional_producer(bootstrap, f"soak-{uuid.uuid4().hex}"),
-                          prefix, job, EventSerde())  # fmt: skip
+        submit_wordcount(bootstrap, prefix, job_id, text, out, args.fail_once)
         until(lambda: len(task_reports(log())) >= kill_after, args.job_timeout)
         killed_at = time.time()
         children.kill(runner)
@@ -230,6 +221,29 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
     if not result["ok"]:
         result["tail"] = f"{result['tail']}\n{children.tails()}"
     return result
+
+
+def runner_registered(bootstrap: str, prefix: str) -> bool:
+    """Whether a runner's TaskExecutor registered within START_LIMIT_S (Spark's JVM and the
+    query take a while to start)."""
+
+    def registered() -> bool:
+        records = read_events(bootstrap, prefix)
+        return any(isinstance(r.event, TaskManagerRegistrationAccepted) for r in records)
+
+    return bool(until(registered, START_LIMIT_S))
+
+
+def submit_wordcount(bootstrap: str, prefix: str, job_id: str, text: Path, out: Path,
+                     fail_once: bool) -> None:  # fmt: skip
+    """Submit the demo's word count with restarts to spare: a fault fails every subtask the
+    runner held, a restart each, and the demo's few would run out."""
+    job = demo.wordcount_job(job_id, text, out, PARALLELISM, fail_once).model_copy(
+        update={"restart_strategy": RestartStrategy(
+            kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=50, delay_ms=1_000)}
+    )  # fmt: skip
+    dispatcher.submit(transactional_producer(bootstrap, f"bench-{uuid.uuid4().hex}"),
+                      prefix, job, EventSerde())  # fmt: skip
 
 
 def task_reports(records: list[LogRecord]) -> list[LogRecord]:
