@@ -267,7 +267,13 @@ def run_once(args: argparse.Namespace, cluster: Cluster, kind: str, rng: random.
         ended = time.time()
         acting.join(IN_SYNC_LIMIT_S * len(cluster.procs) + args.down_s + args.pause_s)
         result["code"] = waited.returncode
-        result["tail"] = (waited.stdout + waited.stderr)[-2000:]
+        # librdkafka's connection lines (stderr) would push the verdict (stdout) out
+        result["tail"] = (
+            f"job wait exit {waited.returncode}: {waited.stdout[-1000:]}"
+            + "\n".join(line for line in waited.stderr.splitlines() if not line.startswith("%"))[
+                -2000:
+            ]
+        )
         result |= check(log(), text, out, fault.at, ended)
         result["verify"] = verify(prefix, env, configuration)
     except subprocess.TimeoutExpired:
@@ -327,6 +333,7 @@ def main() -> int:
                 result = run_once(args, cluster, kind, rng, work)
                 results.append(result)
                 print(f"{kind} run {i + 1}: {'ok' if result['ok'] else 'FAILED'}, "
+                      f"job wait exit {result['code']}, "
                       f"{result['seconds']} s, node {result['node']} (leads "
                       f"{len(result['led'])} control partitions), stall {result['stall_s']} s, "
                       f"lost {result['lost']}, duplicated {result['duplicated']}, verify: "

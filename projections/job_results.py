@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -48,6 +50,13 @@ from .log_file import LogRecord
 from .replay import position
 
 POLL_S = 0.05
+MOVING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+})  # fmt: skip
+"""What a broker answers while a leader or a coordinator moves to another broker."""
 JUDGING_POLL_S = 0.005
 JUDGING_QUICK_POLLS = 20
 """A watcher that has read an end (or a refusal) the services have not judged yet waits
@@ -212,17 +221,35 @@ class JobWatcher:
         asked = ConsumerGroupTopicPartitions(
             self.group, [TopicPartition(self.topic, p) for p in sorted(partitions)]
         )
-        futures = self.admin.list_consumer_group_offsets([asked], require_stable=True)
-        answer = futures[self.group].result(timeout=self._left(deadline))
+        answer = self._answer(
+            lambda: self.admin.list_consumer_group_offsets([asked], require_stable=True)[
+                self.group
+            ],
+            deadline,
+        )
         return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
 
     def _end(self, isolation: IsolationLevel, deadline: float) -> int:
         """The dead-letter partition's end: everything written (READ_UNCOMMITTED) or its
         last stable offset (READ_COMMITTED)."""
-        futures = self.admin.list_offsets(
-            {self.dead_letters: OffsetSpec.latest()}, isolation_level=isolation
-        )
-        return futures[self.dead_letters].result(timeout=self._left(deadline)).offset
+        return self._answer(
+            lambda: self.admin.list_offsets(
+                {self.dead_letters: OffsetSpec.latest()}, isolation_level=isolation
+            )[self.dead_letters],
+            deadline,
+        ).offset
+
+    def _answer(self, ask: Callable[[], Future], deadline: float) -> Any:
+        """The answer to an admin request; one refused because a leader or coordinator is
+        moving (a broker of the cluster restarting or lost) is asked again until `deadline`:
+        the cluster answers once it has elected another."""
+        while True:
+            try:
+                return ask().result(timeout=self._left(deadline))
+            except KafkaException as exc:
+                if exc.args[0].code() not in MOVING or time.monotonic() > deadline:
+                    raise
+            time.sleep(POLL_S)
 
     def _before(self, deadline: float) -> None:
         """TimeoutError past `deadline`: the dead letters' end stayed unstable, held by a

@@ -8,11 +8,13 @@ import json
 import threading
 import time
 import uuid
+from collections import defaultdict
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from jobledger.cli import main
 from jobledger.cli.job import TIMED_OUT, load_job_graph
@@ -612,3 +614,45 @@ def test_a_watcher_looks_for_the_judgement_of_an_end_soon_then_ever_less_often(c
         watcher.close()
     assert consumer.waits == [0.005] * 20 + [0.01, 0.02, 0.04, 0.05, 0.05]
     assert "j4" not in watcher.ended
+
+
+class _MovingCoordinator:
+    """An admin client whose first answer to each request is a refusal, as a broker gives
+    while a leader or coordinator moves elsewhere (a node of the cluster restarting)."""
+
+    def __init__(self, admin) -> None:
+        self._admin = admin
+        self.refused: list[str] = []
+
+    def _refuse_once(self, name: str, code: int, real, *args, **kwargs):
+        if name in self.refused:
+            return real(*args, **kwargs)
+        self.refused.append(name)
+        future: Future = Future()
+        future.set_exception(KafkaException(KafkaError(code, "moving (test)")))
+        return defaultdict(lambda: future)
+
+    def list_consumer_group_offsets(self, *args, **kwargs):
+        real = self._admin.list_consumer_group_offsets
+        return self._refuse_once("group offsets", KafkaError.NOT_COORDINATOR, real, *args,
+                                 **kwargs)  # fmt: skip
+
+    def list_offsets(self, *args, **kwargs):
+        return self._refuse_once("offsets", KafkaError.NOT_LEADER_FOR_PARTITION,
+                                 self._admin.list_offsets, *args, **kwargs)  # fmt: skip
+
+
+@pytest.mark.broker
+def test_a_wait_goes_on_while_a_coordinator_or_leader_moves(cluster, capsys):
+    """`job wait` on a cluster whose nodes restart one after another: the admin requests
+    judging an end are refused while a coordinator or a leader moves, and asked again."""
+    with RuntimeThread(cluster, **AWAITED_ONLY), TaskRunnerStandIn(cluster, finish=True):
+        assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "m-1")[0] == 0
+        watcher = JobWatcher(cluster.bootstrap, cluster.prefix, ("m-1",))
+        moving = watcher.admin = _MovingCoordinator(watcher.admin)
+        try:
+            end = watcher.wait("m-1", 60)
+        finally:
+            watcher.close()
+    assert end.to_status is JobStatus.FINISHED
+    assert moving.refused == ["group offsets", "offsets"]
