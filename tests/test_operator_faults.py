@@ -352,6 +352,7 @@ def test_a_new_producer_waits_for_a_broker_that_is_gone_and_goes_on_once_it_is_b
     assert divergence is None, divergence.describe()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # it stops
 def test_a_clock_two_hours_ahead_stops_the_service_naming_the_skew_and_writes_nothing(
     cluster, monkeypatch
 ):
