@@ -658,6 +658,8 @@ class ServiceRuntime:
                       SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
                       "" if giving_up else " and fencing it with a new one")  # fmt: skip
             self._abandoned.append(producer)  # a thread is still inside: never closed under it
+            if not giving_up:
+                self._renew_producers(worker)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.INVALID_TIMESTAMP:
                 what = f"{worker.role.value}/{worker.partition}'s transaction"
@@ -684,6 +686,26 @@ class ServiceRuntime:
                             worker.partition)  # fmt: skip
                 self._restore(worker)
         return False
+
+    def _renew_producers(self, stuck: PartitionWorker) -> None:
+        """Give every other owned partition a new producer as well (none is inside a
+        transaction: they run one at a time). In librdkafka's issue #5511, a producer keeps a
+        group coordinator that left the cluster in its cache, and its next
+        `send_offsets_to_transaction` blocks the same way: the partitions wedged one after
+        another, 20 s apiece (a rolling restart stalled the services 31-39 s). A new producer
+        looks the coordinator up afresh; making it fences the old one, which had nothing
+        open."""
+        others = [w for w in self.workers.values() if w is not stuck]
+        if not others:
+            return
+        with ThreadPoolExecutor(len(others)) as pool:
+            made = list(pool.map(lambda w: self._transactional_producer(
+                topic_name(w.role, self.prefix), w.partition), others))  # fmt: skip
+        for other, producer in zip(others, made, strict=True):
+            _retire(other.producer)
+            other.producer = producer
+        log.warning("gave the %d other partitions new producers too (librdkafka #5511)",
+                    len(others))  # fmt: skip
 
     def _restore(self, worker: PartitionWorker) -> None:
         """Rebuild the worker from its committed offset and fetch again from there."""

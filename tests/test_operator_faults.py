@@ -224,15 +224,21 @@ def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
         rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
         worker = runtime.workers[(rm_topic, 0)]
         stuck = worker.producer = _StuckOffsets(worker.producer)
+        before = {key: w.producer for key, w in runtime.workers.items()}
         registered = _register(cluster, clock, "tm-1")
         _wait_for_answer(cluster, registered)
-        assert runtime.workers[(rm_topic, 0)].producer is not stuck
+        # every partition's producer is new: the others' caches hold the same coordinator
+        # (librdkafka #5511), and would wedge one after another
+        assert all(runtime.workers[key].producer is not old for key, old in before.items())
         stuck.release.set()
+        second = _register(cluster, clock, "tm-2")
+        _wait_for_answer(cluster, second)
         records = wait_until_quiet(cluster)
 
     assert "leaving that producer behind and fencing it with a new one" in caplog.text
+    assert f"gave the {len(before) - 1} other partitions new producers too" in caplog.text
     answers = [r for r in records if isinstance(r.event, TaskManagerRegistrationAccepted)]
-    assert [a.event.cause_event_id for a in answers] == [registered.event_id]
+    assert [a.event.cause_event_id for a in answers] == [registered.event_id, second.event_id]
     _, divergence = verify(records)
     assert divergence is None, divergence.describe()
 
