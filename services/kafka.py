@@ -97,7 +97,10 @@ def replication(admin: AdminClient, asked: int | None = None) -> tuple[int, dict
     and the broker count), and the config that goes with it: `min.insync.replicas` one less
     where there is more than one replica, so a committed record is on two brokers at least
     and one broker may be lost without stopping writes."""
-    factor = asked or min(3, max(1, len(admin.list_topics(timeout=30).brokers)))
+    if asked is None:  # the brokers alone, not every topic's metadata (a runner asks per task)
+        nodes = admin.describe_cluster(request_timeout=30).result(timeout=30).nodes
+        asked = min(3, max(1, len(nodes)))
+    factor = asked
     return factor, {"min.insync.replicas": str(max(1, factor - 1))}
 
 
@@ -105,7 +108,7 @@ def create_topics(
     bootstrap: str, prefix: str, partitions: int, replication_factor: int | None = None
 ) -> list[TopicCreation]:
     """Create every topic of the cluster (replicated as `replication` says); existing topics
-    are reported, not an error."""
+    are reported, not an error, with fewer replicas than asked said in `short`."""
     admin = admin_client(bootstrap)
     factor, config = replication(admin, replication_factor)
     wanted = {
@@ -115,13 +118,16 @@ def create_topics(
         )
         for spec in topic_specs(partitions)
     }  # fmt: skip
-    return ensure_topics(admin, wanted)
+    results = ensure_topics(admin, wanted)
+    if all(r.created or r.error for r in results):
+        return results
+    topics = admin.list_topics(timeout=30).topics
+    return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
 
 
 def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:
     """Create the topics that do not exist yet (existing ones are reported as such, not as
-    errors, and left as they are: with fewer replicas than asked, said in `short`), then wait
-    until the broker serves every one created."""
+    errors, and left as they are), then wait until the broker serves every one created."""
     futures = admin.create_topics(list(wanted.values()), operation_timeout=30, request_timeout=30)
     results = []
     for name, new in wanted.items():
@@ -135,10 +141,7 @@ def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[Topic
             else:
                 results.append(TopicCreation(name, new.num_partitions, False, err.str()))
     await_metadata(admin, {r.topic: r.partitions for r in results if r.created})
-    if all(r.created or r.error for r in results):
-        return results
-    topics = admin.list_topics(timeout=30).topics
-    return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
+    return results
 
 
 def _short(result: TopicCreation, held: Any, asked: NewTopic) -> TopicCreation:
@@ -247,9 +250,9 @@ def producer(
     init: bool = True,
 ) -> Producer:
     """Every producer of jobledger: transactional (its writes become visible atomically, and
-        making it fences every earlier producer with the same id), idempotent, and partitioning
-        keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
-        (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger). Without
+    making it fences every earlier producer with the same id), idempotent, and partitioning
+    keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
+    (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger). Without
     `init`, the caller runs `init_transactions` itself (to retry it)."""
     made = Producer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,

@@ -199,13 +199,8 @@ class ServiceRuntime:
         # transaction, whose offsets would otherwise keep the committed offsets unstable (a
         # read_committed fetch of them waits) until the broker's transaction timeout. Each
         # init waits on the broker's fencing, so they run side by side.
-        with ThreadPoolExecutor(max(1, len(partitions))) as pool:
-            made = pool.map(
-                lambda tp: self._transactional_producer(tp.topic, tp.partition), partitions
-            )
-            producers = {
-                (tp.topic, tp.partition): p for tp, p in zip(partitions, made, strict=True)
-            }
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        producers = dict(zip(keys, self._producers(keys), strict=True))
         self.workers.update(
             self._rebuild_all(consumer.committed(partitions, timeout=30), producers)
         )
@@ -361,6 +356,12 @@ class ServiceRuntime:
             if event is not None:
                 driver.process(event)
         return driver
+
+    def _producers(self, keys: list[tuple[str, int]]) -> list[Producer]:
+        """`_transactional_producer` of each (topic, partition), side by side: each init waits
+        on the broker's fencing."""
+        with ThreadPoolExecutor(max(1, len(keys))) as pool:
+            return list(pool.map(lambda key: self._transactional_producer(*key), keys))
 
     def _transactional_producer(self, topic: str, partition: int) -> Producer:
         """The partition's producer: its transactional id names the partition, so making it
@@ -698,9 +699,7 @@ class ServiceRuntime:
         others = [w for w in self.workers.values() if w is not stuck]
         if not others:
             return
-        with ThreadPoolExecutor(len(others)) as pool:
-            made = list(pool.map(lambda w: self._transactional_producer(
-                topic_name(w.role, self.prefix), w.partition), others))  # fmt: skip
+        made = self._producers([(topic_name(w.role, self.prefix), w.partition) for w in others])
         for other, producer in zip(others, made, strict=True):
             _retire(other.producer)
             other.producer = producer
