@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from jobledger.services import broker
+from jobledger.services.local import broker
 
 
 @contextmanager

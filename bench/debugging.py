@@ -1,6 +1,6 @@
 """Debugging benchmark: one question (`jobledger history JOB`, by default) asked of a generated
 export file, answered by reading the whole file (`--no-index`) and by the log's index
-(projections/log_index.py) once it is built; checked equal, timed, and the ratio printed.
+(projections/log/log_index.py) once it is built; checked equal, timed, and the ratio printed.
 
     python bench/debugging.py --events 1000000 [--question "slots --at count:500000"]
 
@@ -27,11 +27,11 @@ from fastavro import parse_schema
 from replay import PARTITIONS, generate
 
 from jobledger.cli import main as main_cli
-from jobledger.projections.log_file import export_schema
-from jobledger.projections.log_index import open_index
+from jobledger.projections.log.log_file import export_schema
+from jobledger.projections.log.log_index import open_index
 from jobledger.schemas import Event
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.partitioning import partition_of
+from jobledger.services.control.partitioning import partition_of
 
 
 def write_log(path: Path, events: int) -> int:

@@ -39,7 +39,7 @@ from brokers import bench_broker
 from flink_minicluster import measure_flink
 
 from jobledger.cli.demo import Cluster, now_ms
-from jobledger.projections.log_file import LogRecord
+from jobledger.projections.log.log_file import LogRecord
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import JobVertex

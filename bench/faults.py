@@ -64,18 +64,12 @@ from soak import (
 )
 
 from jobledger.cli import demo
-from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas.topics import TopicRole, topic_name
-from jobledger.services import (
-    apache_kafka,
-    broker,
-    job_master,
-    resource_manager,
-    slot_pool,
-    task_executor,
-)
+from jobledger.services.control import job_master, resource_manager, slot_pool, task_executor
 from jobledger.services.kafka import admin_client, create_topics
-from jobledger.services.loopback import free_port, port_answers
+from jobledger.services.local import apache_kafka, broker
+from jobledger.services.local.loopback import free_port, port_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ("kill", "pause", "lose", "roll")

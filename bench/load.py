@@ -69,7 +69,7 @@ from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from jobledger.cli import demo
-from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
@@ -108,10 +108,10 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-from jobledger.services import dispatcher
-from jobledger.services.decisions import derived_id
-from jobledger.services.driver import DECIDING_PRODUCERS
-from jobledger.services.job_status import GLOBALLY_TERMINAL
+from jobledger.services.client import dispatcher
+from jobledger.services.control.decisions import derived_id
+from jobledger.services.control.driver import DECIDING_PRODUCERS
+from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import (
     TYPE_HEADER,
     append_events,

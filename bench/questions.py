@@ -34,12 +34,12 @@ from brokers import bench_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
 from replay import PARTITIONS, SLOT, Appender, Generator, generate
 
-from jobledger.projections.log_file import read_events
-from jobledger.projections.replay import replay
+from jobledger.projections.log.log_file import read_events
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import topic_name
 from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
 from jobledger.schemas.topics import TopicRole
-from jobledger.services import snapshot
+from jobledger.services.host import snapshot
 from jobledger.services.kafka import (
     SERVICES_GROUP_PREFIX,
     create_topics,

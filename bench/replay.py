@@ -45,7 +45,7 @@ from eventsourcing_peer import Peer
 from fastavro import parse_schema
 from forked import in_fork
 
-from jobledger.projections.log_file import export_schema, read_export
+from jobledger.projections.log.log_file import export_schema, read_export
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
@@ -69,13 +69,13 @@ from jobledger.schemas.types import (
     RestartStrategy,
     RestartStrategyKind,
 )
-from jobledger.services.driver import PartitionedDriver, ReducerDriver
-from jobledger.services.gc_policy import bulk_replay, settled
+from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
+from jobledger.services.control.key_groups import compute_key_group_range_for_operator_index
+from jobledger.services.control.partitioning import partition_of
+from jobledger.services.host.gc_policy import bulk_replay, settled
+from jobledger.services.host.parallel import default_jobs, run_groups
+from jobledger.services.host.snapshot import Snapshot, decode, encode
 from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
-from jobledger.services.key_groups import compute_key_group_range_for_operator_index
-from jobledger.services.parallel import default_jobs, run_groups
-from jobledger.services.partitioning import partition_of
-from jobledger.services.snapshot import Snapshot, decode, encode
 
 PARTITIONS = 8
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)

@@ -50,7 +50,7 @@ from jobledger.schemas.types import (
     ResourceProfileKind,
     ScheduleMode,
 )
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 SLOTS_PER_TASK_EXECUTOR = 4
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)

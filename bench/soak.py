@@ -46,12 +46,12 @@ from typing import TypeVar
 from brokers import bench_broker
 
 from jobledger.cli import demo
-from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import TaskManagerLost, TaskManagerRegistrationAccepted
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
-from jobledger.services import dispatcher
+from jobledger.services.client import dispatcher
 from jobledger.services.kafka import create_topics, transactional_producer
 from jobledger.services.runner.task import PRODUCER as RUNNER_PRODUCER
 

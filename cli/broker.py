@@ -7,8 +7,9 @@ import argparse
 import signal
 import sys
 
-from jobledger.services import apache_kafka, broker, kafka
+from jobledger.services import kafka
 from jobledger.services.home import home
+from jobledger.services.local import apache_kafka, broker
 
 from .options import bootstrap_of, positive_int, prefix_of
 

@@ -1,12 +1,12 @@
 """`jobledger cluster`: a Spark standalone cluster on this machine for `jobledger runner
---master spark://...` (services/spark_standalone.py)."""
+--master spark://...` (services/local/spark_standalone.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from jobledger.services import spark_standalone
+from jobledger.services.local import spark_standalone
 
 from .options import CommandFailed, positive_int
 

@@ -10,28 +10,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from jobledger.projections.diff import diff
-from jobledger.projections.explain import Story, explain, task_job
-from jobledger.projections.history import Entry, belongs_to, history
-from jobledger.projections.log_file import LOG_ROLES, LogRecord
-from jobledger.projections.log_index import IndexedCut, LogIndex
-from jobledger.projections.positions import (
-    FORMS,
-    Cut,
-    Position,
-    PositionError,
-    cut,
-)
-from jobledger.projections.slots import pending_requests, slot_report
-from jobledger.projections.tables import as_of_line
-from jobledger.projections.timeline import bars, timeline
-from jobledger.projections.timeline import draw as draw_timeline
+from jobledger.projections.debugging.diff import diff
+from jobledger.projections.debugging.explain import Story, explain, task_job
+from jobledger.projections.debugging.history import Entry, belongs_to, history
+from jobledger.projections.debugging.slots import pending_requests, slot_report
+from jobledger.projections.debugging.tables import as_of_line
+from jobledger.projections.debugging.timeline import bars, timeline
+from jobledger.projections.debugging.timeline import draw as draw_timeline
+from jobledger.projections.log.log_file import LOG_ROLES, LogRecord
+from jobledger.projections.log.log_index import IndexedCut, LogIndex
+from jobledger.projections.log.positions import FORMS, Cut, Position, PositionError, cut
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
-from .log import cut_of, log_index, log_options, ordered_log, reducers_of, replayed
+from .log_source import cut_of, log_index, log_options, ordered_log, reducers_of, replayed
 from .options import bootstrap_of, position, position_of, prefix_of
 
 Subparsers = argparse._SubParsersAction

@@ -21,11 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobledger.projections.job_results import JobWatcher, SubmissionRefused
-from jobledger.projections.log_file import LogRecord, read_events
-from jobledger.projections.positions import log_order
-from jobledger.projections.replay import replay
-from jobledger.projections.timeline import draw, stalled_job, timeline
+from jobledger.projections.debugging.timeline import draw, stalled_job, timeline
+from jobledger.projections.log.job_results import JobWatcher, SubmissionRefused
+from jobledger.projections.log.log_file import LogRecord, read_events
+from jobledger.projections.log.positions import log_order
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import EventSerde
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.types import (
@@ -39,12 +39,12 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-from jobledger.services.dispatcher import now_ms, submit
+from jobledger.services.client.dispatcher import now_ms, submit
+from jobledger.services.control.key_groups import assign_to_key_group
+from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import create_topics, transactional_producer
-from jobledger.services.key_groups import assign_to_key_group
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
-from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 REGISTRATION = "word-counts"
 MAX_PARALLELISM = 128

@@ -17,8 +17,9 @@ from jobledger.schemas.catalog import (
     stray_files,
     write_files,
 )
-from jobledger.services import kafka, snapshot
-from jobledger.services.produce import produce_lines
+from jobledger.services import kafka
+from jobledger.services.client.produce import produce_lines
+from jobledger.services.host import snapshot
 
 from .options import bootstrap_of, prefix_of, registry_option
 

@@ -3,7 +3,7 @@ a wait for a job's result, over the log.
 
 `submit` takes a JobGraph (a JSON file, `-` for stdin, or a Python builder `module:function`
 returning one), checks it before anything is written and appends it with everything a job
-needs to start (`services/dispatcher.py`); `cancel` asks the job's JobMaster to cancel it;
+needs to start (`services/client/dispatcher.py`); `cancel` asks the job's JobMaster to cancel it;
 `wait` follows the job's partition of the job topic until the JobMaster decides a globally
 terminal status, and past its `--timeout` says what the job waits for.
 
@@ -23,19 +23,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobledger.projections.explain import waiting_for
-from jobledger.projections.history import UnknownJob, belongs_to, iso
-from jobledger.projections.job_results import JobWatcher, SubmissionRefused, job_list
-from jobledger.projections.log_file import LogRecord, processed_by_services
-from jobledger.projections.positions import cut, log_order
-from jobledger.projections.replay import position as where
-from jobledger.projections.replay import replay
+from jobledger.projections.debugging.explain import waiting_for
+from jobledger.projections.debugging.history import UnknownJob, belongs_to, iso
+from jobledger.projections.log.job_results import JobWatcher, SubmissionRefused, job_list
+from jobledger.projections.log.log_file import LogRecord, processed_by_services
+from jobledger.projections.log.positions import cut, log_order
+from jobledger.projections.log.replay import position as where
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import EventSerde, event_to_dict
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import JobStatus
-from jobledger.services import dispatcher, kafka
-from jobledger.services.dispatcher import JobGraphRefused
-from jobledger.services.job_status import GLOBALLY_TERMINAL
+from jobledger.services import kafka
+from jobledger.services.client import dispatcher
+from jobledger.services.client.dispatcher import JobGraphRefused
+from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.runner.operators import (
     BUILTIN_FUNCTIONS,
     FunctionLoader,
@@ -44,7 +45,7 @@ from jobledger.services.runner.operators import (
     user_modules,
 )
 
-from .log import log_records, reducers_of
+from .log_source import log_records, reducers_of
 from .options import (
     CommandFailed,
     bootstrap_of,

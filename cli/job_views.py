@@ -1,7 +1,7 @@
 """`jobledger job list` and `job show`: Flink's `flink list` and `flink info`, read from the
 log (the broker's topics, or an export with `--file`) as of any point of it (`--at`). They
 print what the REST API's `/jobs/overview`, `/jobs/:jobid` and its vertices answer
-(`projections/jobs.py`): text for people, or that JSON (`-o json`)."""
+(`projections/rest/jobs.py`): text for people, or that JSON (`-o json`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import argparse
 import json
 from typing import Any
 
-from jobledger.projections.archived_execution_graph import (
+from jobledger.projections.debugging.history import iso
+from jobledger.projections.debugging.tables import as_of_line
+from jobledger.projections.rest.archived_execution_graph import (
     ARCHIVED,
     ClusterArchive,
     archive,
     archive_of,
 )
-from jobledger.projections.history import iso
-from jobledger.projections.jobs import job_details, jobs_overview, vertex_details
-from jobledger.projections.tables import as_of_line
+from jobledger.projections.rest.jobs import job_details, jobs_overview, vertex_details
 
-from .log import cut_of, live_log, log_options, reducers_of
+from .log_source import cut_of, live_log, log_options, reducers_of
 from .options import (
     connection_options,
 )

@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobledger.projections.history import UnknownJob
-from jobledger.projections.job_results import job_list
-from jobledger.projections.positions import cut, log_order
-from jobledger.projections.tables import as_of_line
-from jobledger.services.key_groups import assign_to_key_group
+from jobledger.projections.debugging.history import UnknownJob
+from jobledger.projections.debugging.tables import as_of_line
+from jobledger.projections.log.job_results import job_list
+from jobledger.projections.log.positions import cut, log_order
+from jobledger.services.control.key_groups import assign_to_key_group
 from jobledger.services.runner import kv_state
 
-from .log import live_log, log_records, reducers_of, replayed, snapshots_option
+from .log_source import live_log, log_records, reducers_of, replayed, snapshots_option
 from .options import (
     CommandFailed,
     bootstrap_of,

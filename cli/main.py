@@ -11,14 +11,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from confluent_kafka import KafkaException
 
-from jobledger.projections.explain import UnknownTarget
-from jobledger.projections.history import UnknownJob
-from jobledger.projections.log_file import ExportUnreadable
-from jobledger.projections.positions import PositionError
-from jobledger.services.dispatcher import JobGraphRefused
+from jobledger.projections.debugging.explain import UnknownTarget
+from jobledger.projections.debugging.history import UnknownJob
+from jobledger.projections.log.log_file import ExportUnreadable
+from jobledger.projections.log.positions import PositionError
+from jobledger.services.client.dispatcher import JobGraphRefused
+from jobledger.services.host.parallel import ReplayWorkerFailed
 from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
-from jobledger.services.loopback import BrokerError
-from jobledger.services.parallel import ReplayWorkerFailed
+from jobledger.services.local.loopback import BrokerError
 from jobledger.services.runner.kv_state import KvStateLookupError
 
 from . import (
@@ -29,7 +29,7 @@ from . import (
     job,
     job_views,
     kvstate,
-    log,
+    replay,
     runner,
     services,
     tail,
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_parsers(sub, common)
     tail.add_parser(sub, common)
     services.add_parsers(sub, common)
-    log.add_parsers(sub, common)
+    replay.add_parsers(sub, common)
     debug.add_parsers(sub, common)
     job_views.add_parsers(job.add_parsers(sub, common), common)
     kvstate.add_parsers(sub, common)

@@ -2,7 +2,7 @@
 registry, and argument types that refuse a bad value with one line saying what is wanted.
 
 In a module of its own so that the runner's command line (`runner.py`, also run under
-`spark-submit` through `submit.py`) has it without importing `main.py`.
+`spark-submit` through `spark_submit.py`) has it without importing `main.py`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import argparse
 import os
 import sys
 
-from jobledger.projections.positions import FORMS, Position, PositionError, time_ms
-from jobledger.services import broker, kafka
+from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
+from jobledger.services import kafka
 from jobledger.services.configuration import Configuration, ConfigurationError
+from jobledger.services.local import broker
 
 
 class CommandFailed(Exception):
@@ -144,7 +145,7 @@ def epoch_ms(text: str) -> int:
 
 
 def position(text: str) -> Position:
-    """An argument naming a point in the log (`projections/positions.py`)."""
+    """An argument naming a point in the log (`projections/log/positions.py`)."""
     try:
         return Position.parse(text)
     except PositionError as exc:

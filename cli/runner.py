@@ -16,7 +16,7 @@ from pathlib import Path
 from jobledger.services import kafka
 from jobledger.services.home import home
 
-from .logs import configure_logging
+from .logging_setup import configure_logging
 from .options import (
     CommandFailed,
     bootstrap_of,
@@ -159,9 +159,9 @@ def cmd_demo_wordcount(args: argparse.Namespace) -> int:
 
 
 def submit_main(argv: Sequence[str] | None = None) -> int:
-    """`spark-submit .../submit.py [runner options]`: the runner under spark-submit."""
+    """`spark-submit .../spark_submit.py [runner options]`: the runner under spark-submit."""
     parser = argparse.ArgumentParser(
-        prog="submit.py", parents=[connection_options()],
+        prog="spark_submit.py", parents=[connection_options()],
         description="the jobledger task runner, for spark-submit",
     )  # fmt: skip
     add_runner_arguments(parser, None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from jobledger.services import kafka
-from jobledger.services.runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
+from jobledger.services.host.runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
 
-from .logs import configure_logging
+from .logging_setup import configure_logging
 from .options import (
     bootstrap_of,
     configuration_of,

@@ -27,8 +27,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from jobledger.projections.history import iso
-from jobledger.projections.log_file import LOG_ROLES, read_export
+from jobledger.projections.debugging.history import iso
+from jobledger.projections.log.log_file import LOG_ROLES, read_export
 from jobledger.schemas import EVENTS_BY_NAME, DecodeError, Event, EventSerde, event_to_dict
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole, topic_name

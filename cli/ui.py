@@ -1,5 +1,5 @@
 """`jobledger ui`: Flink's REST API and a dashboard over the log, at any point of it, served
-by uvicorn (`projections/web_monitor.py` is the application). Over an exported file, or live
+by uvicorn (`projections/rest/web_monitor.py` is the application). Over an exported file, or live
 on the broker's topics: a reader thread follows the log as it grows, and every request
 answers over the records read so far."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from jobledger.projections.log_file import LOG_ROLES, LogRecord, read_export
-from jobledger.projections.positions import log_order
+from jobledger.projections.log.log_file import LOG_ROLES, LogRecord, read_export
+from jobledger.projections.log.positions import log_order
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.services import kafka
 
-from .log import reducers_of
+from .log_source import reducers_of
 from .options import (
     bootstrap_of,
     configuration_option,
@@ -138,7 +138,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from jobledger.projections.web_monitor import create_app
+        from jobledger.projections.rest.web_monitor import create_app
     except ImportError as exc:  # the `ui` extra is not installed
         raise SystemExit(
             f"jobledger: {exc.name} is not installed: pip install 'jobledger[ui]'"

@@ -1,2 +1,2 @@
-"""Read models built from the log: replay (state as of a point of the log, verification of the
-recorded decisions), the exported log file, and a job's timeline."""
+"""Read models built from the log, one room per kind: `log/` (reading and replaying the log),
+`rest/` (Flink's REST API and dashboard), `debugging/` (answers for people at a terminal)."""

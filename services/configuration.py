@@ -18,13 +18,13 @@ from typing import Any
 
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 
-from .driver import ReducerDriver
-from .failover_strategy import FailoverStrategyName
-from .job_master import JobMasterConfig
-from .resource_manager import ResourceManager, ResourceManagerConfig
-from .slot_placement import SlotPlacement
-from .slot_pool import SlotPoolConfig
-from .task_executor import TaskExecutorConfig
+from .control.driver import ReducerDriver
+from .control.failover_strategy import FailoverStrategyName
+from .control.job_master import JobMasterConfig
+from .control.resource_manager import ResourceManager, ResourceManagerConfig
+from .control.slot_placement import SlotPlacement
+from .control.slot_pool import SlotPoolConfig
+from .control.task_executor import TaskExecutorConfig
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000}
 _DURATION = re.compile(r"(\d{1,15})\s*(ms|s|min|h)?")

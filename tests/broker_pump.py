@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.kafka import (
     partitions_of,
     read_committed_consumer,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from jobledger.services import apache_kafka, broker
 from jobledger.services.kafka import BOOTSTRAP_ENV, create_topics
+from jobledger.services.local import apache_kafka, broker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

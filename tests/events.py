@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from jobledger.schemas import Event
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.types import OwnerKind, ResourceProfile, ResourceProfileKind
-from jobledger.services.decisions import Decisions
+from jobledger.services.control.decisions import Decisions
 
 E = TypeVar("E", bound=Event)
 
@@ -176,7 +176,7 @@ def derived_from(log: list[Event], cause: Event, producer: str) -> Derived:
 
 def header_defaults(cause: Event | None, producer: str | None, position: int) -> dict[str, Any]:
     """The headers of the `position`-th decision from `cause`: its id, the cause's event time,
-    the producer, and the cause's id (services/decisions.py)."""
+    the producer, and the cause's id (services/control/decisions.py)."""
     defaults: dict[str, Any] = {}
     if cause is not None:
         defaults |= {

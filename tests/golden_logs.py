@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from jobledger.projections.log_file import LogRecord, write_export
+from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.schemas import Event
 from jobledger.schemas.cluster import JobMasterRegistrationRequested
 from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState
-from jobledger.services.partitioning import partition_of
+from jobledger.services.control.partitioning import partition_of
 
 from .jobs import JM, JOB, JobCluster, vertex
 

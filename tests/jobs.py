@@ -21,8 +21,8 @@ from jobledger.schemas.types import (
     ResultPartitionType,
     ScheduleMode,
 )
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.job_master import JobMaster, JobMasterConfig
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.job_master import JobMaster, JobMasterConfig
 
 from .events import Clock, profile
 

@@ -18,10 +18,10 @@ import sys
 
 from confluent_kafka import TopicPartition
 
-from jobledger.services import runtime as runtime_module
+from jobledger.services.host import runtime as runtime_module
+from jobledger.services.host.parallel import can_fork
+from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import partitions_of
-from jobledger.services.parallel import can_fork
-from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 
 def _rebuilt(runtime: ServiceRuntime, committed: list[TopicPartition]) -> dict:

@@ -10,10 +10,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import Event, EventSerde
+from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import append_events, transactional_producer
-from jobledger.services.runtime import RuntimeConfig, ServiceRuntime
 
 
 def append(cluster, events: list[Event]) -> None:

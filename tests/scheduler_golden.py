@@ -62,10 +62,10 @@ from jobledger.schemas.types import (
     RestartStrategyKind,
     ScheduleMode,
 )
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.job_master import JobMasterConfig
-from jobledger.services.resource_manager import ResourceManager, ResourceManagerConfig
-from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.control.resource_manager import ResourceManager, ResourceManagerConfig
+from jobledger.services.control.slot_pool import SlotPool, SlotPoolConfig
 
 from . import scenario as slot_scenario
 from . import test_slot_properties as slot_chaos

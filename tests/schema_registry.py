@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from jobledger.services import broker
+from jobledger.services.local import broker
 
 from .processes import stop_process
 

@@ -1,4 +1,4 @@
-"""A Spark standalone cluster on loopback for tests (services/spark_standalone.py, what
+"""A Spark standalone cluster on loopback for tests (services/local/spark_standalone.py, what
 `jobledger cluster start` runs), stopped when the test ends."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from jobledger.services.spark_standalone import StandaloneCluster, start, stop_children
+from jobledger.services.local.spark_standalone import StandaloneCluster, start, stop_children
 
 __all__ = ["StandaloneCluster", "children", "standalone_cluster"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.services import apache_kafka
+from jobledger.services.local import apache_kafka
 
 pytest.importorskip("pyspark", reason="the runner needs the `spark` extra")
 

@@ -10,13 +10,13 @@ from fastavro import parse_schema, writer
 
 from jobledger.cli import build_parser, main
 from jobledger.cli.options import epoch_ms
-from jobledger.projections.log_file import LogRecord, write_export
+from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.schemas import event_from_json
 from jobledger.schemas.jobs import JobCancellationRequested, JobMasterLeadershipGranted
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import OwnerKind
-from jobledger.services.loopback import free_port
+from jobledger.services.local.loopback import free_port
 
 from .events import Clock
 

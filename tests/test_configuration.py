@@ -9,8 +9,8 @@ from jobledger.cli.main import build_parser
 from jobledger.cli.options import configuration_of
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 from jobledger.services.configuration import Configuration, ConfigurationError
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.slot_placement import SlotPlacement
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.slot_placement import SlotPlacement
 
 
 def test_no_option_builds_the_reducers_defaults():

@@ -15,15 +15,15 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from jobledger.projections.log_file import read_export
-from jobledger.projections.replay import replay
+from jobledger.projections.log.log_file import read_export
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import EVENT_TYPES, DecodeError, EventSerde, SchemaCatalog
 from jobledger.schemas.catalog import HISTORY_DIR, schema_fingerprint
 from jobledger.schemas.construct import from_avro, trusted
 from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC, event_from_avro_dict
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import ExecutionState
-from jobledger.services.driver import DECIDING_PRODUCERS, ReducerDriver
+from jobledger.services.control.driver import DECIDING_PRODUCERS, ReducerDriver
 
 from .golden_logs import LOGS
 from .scheduler_golden import SCENARIOS

@@ -126,7 +126,7 @@ def idle_page(tmp_path) -> Iterator[object]:
     executable = _chromium()
     from playwright.sync_api import sync_playwright
 
-    from jobledger.projections.log_file import LogRecord, read_export, write_export
+    from jobledger.projections.log.log_file import LogRecord, read_export, write_export
     from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerLost
     from jobledger.schemas.topics import TopicRole
 

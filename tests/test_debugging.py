@@ -133,7 +133,7 @@ def test_explain_takes_every_id_the_other_commands_print(extra, capsys):
     """An attempt id (as `job wait`, `kvstate lookup` and the REST API print it) is the
     attempt's story; an event id is its chain of causes with or without `id:` (the position
     form); allocation and TaskExecutor ids name their records."""
-    from jobledger.projections.log_file import read_export
+    from jobledger.projections.log.log_file import read_export
     from jobledger.schemas.tasks import TaskDeploymentRequested
 
     records = list(read_export(LOGS / "wordcount-fail-once.avro"))

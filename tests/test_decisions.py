@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobledger.schemas.jobs import JobMasterLeadershipGranted
-from jobledger.services.decisions import _NAMESPACE, Decisions, derived_id
+from jobledger.services.control.decisions import _NAMESPACE, Decisions, derived_id
 
 
 @given(st.text(), st.text())

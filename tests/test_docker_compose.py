@@ -4,8 +4,8 @@ Each test reads docker/compose.yaml, docker/Dockerfile and pyproject.toml as tex
 that the pieces which must agree do: listeners and bootstrap addresses, Spark versions, Python
 versions, paths inside the image, service names, volumes. The cluster runs what the tests run:
 the Kafka image is the version of the broker the tests start (`KAFKA_VERSION` of
-jobledger.services.apache_kafka), with the same single-node settings, and the Spark image is the
-installed pyspark's version. `docker compose config` (or Debian's `docker-compose config`)
+jobledger.services.local.apache_kafka), with the same single-node settings, and the Spark image
+is the installed pyspark's version. `docker compose config` (or Debian's `docker-compose config`)
 validates the file when either is installed; neither needs a daemon for that.
 """
 
@@ -28,11 +28,11 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
-RUNNER_SCRIPT = ROOT / "cli" / "submit.py"
+RUNNER_SCRIPT = ROOT / "cli" / "spark_submit.py"
 
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 PROJECT_SERVICES = ("topics", "services", "spark-master", "spark-worker", "runner")
-APACHE_KAFKA = "jobledger.services.apache_kafka"
+APACHE_KAFKA = "jobledger.services.local.apache_kafka"
 
 # Kafka 4 on one node that is broker and controller: every internal topic with one replica (the
 # defaults are 3 replicas, min ISR 2), groups without the 3 s initial rebalance delay, topics only
@@ -251,7 +251,7 @@ def image_tag(image: str) -> str:
 
 
 def project_broker():
-    """jobledger.services.apache_kafka, or a skip while it does not exist (it is being written).
+    """jobledger.services.local.apache_kafka, or a skip while it does not exist.
 
     Only a missing module skips: once it exists, an import error or a version that differs from
     the compose file fails.
@@ -444,11 +444,11 @@ def test_runner_reads_the_internal_listener_and_checkpoints_on_a_shared_volume()
 def test_runner_script_is_in_the_image_where_the_command_expects_it():
     args = command("runner")
     scripts = [a for a in args if a.endswith(".py")]
-    assert scripts == ["/opt/jobledger/cli/submit.py"]
+    assert scripts == ["/opt/jobledger/cli/spark_submit.py"]
     repo_path = in_repo(scripts[0])
     assert repo_path == RUNNER_SCRIPT
     if not RUNNER_SCRIPT.exists():
-        pytest.skip("cli/submit.py does not exist yet (the runner is being written)")
+        pytest.skip("cli/spark_submit.py does not exist yet (the runner is being written)")
     assert repo_path.is_file()
 
 

@@ -9,7 +9,7 @@ from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.slots import NewAllocatedSlotRequested, SlotRequested
 from jobledger.schemas.types import OwnerKind
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 from .events import ANY, Clock, types
 

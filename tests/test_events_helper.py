@@ -14,7 +14,7 @@ from jobledger.schemas.slots import (
     SlotRequested,
 )
 from jobledger.schemas.types import AllocatedSlotInfo
-from jobledger.services.decisions import Decisions
+from jobledger.services.control.decisions import Decisions
 
 from .events import (
     ANY_VALUE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobledger.schemas.jobs import JobSubmitted
-from jobledger.services.execution_graph import ExecutionGraph, InvalidJobGraph
+from jobledger.services.control.execution_graph import ExecutionGraph, InvalidJobGraph
 
 from .jobs import vertex
 

@@ -7,8 +7,8 @@ import pytest
 
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import ExecutionState
-from jobledger.services.execution_graph import ExecutionGraph
-from jobledger.services.failover_strategy import (
+from jobledger.services.control.execution_graph import ExecutionGraph
+from jobledger.services.control.failover_strategy import (
     FailoverStrategyName,
     pipelined_regions,
     tasks_needing_restart,

@@ -1,9 +1,9 @@
-"""A job's failovers read back from its log (projections/failovers.py): under region failover
-each failed region is a restart of its own, though the job moves to RESTARTING once."""
+"""A job's failovers read back from its log (projections/debugging/failovers.py): under region
+failover each failed region is a restart of its own, though the job moves to RESTARTING once."""
 
 from __future__ import annotations
 
-from jobledger.projections.failovers import failovers
+from jobledger.projections.debugging.failovers import failovers
 
 from .golden_logs import as_log
 from .jobs import JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex

@@ -13,13 +13,13 @@ import uuid
 
 import pytest
 
-from jobledger.projections.log_file import processed_by_services
-from jobledger.projections.replay import verify
+from jobledger.projections.log.log_file import processed_by_services
+from jobledger.projections.log.replay import verify
 from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import JobStatus
-from jobledger.services.dispatcher import submission
-from jobledger.services.job_status import GLOBALLY_TERMINAL
+from jobledger.services.client.dispatcher import submission
+from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 
 pytest.importorskip(
     "pyspark", reason="the runner needs the `spark` extra: pip install 'jobledger[spark]'"

@@ -1,4 +1,4 @@
-"""The archive a live dashboard follows (projections/followed_archive.py) is the archive a
+"""The archive a live dashboard follows (projections/rest/followed_archive.py) is the archive a
 replay of the same records gives, whichever order the partitions are read in and however the
 records arrive: over every golden log, every REST answer at the end compared whole."""
 
@@ -8,18 +8,18 @@ import random
 
 import pytest
 
-from jobledger.projections.archived_execution_graph import ClusterArchive, archive
-from jobledger.projections.cluster_overview import cluster_overview
-from jobledger.projections.followed_archive import FollowedArchive
-from jobledger.projections.jobs import job_details, jobs_overview, vertex_details
-from jobledger.projections.log_file import LogRecord, read_export
-from jobledger.projections.positions import cut, log_order
-from jobledger.projections.task_managers import task_managers
+from jobledger.projections.log.log_file import LogRecord, read_export
+from jobledger.projections.log.positions import cut, log_order
+from jobledger.projections.rest.archived_execution_graph import ClusterArchive, archive
+from jobledger.projections.rest.cluster_overview import cluster_overview
+from jobledger.projections.rest.followed_archive import FollowedArchive
+from jobledger.projections.rest.jobs import job_details, jobs_overview, vertex_details
+from jobledger.projections.rest.task_managers import task_managers
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 from .golden_logs import LOGS, PARTITIONS
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.projections.log_file import LogRecord
-from jobledger.projections.replay import foreign, replay, verify
+from jobledger.projections.log.log_file import LogRecord
+from jobledger.projections.log.replay import foreign, replay, verify
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
 from jobledger.schemas.slots import SlotRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 from .events import ANY, Clock
 from .jobs import vertex

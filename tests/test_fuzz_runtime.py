@@ -13,17 +13,17 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from jobledger.projections.replay import verify
+from jobledger.projections.log.replay import verify
 from jobledger.schemas import EVENT_TYPES, EventSerde, SchemaCatalog, topic_name
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.serde import DecodeError
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
+from jobledger.services.control.partitioning import partition_of
 from jobledger.services.kafka import (
     SERVICES_GROUP_PREFIX,
     committed_offsets,
     transactional_producer,
 )
-from jobledger.services.partitioning import partition_of
 
 from .conftest import new_cluster
 from .runtime_harness import RuntimeThread, read, wait_until_quiet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from jobledger.services.gc_policy import BULK_THRESHOLDS, bulk_replay, settled
+from jobledger.services.host.gc_policy import BULK_THRESHOLDS, bulk_replay, settled
 
 
 def test_state_settled_inside_a_bulk_replay_is_frozen_until_it_ends():

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from jobledger.projections.log_file import processed_by_services
-from jobledger.projections.replay import verify
+from jobledger.projections.log.log_file import processed_by_services
+from jobledger.projections.log.replay import verify
 from jobledger.schemas.catalog import SCHEMA_DIR
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobStatusChanged

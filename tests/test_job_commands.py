@@ -18,9 +18,9 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from jobledger.cli import main
 from jobledger.cli.job import TIMED_OUT, load_job_graph
-from jobledger.projections.history import history
-from jobledger.projections.job_results import JobWatcher
-from jobledger.projections.positions import log_order
+from jobledger.projections.debugging.history import history
+from jobledger.projections.log.job_results import JobWatcher
+from jobledger.projections.log.positions import log_order
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.deadletters import DeadLettered
@@ -35,18 +35,18 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, JobStatus
-from jobledger.services.dispatcher import JobGraphRefused, job_submitted
+from jobledger.services.client.dispatcher import JobGraphRefused, job_submitted
+from jobledger.services.control.key_groups import (
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+)
 from jobledger.services.kafka import (
     append_events,
     partitions_of,
     read_committed_consumer,
     transactional_producer,
 )
-from jobledger.services.key_groups import (
-    assign_to_key_group,
-    compute_key_group_range_for_operator_index,
-)
-from jobledger.services.loopback import free_port
+from jobledger.services.local.loopback import free_port
 from jobledger.services.runner import kv_state
 
 from .events import ANY
@@ -200,7 +200,7 @@ def test_neither_a_file_nor_a_builder_is_one_line(capsys):
 def test_a_builder_returns_the_json_form_or_a_jobsubmitted(tmp_path, monkeypatch):
     module = _builder_module(
         tmp_path, monkeypatch,
-        "import json\nfrom jobledger.services.dispatcher import job_submitted\n"
+        "import json\nfrom jobledger.services.client.dispatcher import job_submitted\n"
         f"GRAPH = json.loads({json.dumps(json.dumps(GRAPH))})\n"
         "def as_dict():\n    return GRAPH\n"
         "def as_event():\n    return job_submitted(GRAPH, 'builder', 'fixed-id')\n",

@@ -49,9 +49,9 @@ from jobledger.schemas.types import (
     RestartStrategyKind,
     ScheduleMode,
 )
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.job_master import JobMasterConfig
-from jobledger.services.key_groups import assign_to_key_group
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.control.key_groups import assign_to_key_group
 
 from .events import (
     ANY,

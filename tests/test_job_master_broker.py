@@ -8,7 +8,7 @@ import pytest
 
 from jobledger.schemas import Event
 from jobledger.schemas.types import ExecutionState, ScheduleMode
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 from .broker_pump import BrokerPump
 from .jobs import JobCluster, fails_first_attempt_of, fixed_delay, vertex

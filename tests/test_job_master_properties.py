@@ -19,7 +19,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import ExecutionState, ScheduleMode
-from jobledger.services.job_status import TERMINAL, transition_refusal
+from jobledger.services.control.job_status import TERMINAL, transition_refusal
 
 from .jobs import JM, JOB, JobCluster, fixed_delay, vertex
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.services.key_groups import (
+from jobledger.services.control.key_groups import (
     DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
     EMPTY_KEY_GROUP_RANGE,
     UPPER_BOUND_MAX_PARALLELISM,

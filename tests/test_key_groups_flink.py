@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.services.key_groups import assign_key_to_parallel_operator, assign_to_key_group
+from jobledger.services.control.key_groups import (
+    assign_key_to_parallel_operator,
+    assign_to_key_group,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FLINK_PYTHON = Path(os.environ.get("JOBLEDGER_FLINK_VENV", ROOT / ".venv-flink")) / "bin/python"

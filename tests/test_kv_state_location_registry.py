@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.services.key_groups import KeyGroupRange, assign_to_key_group
-from jobledger.services.kv_state_location_registry import (
+from jobledger.services.control.key_groups import KeyGroupRange, assign_to_key_group
+from jobledger.services.control.kv_state_location_registry import (
     IndexOutOfRange,
     KvStateLocation,
     KvStateLocationRegistry,

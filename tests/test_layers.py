@@ -12,14 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PURE = [
-    "decisions", "driver", "execution_graph", "execution_state", "job_master", "job_status",
-    "key_groups", "kv_state_location_registry", "partitioning", "reducer", "resource_manager",
-    "resource_profile", "restart_strategy", "scheduler", "slot_placement", "slot_pool",
-    "slot_request_listener", "task_executor", "task_slot_table", "throwable_classifier",
-    "failover_strategy",
-]  # fmt: skip
-"""The reducers and what they are built from: `services/<name>.py`."""
+CONTROL = ROOT / "services" / "control"
+PURE = sorted(p.stem for p in CONTROL.glob("*.py") if p.stem != "__init__")
+"""The reducers and what they are built from: every module of `services/control/`, the
+control plane's folder. A module is pure by where it lives, not by a list."""
 
 PURE_STDLIB = frozenset({
     "__future__", "abc", "bisect", "collections", "collections.abc", "dataclasses", "enum",
@@ -56,7 +52,7 @@ def _refusal(module: str, level: int) -> str | None:
 
 @pytest.mark.parametrize("name", PURE)
 def test_a_reducer_imports_only_the_schemas_its_pure_siblings_and_pure_stdlib(name):
-    path = ROOT / "services" / f"{name}.py"
+    path = CONTROL / f"{name}.py"
     refused = [r for m, level in _imports(path) if (r := _refusal(m, level)) is not None]
     calls = {
         node.attr if isinstance(node, ast.Attribute) else node.id
@@ -154,6 +150,57 @@ def test_a_module_imports_only_its_own_layer_and_the_layers_below(module):
     assert upward == []
 
 
+SHARED = "services"
+"""`services/kafka.py`, `configuration.py` and `home.py`: what every room of the engine uses."""
+
+ROOMS = {
+    "services.control": set(),
+    SHARED: {"services.control"},
+    "services.host": {"services.control", SHARED},
+    "services.runner": {"services.control", SHARED},
+    "services.client": {"services.control", SHARED},
+    "services.local": {SHARED},
+    "projections": set(),
+    "projections.log": {"services.control", "services.host", SHARED},
+    "projections.debugging": {"services.control", SHARED, "projections.log"},
+    "projections.rest": {
+        "services.control", SHARED, "projections.log", "projections.debugging",
+    },
+}  # fmt: skip
+"""The rooms of the engine and of the read models, each a folder, and the rooms each may
+import besides its own and the event catalog: the control plane imports no other room; the
+host, the runner and the client writers build on it and on the shared Kafka plumbing, never
+on each other; the laptop launchers know no reducer; the read models read the log, then
+debug it, then serve it."""
+
+
+def _room(module: str) -> str:
+    """The folder a module's file is in, dotted: `services.control`, `projections.log`."""
+    return ".".join(MODULES[module].parent.relative_to(ROOT).parts)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _room(m) in ROOMS))
+def test_a_room_imports_only_itself_the_catalog_and_the_rooms_it_builds_on(module):
+    allowed = {_room(module), "schemas", *ROOMS[_room(module)]}
+    assert sorted(m for m in GRAPH[module] if _room(m) not in allowed) == []
+
+
+def test_every_module_of_the_engine_and_the_read_models_is_in_a_room():
+    """A new file lands in a folder of its kind (or is shared on purpose), never loose."""
+    loose = sorted(
+        m
+        for m in MODULES
+        if m.split(".")[1] in ("services", "projections") and _room(m) not in ROOMS
+    )
+    assert loose == []
+    assert sorted(m for m in MODULES if _room(m) == SHARED) == [
+        "jobledger.services",
+        "jobledger.services.configuration",
+        "jobledger.services.home",
+        "jobledger.services.kafka",
+    ]
+
+
 def test_no_module_imports_itself_through_others():
     """No import circle: a depth-first search over the project's imports finds no back edge."""
     state: dict[str, str] = {}
@@ -178,25 +225,25 @@ def test_the_runner_package_is_engine_only():
     """The Spark runner runs tasks; it starts no services runtime and no command line."""
     runner = [m for m in GRAPH if m.startswith("jobledger.services.runner")]
     reached = {i for m in runner for i in GRAPH[m]}
-    assert sorted(r for r in reached if r.endswith(".runtime") or ".cli" in r) == []
+    assert sorted(r for r in reached if ".host." in r or ".cli" in r) == []
 
 
 def test_the_layer_checks_see_real_imports():
     """The graph is read, not assumed: known edges are in it."""
-    assert "jobledger.services.kafka" in GRAPH["jobledger.projections.log_file"]
+    assert "jobledger.services.kafka" in GRAPH["jobledger.projections.log.log_file"]
     assert "jobledger.cli.options" in GRAPH["jobledger.cli.runner"]
-    assert _layer("jobledger.cli.main") > _layer("jobledger.projections.replay")
+    assert _layer("jobledger.cli.main") > _layer("jobledger.projections.log.replay")
 
 
 def test_the_engine_meets_the_wire_form_of_a_key_group_range_only_in_key_groups():
     """Two classes carry Flink's name KeyGroupRange: the range the engine computes with
-    (`services/key_groups.py`) and the event catalog's record of it. Only key_groups.py
+    (`services/control/key_groups.py`) and the event catalog's record of it. Only key_groups.py
     converts between them, so no engine module can take one for the other."""
     importers = sorted(
         name
         for name, path in MODULES.items()
         if name.startswith("jobledger.services")
-        and name != "jobledger.services.key_groups"
+        and name != "jobledger.services.control.key_groups"
         and any(
             isinstance(node, ast.ImportFrom)
             and (node.module or "").endswith("schemas.types")

@@ -1,5 +1,5 @@
 """Questions about the live broker log start from the services' snapshots
-(projections/live_log.py): over a real broker, with the services writing snapshots as they
+(projections/log/live_log.py): over a real broker, with the services writing snapshots as they
 go, `job list`, `job show` and `kvstate lookup` answer exactly as the log replayed from offset
 0 (`--no-snapshots`) does, and a snapshot that is refused or reflects more than its partition
 holds costs a replay of that partition, never the answer."""
@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from jobledger.projections.archived_execution_graph import ARCHIVED
-from jobledger.projections.live_log import LiveRead, read_live
+from jobledger.projections.log.live_log import LiveRead, read_live
+from jobledger.projections.rest.archived_execution_graph import ARCHIVED
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.topics import TopicRole
-from jobledger.services import snapshot
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.partitioning import partition_of
+from jobledger.services.host import snapshot
 from jobledger.services.kafka import read_committed_consumer
-from jobledger.services.partitioning import partition_of
 
 from .runtime_harness import RuntimeThread
 from .test_job_commands import AWAITED_ONLY, EXAMPLE, TaskRunnerStandIn, jobledger

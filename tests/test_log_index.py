@@ -1,4 +1,4 @@
-"""The log's index (projections/log_index.py) changes how fast the debugging commands answer
+"""The log's index (projections/log/log_index.py) changes how fast the debugging commands answer
 an export, never what they answer: every command, at many positions, in text and JSON, is
 asked of the golden logs and of a generated one, written in three layouts (as exported, in
 log order, and with partitions out of offset order), with checkpoints every few records, and
@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobledger.cli import log as cli_log
+from jobledger.cli import log_source as cli_log
 from jobledger.cli import main
-from jobledger.projections import log_index
-from jobledger.projections.history import iso, jobs_in
-from jobledger.projections.log_file import LogRecord, read_export, write_export
-from jobledger.projections.positions import log_order
+from jobledger.projections.debugging.history import iso, jobs_in
+from jobledger.projections.log import log_index
+from jobledger.projections.log.log_file import LogRecord, read_export, write_export
+from jobledger.projections.log.positions import log_order
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.topics import TopicRole

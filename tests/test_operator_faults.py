@@ -19,12 +19,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from jobledger.projections.replay import verify
+from jobledger.projections.log.replay import verify
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole
-from jobledger.services import apache_kafka, broker
-from jobledger.services import runtime as runtime_module
+from jobledger.services.host import runtime as runtime_module
+from jobledger.services.local import apache_kafka, broker
 
 from .conftest import new_cluster
 from .events import Clock, profile

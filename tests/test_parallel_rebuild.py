@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.projections.log_file import read_export
+from jobledger.projections.log.log_file import read_export
 from jobledger.schemas import EventSerde
 from jobledger.services.kafka import append_events, transactional_producer
 

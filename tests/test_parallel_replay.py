@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.projections.log_file import read_export
-from jobledger.projections.replay import replay
+from jobledger.projections.log.log_file import read_export
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import EventSerde
-from jobledger.services.driver import DECIDING_PRODUCERS, ReducerDriver
+from jobledger.services.control.driver import DECIDING_PRODUCERS, ReducerDriver
+from jobledger.services.host.parallel import can_fork, groups
 from jobledger.services.kafka import append_events, transactional_producer
-from jobledger.services.parallel import can_fork, groups
 
 from .golden_logs import LOGS, as_log
 from .scheduler_golden import SCENARIOS
@@ -71,8 +71,8 @@ def _dying_factory(parent: int, how: str):
 
 DYING = """
 import os, sys
-from jobledger.projections.log_file import read_export
-from jobledger.projections.replay import replay
+from jobledger.projections.log.log_file import read_export
+from jobledger.projections.log.replay import replay
 from tests.test_parallel_replay import _dying_factory
 replay(list(read_export(sys.argv[1])), driver_factory=_dying_factory(os.getpid(), sys.argv[2]),
        jobs=2)
@@ -149,8 +149,8 @@ def test_replay_from_the_broker_in_parallel_prints_the_state_of_one_process(clus
 READ_THEN_ASK = """
 import argparse, sys
 from pathlib import Path
-from jobledger.cli.log import log_records
-from jobledger.services.parallel import can_fork
+from jobledger.cli.log_source import log_records
+from jobledger.services.host.parallel import can_fork
 log_records(argparse.Namespace(), Path(sys.argv[1]))
 print(can_fork())
 """

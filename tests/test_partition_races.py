@@ -32,8 +32,8 @@ from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateC
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, OwnerKind, RestartStrategy, ScheduleMode
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.task_executor import TaskExecutorConfig
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.task_executor import TaskExecutorConfig
 
 from .events import Clock, profile
 from .jobs import JM, JOB, vertex

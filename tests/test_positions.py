@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.projections.log_file import LogRecord
-from jobledger.projections.positions import Position, PositionError, cut, log_order, where
+from jobledger.projections.log.log_file import LogRecord
+from jobledger.projections.log.positions import Position, PositionError, cut, log_order, where
 from jobledger.schemas.jobs import JobCancellationRequested, JobMasterLeadershipGranted
 from jobledger.schemas.topics import TopicRole
 

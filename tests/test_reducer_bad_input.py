@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from jobledger.schemas import EVENT_TYPES
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.slots import AllocationFailed, SlotOffered, SlotRequestReleased
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 
 from . import scenario
 from .events import ANY, Clock

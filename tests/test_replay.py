@@ -11,20 +11,20 @@ import time
 
 import pytest
 
-from jobledger.cli import log as cli_log
+from jobledger.cli import log_source as cli_log
 from jobledger.cli.main import main
-from jobledger.projections.log_file import (
+from jobledger.projections.log.log_file import (
     LogRecord,
     processed_by_services,
     read_export,
     read_log,
     write_export,
 )
-from jobledger.projections.positions import cut, log_order
-from jobledger.projections.replay import replay, verify
+from jobledger.projections.log.positions import cut, log_order
+from jobledger.projections.log.replay import replay, verify
 from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import TaskManagerRegistered
-from jobledger.services.driver import ReducerDriver
+from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.kafka import read_committed_consumer
 
 from . import scenario

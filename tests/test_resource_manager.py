@@ -23,7 +23,7 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, SlotStatus
-from jobledger.services.resource_manager import (
+from jobledger.services.control.resource_manager import (
     ResourceManager,
     ResourceManagerConfig,
     SlotPlacement,

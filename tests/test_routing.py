@@ -16,17 +16,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobledger.projections.log_file import LogRecord
-from jobledger.projections.replay import replay, verify
+from jobledger.projections.log.log_file import LogRecord
+from jobledger.projections.log.replay import replay, verify
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.slots import SlotFreed
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.driver import PartitionedDriver
+from jobledger.services.control.driver import PartitionedDriver
+from jobledger.services.control.partitioning import misrouted, partition_of
 from jobledger.services.kafka import PARTITIONER, await_metadata, transactional_producer
-from jobledger.services.partitioning import misrouted, partition_of
 
 from .events import profile
 from .runtime_harness import RuntimeThread, read, wait_until_quiet

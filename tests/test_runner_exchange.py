@@ -14,8 +14,8 @@ from jobledger.schemas.types import (
     ResultPartitionDeploymentDescriptor,
     ResultPartitionType,
 )
+from jobledger.services.control.key_groups import assign_key_to_parallel_operator
 from jobledger.services.kafka import transactional_producer
-from jobledger.services.key_groups import assign_key_to_parallel_operator
 from jobledger.services.runner.exchange import (
     CHUNK,
     END_HEADER,

@@ -37,7 +37,7 @@ import pytest
 
 from jobledger.cli import demo
 from jobledger.cli.job import TIMED_OUT
-from jobledger.projections.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
@@ -53,9 +53,9 @@ from jobledger.schemas.tasks import (
     TaskExecutionStateChanged,
 )
 from jobledger.schemas.types import ExecutionState, JobStatus, RestartStrategy, RestartStrategyKind
-from jobledger.services import dispatcher
-from jobledger.services.job_master import PRODUCER as JOB_MASTER
-from jobledger.services.job_status import GLOBALLY_TERMINAL
+from jobledger.services.client import dispatcher
+from jobledger.services.control.job_master import PRODUCER as JOB_MASTER
+from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import transactional_producer
 
 from .conftest import Cluster, new_cluster

@@ -11,15 +11,15 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from jobledger.projections.replay import replay, verify
+from jobledger.projections.log.replay import replay, verify
 from jobledger.schemas import EventSerde, event_from_json, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.slots import NewAllocatedSlotRequested
 from jobledger.schemas.topics import TopicRole
+from jobledger.services.host.runtime import RuntimeConfig
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
-from jobledger.services.runtime import RuntimeConfig
 
 from . import scenario
 from .events import Clock

@@ -19,9 +19,9 @@ from jobledger.schemas.slots import (
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import ExecutionState, OwnerKind, ScheduleMode
-from jobledger.services.decisions import Decisions
-from jobledger.services.slot_pool import SlotPool
-from jobledger.services.snapshot import Snapshot, decode, encode
+from jobledger.services.control.decisions import Decisions
+from jobledger.services.control.slot_pool import SlotPool
+from jobledger.services.host.snapshot import Snapshot, decode, encode
 
 from .events import ANY, UNKNOWN, Clock, types
 from .jobs import JM, JOB, JobCluster, vertex

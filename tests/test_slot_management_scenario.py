@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from jobledger.schemas import Event
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.resource_manager import SlotState
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.resource_manager import SlotState
 
 from . import scenario
 from .broker_pump import BrokerPump

@@ -40,7 +40,7 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind
-from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
+from jobledger.services.control.slot_pool import SlotPool, SlotPoolConfig
 
 from .events import (
     ANY,

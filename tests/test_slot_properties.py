@@ -33,10 +33,14 @@ from jobledger.schemas.slots import (
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import OwnerKind
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.job_master import JobMasterConfig
-from jobledger.services.resource_manager import ResourceManager, ResourceManagerConfig, SlotState
-from jobledger.services.slot_pool import SlotPool, SlotPoolConfig
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.control.resource_manager import (
+    ResourceManager,
+    ResourceManagerConfig,
+    SlotState,
+)
+from jobledger.services.control.slot_pool import SlotPool, SlotPoolConfig
 
 from .events import ANY, UNKNOWN, profile
 

@@ -23,14 +23,9 @@ from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import KeyGroupRange
-from jobledger.services import snapshot
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    committed_offsets,
-    transactional_producer,
-)
-from jobledger.services.partitioning import partition_of
-from jobledger.services.snapshot import (
+from jobledger.services.control.partitioning import partition_of
+from jobledger.services.host import snapshot
+from jobledger.services.host.snapshot import (
     CHUNK_BYTES,
     MAGIC,
     SCHEMA_FILE,
@@ -42,6 +37,11 @@ from jobledger.services.snapshot import (
     current_schema,
     decode,
     encode,
+)
+from jobledger.services.kafka import (
+    SERVICES_GROUP_PREFIX,
+    committed_offsets,
+    transactional_producer,
 )
 
 from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
@@ -109,7 +109,7 @@ def test_a_restored_driver_decides_what_the_original_decides():
 def test_the_checked_in_schema_is_the_one_the_state_declares():
     assert json.loads(SCHEMA_FILE.read_text()) == current_schema(), (
         "the state's types changed: run `jobledger schemas write` (it keeps the old schema in "
-        "services/snapshot-history/ so that snapshots written with it are upcast)"
+        "services/host/snapshot-history/ so that snapshots written with it are upcast)"
     )
 
 

@@ -24,17 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.projections.log_file import read_events
+from jobledger.projections.log.log_file import read_events
 from jobledger.schemas.tasks import TaskDeploymentRequested
-from jobledger.services.broker import LOOPBACK
 from jobledger.services.kafka import transactional_producer
-from jobledger.services.loopback import pid_alive
+from jobledger.services.local.broker import LOOPBACK
+from jobledger.services.local.loopback import pid_alive
 
 pytest.importorskip("pyspark")
 
 from pyspark.sql import DataFrame
 
-from jobledger.services import spark_standalone
+from jobledger.services.local import spark_standalone
 
 from .conftest import Cluster
 from .spark_cluster import StandaloneCluster, children, standalone_cluster

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from jobledger.schemas.types import ExecutionState as S
 from jobledger.schemas.types import JobStatus as J
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
-from jobledger.services import execution_state as es
-from jobledger.services.job_status import GLOBALLY_TERMINAL, TERMINAL, transition_refusal
-from jobledger.services.restart_strategy import RestartBackoff
+from jobledger.services.control import execution_state as es
+from jobledger.services.control.job_status import GLOBALLY_TERMINAL, TERMINAL, transition_refusal
+from jobledger.services.control.restart_strategy import RestartBackoff
 
 
 def test_es_1_terminal_states():

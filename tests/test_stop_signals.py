@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 
-from jobledger.services.loopback import free_port
+from jobledger.services.local.loopback import free_port
 
 CHILD = """
 import time
 from confluent_kafka import Consumer
-from jobledger.services.stop_signals import on_stop_signal
+from jobledger.services.host.stop_signals import on_stop_signal
 
 on_stop_signal(lambda n: print(f"heard {n} {time.monotonic():.3f}", flush=True))
 consumer = Consumer({"bootstrap.servers": "127.0.0.1:%d", "group.id": "g", "log_level": 0})

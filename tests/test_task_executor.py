@@ -40,9 +40,9 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import AllocatedSlotInfo, ExecutionState, OwnerKind
-from jobledger.services.driver import ReducerDriver
-from jobledger.services.task_executor import TaskExecutor, TaskExecutorConfig
-from jobledger.services.task_slot_table import TaskSlotState
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.task_executor import TaskExecutor, TaskExecutorConfig
+from jobledger.services.control.task_slot_table import TaskSlotState
 
 from .events import (
     UNKNOWN,

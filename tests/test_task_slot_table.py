@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind, SlotStatus
-from jobledger.services.resource_profile import is_matching
-from jobledger.services.task_slot_table import (
+from jobledger.services.control.resource_profile import is_matching
+from jobledger.services.control.task_slot_table import (
     AddTaskResult,
     FreeSlotResult,
     TaskSlot,

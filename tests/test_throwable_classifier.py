@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobledger.services.throwable_classifier import cause_chain, is_unrecoverable_error
+from jobledger.services.control.throwable_classifier import cause_chain, is_unrecoverable_error
 
 
 def test_the_chain_is_the_first_line_and_every_caused_by_line_by_simple_type_name():

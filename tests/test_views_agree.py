@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from jobledger.cli import main
 from jobledger.cli.ui import FileLog
-from jobledger.projections.log_file import read_export
-from jobledger.projections.web_monitor import create_app
+from jobledger.projections.log.log_file import read_export
+from jobledger.projections.rest.web_monitor import create_app
 
 from .golden_logs import LOGS
 

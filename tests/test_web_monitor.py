@@ -1,4 +1,4 @@
-"""The REST API (projections/web_monitor.py) over the golden logs, in process through
+"""The REST API (projections/rest/web_monitor.py) over the golden logs, in process through
 FastAPI's TestClient: Flink's paths and field names with exact values at chosen points of the
 log, the offsets every answer reflects, and Flink-style errors (400/404, never a 500)."""
 
@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from jobledger.cli.main import main
 from jobledger.cli.ui import FileLog
-from jobledger.projections.jobs import vertex_status
-from jobledger.projections.web_monitor import create_app
+from jobledger.projections.rest.jobs import vertex_status
+from jobledger.projections.rest.web_monitor import create_app
 
 from .golden_logs import LOGS
 

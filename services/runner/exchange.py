@@ -35,9 +35,9 @@ from jobledger.schemas.types import (
     ResultPartitionType,
 )
 
-from ..execution_graph import pointwise_producers
+from ..control.execution_graph import pointwise_producers
+from ..control.key_groups import assign_key_to_parallel_operator
 from ..kafka import admin_client, await_metadata, ensure_topics, read_partition, replication
-from ..key_groups import assign_key_to_parallel_operator
 from .operators import Keyed
 
 CHUNK = 500

@@ -47,7 +47,7 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
-from ..decisions import derived_id
+from ..control.decisions import derived_id
 from ..kafka import TYPE_HEADER, append_events
 from . import checkpoint, task
 from .kafka_source import FORMAT, register

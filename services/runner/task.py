@@ -32,8 +32,8 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.types import ExecutionState, OperatorSpec
 
 from .. import kafka
-from ..decisions import derived_id
-from ..key_groups import compute_key_group_range_for_operator_index
+from ..control.decisions import derived_id
+from ..control.key_groups import compute_key_group_range_for_operator_index
 from . import kv_state, task_producers
 from .exchange import ResultWriter, create_result_topics, read_input_gate
 from .operators import (

@@ -1,0 +1,189 @@
+"""Where a command's log comes from: the broker or an export file, cut at a point, indexed,
+or followed live from the services' snapshots; the options that say so and the replay every
+read-side command starts from."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from tqdm import tqdm
+
+from jobledger.projections.log.live_log import LiveRead, read_live
+from jobledger.projections.log.log_file import (
+    LogRecord,
+    SkippedRecord,
+    processed_by_services,
+    read_export,
+    read_log,
+)
+from jobledger.projections.log.log_index import LogIndex, open_index
+from jobledger.projections.log.positions import Cut, cut, log_order
+from jobledger.projections.log.replay import ReplayResult, replay
+from jobledger.schemas import Event, EventSerde
+from jobledger.services import kafka
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.host.gc_policy import bulk_replay
+
+from .options import (
+    at_option,
+    bootstrap_of,
+    configuration_of,
+    configuration_option,
+    position_of,
+    prefix_of,
+    registry_option,
+)
+
+tqdm.monitor_interval = 0
+"""No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
+and a process with a second thread replays in one process (services/host/parallel.py)."""
+
+Subparsers = argparse._SubParsersAction
+T = TypeVar("T")
+
+
+def progress(items: Iterable[T], what: str, total: int | None = None) -> Iterable[T]:
+    """Items, counted on stderr as they go when a person watches it (a long log takes a
+    while to read and replay; a pipe or a file gets no progress lines)."""
+    return tqdm(items, desc=what, unit=" records", file=sys.stderr, leave=False, total=total,
+                disable=not sys.stderr.isatty(), mininterval=0.5)  # fmt: skip
+
+
+def replayed(
+    upto: Cut, jobs: int = 1, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+) -> ReplayResult:
+    """`replay` of a cut of the log in `jobs` processes by the reducers `driver_factory`
+    makes (`reducers_of` the command's `-D` options), with progress on a terminal."""
+    return replay(
+        upto.records, driver_factory, watch=lambda inputs: progress(inputs, "replaying"),
+        refused=upto.refused, jobs=jobs,
+    )  # fmt: skip
+
+
+def reducers_of(args: argparse.Namespace) -> Callable[[], ReducerDriver]:
+    """What builds the reducers under the command's `-D` options (the services' own must
+    be given to replay what they decided)."""
+    return configuration_of(args).new_driver
+
+
+def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
+    """The log, from an exported file or from the broker (undecodable records reported),
+    read under the bulk collection policy: every record read stays alive, and the collector
+    walking them all again and again cost half the reading of a million."""
+    if from_file is not None:
+        with bulk_replay():
+            return list(progress(read_export(from_file), f"reading {from_file}"))
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+    try:
+        with bulk_replay():
+            records = list(progress(read_log(
+                consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
+            ), "reading the log"))  # fmt: skip
+    finally:
+        consumer.close()
+    for skipped in (r for r in records if isinstance(r, SkippedRecord)):
+        where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
+        print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
+    return [r for r in records if isinstance(r, LogRecord)]
+
+
+def log_options(
+    p: argparse.ArgumentParser,
+    formats: tuple[str, ...] | None = ("text", "json"),
+    at: bool = True,
+    snapshots: bool = False,
+) -> None:
+    """Where the log comes from, the point it is read to (`at`), and the answer's `formats`
+    (None: the command declares its own -o); `snapshots`: the command answers from the
+    services' snapshots (`live_log`)."""
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    p.add_argument(
+        "--no-index", action="store_true",
+        help="read the whole --file for the answer, not the index kept beside it",
+    )  # fmt: skip
+    if snapshots:
+        snapshots_option(p)
+    registry_option(p)
+    configuration_option(p)
+    if at:
+        at_option(p)
+    if formats:
+        p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
+
+
+EXPORT_HINT_RECORDS = 100_000
+"""From this many records read from the broker on, a question says how to ask the next ones
+of an export's index instead: the broker's log is read whole for each question."""
+
+
+def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
+    """The log, from the broker or `--file`, in the order it was appended."""
+    records = log_records(args, args.file)
+    if args.file is None and len(records) >= EXPORT_HINT_RECORDS:
+        print(f"jobledger: read all {len(records)} records of the log from the broker for this "
+              "answer; to ask more of it, `jobledger export LOG.avro` once and ask with "
+              "`--file LOG.avro` (answered from an index kept beside it)",
+              file=sys.stderr)  # fmt: skip
+    return log_order(records)
+
+
+def cut_of(args: argparse.Namespace) -> Cut:
+    """The log up to the command's `--at`."""
+    return cut(ordered_log(args), position_of(args))
+
+
+def log_index(args: argparse.Namespace) -> LogIndex | None:
+    """The index of the command's `--file` (built on first use, with progress), or None:
+    the command reads the broker, asked for no index, or sets reducers' options (`-D`; the
+    index keeps the state the default configuration replays to)."""
+    if not args.file or args.no_index or getattr(args, "conf", None):
+        return None
+    if not hasattr(args, "opened_index"):
+        args.opened_index = open_index(
+            args.file, progress, lambda line: print(line, file=sys.stderr)
+        )
+    return args.opened_index
+
+
+def snapshots_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-snapshots", action="store_true",
+        help="replay the broker's log from its beginning for the answer, not from the "
+        "services' snapshots (to check them)",
+    )  # fmt: skip
+
+
+def live_log(
+    args: argparse.Namespace, asked: tuple[type[Event], ...], job: str | None = None
+) -> LiveRead | None:
+    """The broker's log to its end, from the services' snapshots, decoding only the `asked`
+    event types (of the job topic, only `job`'s records) (projections/log/live_log.py); None
+    where that does not answer the question as asked: an export `--file`, `--at` some
+    earlier point, `-D` options (the snapshots hold the state the services' own options led
+    to), `--no-snapshots`."""
+    if any(getattr(args, option, None) for option in ("file", "at", "conf", "no_snapshots")):
+        return None
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+    try:
+        live = read_live(
+            consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry), asked,
+            reducers_of(args), lambda messages, what: progress(messages, what), job,
+        )  # fmt: skip
+    finally:
+        consumer.close()
+    for skipped in live.skipped:
+        where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
+        print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
+    return live
+
+
+def processed_by(args: argparse.Namespace) -> Callable[[LogRecord], bool]:
+    """Whether the services' consumer group has committed past a record (an exported file
+    does not say, so there every record counts as consumed)."""
+    if args.file:
+        return lambda _: True
+    return processed_by_services(bootstrap_of(args), prefix_of(args))

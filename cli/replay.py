@@ -1,0 +1,130 @@
+"""`jobledger export` and `jobledger replay`: the log as one file, and the state it leads to.
+
+The log is read through `log_source.log_records` (not a name bound here), the one read every
+read-side command shares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from tqdm import tqdm
+
+from jobledger.projections.debugging.tables import state_table
+from jobledger.projections.log.log_file import (
+    LogRecord,
+    write_export,
+)
+from jobledger.projections.log.positions import Position, cut, log_order
+from jobledger.projections.log.replay import foreign, position, verify
+from jobledger.services.host.parallel import default_jobs
+
+from . import log_source
+from .log_source import processed_by, reducers_of, replayed
+from .options import (
+    at_option,
+    configuration_option,
+    epoch_ms,
+    non_negative_int,
+    position_of,
+    positive_int,
+    registry_option,
+)
+
+tqdm.monitor_interval = 0
+"""No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
+and a process with a second thread replays in one process (services/host/parallel.py)."""
+
+Subparsers = argparse._SubParsersAction
+T = TypeVar("T")
+
+
+def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("export", parents=[common], help="write the log to an Avro container file")
+    p.add_argument("file", type=Path, help="the .avro file to write")
+    registry_option(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "replay", parents=[common], help="rebuild every reducer's state from the log",
+    )  # fmt: skip
+    p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    at_option(p)
+    p.add_argument(
+        "--count", type=non_negative_int, metavar="N",
+        help="the same as --at count:N (the first N records in log order)",
+    )  # fmt: skip
+    p.add_argument(
+        "--until-time", type=epoch_ms, metavar="TIME",
+        help="the same as --at s@TIME (records appended at or before TIME)",
+    )  # fmt: skip
+    p.add_argument("--format", choices=["json", "table"], default="json", help="output")
+    p.add_argument(
+        "--jobs", type=positive_int, default=default_jobs(), metavar="N",
+        help="replay the partitions in N processes side by side (default: the cores, %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--verify", action="store_true",
+        help="re-derive every decision and report the first that differs from the log",
+    )  # fmt: skip
+    registry_option(p)
+    configuration_option(p)
+    p.set_defaults(func=cmd_replay, parser=p)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    records = log_source.log_records(args, None)
+    with open(args.file, "wb") as out:
+        count = write_export(records, out)
+    print(f"exported {count} records to {args.file}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.verify:
+        # the services' committed offsets before the records: a decision is written in the
+        # transaction that commits its input, so every input committed by now has its
+        # decisions in what is read next, and one committed while the log is read (whose
+        # decisions may be past what was read) still counts as pending
+        processed = processed_by(args)
+        return _verify(args, log_source.log_records(args, args.file), processed)
+    records = log_source.log_records(args, args.file)
+    if args.at is not None and (args.count is not None or args.until_time is not None):
+        raise argparse.ArgumentTypeError("--at, --count and --until-time: give one of them")
+    point = position_of(args)
+    if args.count is not None:
+        point = Position.parse(f"count:{args.count}")
+    elif args.until_time is not None:
+        point = Position.parse(f"s@{args.until_time}")
+    upto = cut(log_order(records), point)
+    result = replayed(upto, args.jobs, reducers_of(args))
+    if args.format == "json":
+        print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
+    else:
+        print(state_table(result, upto))
+    return 0
+
+
+def _verify(
+    args: argparse.Namespace, records: list[LogRecord], processed: Callable[[LogRecord], bool]
+) -> int:
+    matched, divergence = verify(records, reducers_of(args), processed=processed)
+    waiting = sum(not processed(r) for r in records)
+    if waiting:
+        print(f"{waiting} input(s) not yet consumed by the services; their decisions "
+              "are not due yet")  # fmt: skip
+    for record in foreign(records):
+        print(f"warning: {position(record)}: {record.event.type_name()} "
+              f"{record.event.event_id} names producer {record.event.producer!r} and a "
+              "cause that is no input of the log: written by something other than the "
+              "services, and taken as an input")  # fmt: skip
+    if divergence is None:
+        print(f"verified {matched} decisions: no difference")
+        return 0
+    print(f"first difference after {matched} matching decisions:")
+    print(divergence.describe())
+    return 1

@@ -1,0 +1,195 @@
+"""Replay: rebuild every reducer's state from the log, up to a point, and check that the
+decisions recorded in the log are exactly those the reducers derive again.
+
+Each record goes to its owner in the reducer copy of its own partition, as live; the decisions
+it derives are already in the log, so replay does not feed them back. A record the services
+dead-lettered (the dead letter names its topic, partition and offset) reached no reducer live
+and reaches none here. Partitions are independent, so any order that keeps each partition's
+offsets in order rebuilds the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from jobledger.schemas import Event
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.control.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
+from jobledger.services.host.gc_policy import bulk_replay
+from jobledger.services.host.parallel import run_groups
+
+from .log_file import LogRecord
+
+
+@dataclass
+class ReplayResult:
+    partitioned: PartitionedDriver
+    records: int = 0
+    """How many inputs reached a reducer."""
+
+    @property
+    def driver(self) -> ReducerDriver:
+        """The state of the whole cluster (every partition's owners together)."""
+        return self.partitioned.merged()
+
+
+def position(record: LogRecord) -> str:
+    return f"{record.role.value}/{record.partition}@{record.offset}"
+
+
+def dead_lettered(records: Iterable[LogRecord]) -> set[tuple[str, int, int]]:
+    """(topic role, partition, offset) of every input the services refused: the dead letters
+    on the dead-letter topic only (a `DeadLettered` forged onto an input topic is an input that
+    is itself dead-lettered, and names nothing)."""
+    return {
+        (_role_of(record.event.source_topic), record.event.source_partition,
+         record.event.source_offset)
+        for record in records
+        if record.role is TopicRole.DEAD_LETTER and isinstance(record.event, DeadLettered)
+    }  # fmt: skip
+
+
+def _role_of(topic: str) -> str:
+    """The role of `<prefix><role>`, whatever the prefix."""
+    return next((role.value for role in TopicRole if topic.endswith(role.value)), topic)
+
+
+def _inputs(
+    records: list[LogRecord], refused: set[tuple[str, int, int]] | None = None
+) -> Iterable[LogRecord]:
+    """The records the services' reducers saw: input topics, less what was dead-lettered
+    (`refused`: the dead letters of the whole log, when `records` is only a cut of it)."""
+    refused = dead_lettered(records) if refused is None else refused
+    for record in records:
+        if record.role is not TopicRole.DEAD_LETTER and (
+            (record.role.value, record.partition, record.offset) not in refused
+        ):
+            yield record
+
+
+def replay(
+    records: Iterable[LogRecord],
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+    watch: Callable[[Iterable[LogRecord]], Iterable[LogRecord]] = lambda inputs: inputs,
+    refused: set[tuple[str, int, int]] | None = None,
+    jobs: int = 1,
+) -> ReplayResult:
+    """The state the records lead to (a whole log, or a cut of it: `positions.cut`, whose
+    `refused` names the inputs the whole log dead-lettered, a dead letter being appended
+    after its input); `watch` sees the inputs go by (a progress display). With `jobs` > 1
+    the partitions are replayed in that many worker processes (`parallel.run_groups`), to the
+    same state; `watch` then sees them as they are handed out."""
+    log = list(records)
+    by_partition: dict[tuple[TopicRole, int], list[Event]] = {}
+    admitted = 0
+    for record in watch(_inputs(log, refused)):
+        by_partition.setdefault((record.role, record.partition), []).append(record.event)
+        admitted += 1
+
+    def replay_group(
+        keys: list[tuple[TopicRole, int]],
+    ) -> dict[tuple[TopicRole, int], ReducerDriver]:
+        drivers = {}
+        for key in keys:
+            driver = drivers[key] = driver_factory()
+            for event in by_partition[key]:
+                driver.process(event)
+        return drivers
+
+    sizes = {key: len(events) for key, events in by_partition.items()}
+    drivers = run_groups(sizes, replay_group, jobs)
+    return ReplayResult(PartitionedDriver(driver_factory, dict(sorted(drivers.items()))), admitted)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first place where the log and a fresh derivation disagree."""
+
+    where: str
+    event_id: str
+    recorded: Event | None
+    derived: Event | None
+
+    def describe(self) -> str:
+        if self.recorded is None:
+            kind = self.derived.type_name()
+            return f"{self.where}: derived {kind} {self.event_id} is not in the log"
+        if self.derived is None:
+            return (
+                f"{self.where}: recorded {self.recorded.type_name()} {self.event_id} was not "
+                "derived by any reducer"
+            )
+        return (
+            f"{self.where}: {self.recorded.type_name()} {self.event_id} differs\n"
+            f"  recorded: {self.recorded.model_dump(mode='json')}\n"
+            f"  derived:  {self.derived.model_dump(mode='json')}"
+        )
+
+
+def verify(
+    records: Iterable[LogRecord],
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+    processed: Callable[[LogRecord], bool] = lambda _: True,
+) -> tuple[int, Divergence | None]:
+    """Re-derive every decision; returns how many matched, and the first divergence if any.
+
+    `processed` says whether the services have consumed an input yet (its offset is below
+    their group's committed offset): a decision of an input still waiting for them is not
+    missing, only not due yet, and is not a divergence."""
+    log = list(records)
+    with bulk_replay():
+        return _verify(log, driver_factory, processed)
+
+
+def _verify(
+    log: list[LogRecord],
+    driver_factory: Callable[[], ReducerDriver],
+    processed: Callable[[LogRecord], bool],
+) -> tuple[int, Divergence | None]:
+    admitted = list(_inputs(log))
+    recorded: dict[str, list[LogRecord]] = {}
+    for r in log:
+        recorded.setdefault(r.event.event_id, []).append(r)
+    driver = PartitionedDriver(driver_factory)
+    derived_ids: set[str] = set()
+    matched = 0
+    for record in admitted:
+        for decision in driver.process(record.role, record.partition, record.event):
+            derived_ids.add(decision.event_id)
+            # ids derive from the cause's id, which a client chose: two inputs with one id
+            # on two partitions derive two decisions with one id, so any of them may match
+            candidates = recorded.get(decision.event_id, [])
+            if not candidates and not processed(record):
+                continue
+            if not any(found.event == decision for found in candidates):
+                found = candidates[0] if candidates else None
+                return matched, Divergence(
+                    position(found or record), decision.event_id,
+                    found.event if found else None, decision,
+                )  # fmt: skip
+            matched += 1
+    for record, caused_in_log in _claimed_decisions(admitted):
+        if caused_in_log and record.event.event_id not in derived_ids:
+            event = record.event
+            return matched, Divergence(position(record), event.event_id, event, None)
+    return matched, None
+
+
+def _claimed_decisions(admitted: list[LogRecord]) -> Iterator[tuple[LogRecord, bool]]:
+    """The admitted records in a reducer's name, each with whether its cause is an admitted
+    record of the log (a decision some reducer could have derived) or not (foreign)."""
+    ids = {record.event.event_id for record in admitted}
+    for record in admitted:
+        if record.event.producer in DECIDING_PRODUCERS:
+            yield record, record.event.cause_event_id in ids
+
+
+def foreign(records: Iterable[LogRecord]) -> list[LogRecord]:
+    """Records in a reducer's name whose cause is no input of the log: no reducer could have
+    derived them, so something else wrote them under the services' name (refused at
+    `jobledger produce`; only a raw Kafka client can). The services took them for inputs, and
+    so does replay; `verify` reports them apart, since they say nothing about determinism."""
+    admitted = list(_inputs(list(records)))
+    return [record for record, caused_in_log in _claimed_decisions(admitted) if not caused_in_log]

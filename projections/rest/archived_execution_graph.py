@@ -1,0 +1,234 @@
+"""The cluster as the REST API and the dashboard read it, as of one point of the log: Flink's
+web monitor reads an ArchivedExecutionGraph per job (a frozen copy of the ExecutionGraph with
+each status' and each attempt state's timestamp); here the same copy is made from a cut of the
+log and its replayed state.
+
+States come from the replayed reducers (what the JobMaster believes); times come from the log:
+when each record was appended (a decision carries its input's event time, so only its append
+time tells it apart). `now` is the cut's latest append time, never the clock, so the same cut
+gives the same answer bit for bit. Task state reports the JobMaster refused are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
+from jobledger.schemas.types import ExecutionState
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.execution_graph import Execution, ExecutionJobVertex
+from jobledger.services.control.job_master import JobMaster
+
+from ..debugging.history import UnknownJob, refused_reports
+from ..log.log_file import LogRecord
+from ..log.positions import Cut, where
+from ..log.replay import replay
+
+
+class UnknownVertex(LookupError):
+    """A job has no vertex of that id; the message names those it has."""
+
+
+@dataclass
+class ArchivedExecution:
+    """One attempt of one subtask: where it ran and when it entered each state."""
+
+    attempt_id: str
+    vertex_id: str
+    subtask_index: int
+    attempt_number: int
+    state: str
+    resource_id: str | None = None
+    slot_index: int | None = None
+    allocation_id: str | None = None
+    timestamps: dict[str, int] = field(default_factory=dict)
+    """State -> when the attempt first entered it."""
+    error: str | None = None
+
+    @property
+    def start(self) -> int:
+        return min(self.timestamps.values(), default=-1)
+
+    @property
+    def end(self) -> int:
+        ended = [self.timestamps[s] for s in TERMINAL if s in self.timestamps]
+        return max(ended, default=-1)
+
+
+TERMINAL = ("FINISHED", "CANCELED", "FAILED")
+
+
+@dataclass
+class TaskFailure:
+    """A FAILED report the JobMaster took: an entry of Flink's exception history."""
+
+    attempt_id: str
+    vertex_id: str
+    subtask_index: int
+    attempt_number: int
+    error: str
+    resource_id: str | None
+    timestamp: int
+    position: str
+
+
+@dataclass
+class ArchivedJob:
+    """One job: its JobGraph, the JobMaster's view of it, and times from the log."""
+
+    job_id: str
+    master: JobMaster
+    submitted: JobSubmitted | None
+    submitted_at: int
+    last_modified: int = -1
+    """When the job or one of its attempts last changed (Flink's JobDetails
+    lastUpdateTime): its submission, a status change, a deployment, a report taken."""
+    status_timestamps: dict[str, int] = field(default_factory=dict)
+    """Status -> when the job last entered it (Flink keeps one time per status)."""
+    root_cause: tuple[int, str] | None = None
+    """(time, cause) of the latest failure: a task failure the JobMaster took (each one sets
+    it, as Flink's setGlobalFailureCause does, whether it restarts a region or the job) or a
+    status change naming a cause, whichever the log says last."""
+    deployed: dict[str, TaskDeploymentRequested] = field(default_factory=dict)
+    reports: dict[str, list[tuple[int, str, str | None]]] = field(default_factory=dict)
+    """Attempt id -> (time, state, error) of its deployment and every state report taken."""
+    failures: list[TaskFailure] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.submitted.job_name if self.submitted else ""
+
+    @property
+    def status(self) -> str:
+        return self.master.status.value
+
+    def vertices(self) -> list[ExecutionJobVertex]:
+        graph = self.master.graph
+        return list(graph.vertices.values()) if graph else []
+
+    def vertex(self, vertex_id: str) -> ExecutionJobVertex:
+        for jv in self.vertices():
+            if jv.vertex_id == vertex_id:
+                return jv
+        known = ", ".join(jv.vertex_id for jv in self.vertices()) or "none"
+        raise UnknownVertex(f"job {self.job_id!r} has no vertex {vertex_id!r} (vertices: {known})")
+
+    def attempts(self, jv: ExecutionJobVertex) -> list[list[ArchivedExecution]]:
+        """Per subtask, its attempts oldest first (the last one is current)."""
+        return [
+            [self._archived(jv.vertex_id, ev.subtask_index, e) for e in [*ev.prior, ev.current]]
+            for ev in jv.subtasks
+        ]
+
+    def _archived(self, vertex_id: str, subtask: int, execution: Execution) -> ArchivedExecution:
+        archived = ArchivedExecution(
+            execution.attempt_id, vertex_id, subtask, execution.attempt_number,
+            execution.state.value, execution.resource_id, execution.slot_index,
+            execution.allocation_id,
+        )  # fmt: skip
+        deployment = self.deployed.get(execution.attempt_id)
+        if deployment is not None:
+            archived.resource_id = deployment.resource_id
+            archived.slot_index = deployment.slot_index
+            archived.allocation_id = deployment.allocation_id
+        for at, state, error in self.reports.get(execution.attempt_id, []):
+            archived.timestamps.setdefault(state, at)
+            archived.error = error or archived.error
+        return archived
+
+
+@dataclass
+class ClusterArchive:
+    """Everything the REST API answers from, as of one cut."""
+
+    cut: Cut
+    driver: ReducerDriver
+    jobs: dict[str, ArchivedJob]
+    now: int
+    """The cut's latest append time (-1 for an empty cut): "now" for durations."""
+
+    def job(self, job_id: str) -> ArchivedJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            known = ", ".join(sorted(self.jobs)) or "none"
+            raise UnknownJob(
+                f"no job {job_id!r} as of {self.cut.position} ({len(self.cut.records)} records); "
+                f"jobs: {known}"
+            )
+        return job
+
+    def as_of(self) -> dict[str, object]:
+        return self.cut.as_of()
+
+
+ARCHIVED = (
+    JobSubmitted, JobStatusChanged, TaskDeploymentRequested, TaskExecutionStateChanged,
+    EventRejected,
+)  # fmt: skip
+"""The events an archive takes its times from (a refusal: to leave the report it refuses
+out); a question about the live log decodes only these (projections/log/live_log.py)."""
+
+
+def archive(
+    upto: Cut, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+) -> ClusterArchive:
+    """The archive of every job the JobMasters hold as of `upto`, replayed by the reducers
+    `driver_factory` makes."""
+    driver = replay(upto.records, driver_factory, refused=upto.refused).driver
+    now = max((r.timestamp for r in upto.records), default=-1)
+    return archive_of(upto, driver, now)
+
+
+def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
+    """The archive of the jobs `driver` holds, its times from the `ARCHIVED` records of
+    `upto` (others may be left out of it); `now`: the cut's latest append time."""
+    jobs = {
+        job_id: ArchivedJob(job_id, master, None, -1)
+        for job_id, master in sorted(driver.job_masters.items())
+    }
+    refused = refused_reports(upto.records)
+    for record in upto.records:
+        _take(jobs, record, refused)
+    return ClusterArchive(upto, driver, jobs, now)
+
+
+def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, str]) -> None:
+    job = jobs.get(getattr(record.event, "job_id", None) or "")
+    if job is not None:
+        take(job, record, refused)
+
+
+def take(job: ArchivedJob, record: LogRecord, refused: dict[str, str]) -> None:
+    """The job's times after `record`, a record of the job (`refused`: event id -> why, of
+    the task state reports the JobMaster refused)."""
+    event = record.event
+    if not isinstance(event, ARCHIVED[:4]):
+        return
+    at = record.timestamp
+    if isinstance(event, TaskExecutionStateChanged) and event.event_id in refused:
+        return
+    job.last_modified = max(job.last_modified, at)
+    if isinstance(event, JobSubmitted) and job.submitted is None:
+        job.submitted, job.submitted_at = event, at
+        job.status_timestamps.setdefault("INITIALIZING", at)
+    elif isinstance(event, JobStatusChanged):
+        job.status_timestamps[event.to_status.value] = at
+        if event.cause:
+            job.root_cause = (at, event.cause)
+    elif isinstance(event, TaskDeploymentRequested):
+        job.deployed[event.execution_attempt_id] = event
+        job.reports.setdefault(event.execution_attempt_id, []).append((at, "DEPLOYING", None))
+    elif isinstance(event, TaskExecutionStateChanged):
+        state = event.execution_state.value
+        job.reports.setdefault(event.execution_attempt_id, []).append((at, state, event.error))
+        deployment = job.deployed.get(event.execution_attempt_id)
+        if event.execution_state is ExecutionState.FAILED and deployment is not None:
+            job.failures.append(TaskFailure(
+                event.execution_attempt_id, deployment.vertex_id, deployment.subtask_index,
+                deployment.attempt_number, event.error or "(no error text)",
+                event.resource_id or deployment.resource_id, at, where(record),
+            ))  # fmt: skip
+            job.root_cause = (at, f"{event.execution_attempt_id}: {job.failures[-1].error}")
