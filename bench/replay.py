@@ -426,8 +426,8 @@ def run(target: int, bootstrap: str, jobs: int, repeats: int = 3) -> int:
     del head
 
     def restart() -> ReducerDriver:
-        """As a service's rebuild does it (`runtime._rebuild`): the snapshot, then the tail,
-        under the bulk collection policy (this process holds the whole log and a full state
+        """As a service's rebuild does it (`rebuild.Rebuilder.rebuild`): the snapshot, then the
+        tail, under the bulk collection policy (this process holds the whole log and a full state
         besides: collecting them over and over tripled the time)."""
         with bulk_replay():
             restored = decode(snapshot_bytes).driver

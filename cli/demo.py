@@ -41,7 +41,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services.client.dispatcher import now_ms, submit
 from jobledger.services.control.key_groups import assign_to_key_group
-from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
+from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import create_topics, transactional_producer
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from jobledger.services import kafka
-from jobledger.services.host.runtime import RuntimeConfig, ServiceHalted, ServiceRuntime
+from jobledger.services.host.errors import ServiceHalted
+from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 
 from .logging_setup import configure_logging
 from .options import (

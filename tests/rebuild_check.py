@@ -18,14 +18,15 @@ import sys
 
 from confluent_kafka import TopicPartition
 
-from jobledger.services.host import runtime as runtime_module
+from jobledger.services.host import rebuild
 from jobledger.services.host.parallel import can_fork
-from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
+from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import partitions_of
 
 
 def _rebuilt(runtime: ServiceRuntime, committed: list[TopicPartition]) -> dict:
-    workers = runtime._rebuild_all(committed, {(tp.topic, tp.partition): None for tp in committed})
+    producers = {(tp.topic, tp.partition): None for tp in committed}
+    workers = runtime.rebuilder.rebuild_all(committed, producers)
     return {
         key: (w.role, w.next_offset, w.rebuilt_from_snapshot_at, w.driver)
         for key, w in sorted(workers.items())
@@ -41,17 +42,17 @@ def main(bootstrap: str, prefix: str, worker_dies: bool) -> dict:
     try:
         runtime._check_partition_counts()
         committed = [
-            TopicPartition(topic, p, runtime._reader.get_watermark_offsets(
+            TopicPartition(topic, p, runtime.rebuilder.reader.get_watermark_offsets(
                 TopicPartition(topic, p), timeout=10)[1])
             for topic in runtime.roles for p in partitions_of(runtime.consumer, topic)
         ]  # fmt: skip
-        runtime_module.default_jobs = lambda: 1
+        runtime.rebuilder.jobs = lambda: 1
         one_by_one = _rebuilt(runtime, committed)
-        runtime_module.default_jobs = lambda: 2
-        runtime_module.PARALLEL_REBUILD_RECORDS = 0
+        runtime.rebuilder.jobs = lambda: 2
+        rebuild.PARALLEL_REBUILD_RECORDS = 0
         if worker_dies:
-            parent, reduce_tail = os.getpid(), runtime._reduce_tail
-            runtime._reduce_tail = lambda *a: (
+            parent, reduce_tail = os.getpid(), runtime.rebuilder.reduce_tail
+            runtime.rebuilder.reduce_tail = lambda *a: (
                 reduce_tail(*a) if os.getpid() == parent else os._exit(9)
             )
         log.truncate(0)
@@ -59,7 +60,7 @@ def main(bootstrap: str, prefix: str, worker_dies: bool) -> dict:
         side_by_side = _rebuilt(runtime, committed)
     finally:
         runtime.consumer.close()
-        runtime._reader.close()
+        runtime.rebuilder.reader.close()
     return {
         "forkable": forkable,
         "partitions_with_records": sum(tp.offset > 0 for tp in committed),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import Event, EventSerde
-from jobledger.services.host.runtime import RuntimeConfig, ServiceRuntime
+from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import append_events, transactional_producer
 
 

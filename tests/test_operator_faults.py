@@ -23,7 +23,8 @@ from jobledger.projections.log.replay import verify
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.host import runtime as runtime_module
+from jobledger.services.host import transactions
+from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.local import apache_kafka, broker
 
 from .conftest import new_cluster
@@ -218,7 +219,7 @@ class _StuckOffsets:
 def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
     cluster, monkeypatch, caplog
 ):
-    monkeypatch.setattr(runtime_module, "SEND_OFFSETS_TIMEOUT_S", 1)
+    monkeypatch.setattr(transactions, "SEND_OFFSETS_TIMEOUT_S", 1)
     clock = Clock()
     with RuntimeThread(cluster, client_grace_s=0.5) as runtime:
         rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
@@ -330,7 +331,7 @@ def test_a_new_producer_waits_for_a_broker_that_is_gone_and_goes_on_once_it_is_b
     """The replacement of a failed producer cannot start its transactions while the broker
     is down: `init_transactions` times out, is said at ERROR and tried again, with no
     traceback, until the broker is back; the input is then decided once."""
-    monkeypatch.setattr(runtime_module, "INIT_TIMEOUT_S", 1)
+    monkeypatch.setattr(transactions, "INIT_TIMEOUT_S", 1)
     cluster = new_cluster(own_broker.bootstrap)
     clock = Clock()
     try:
@@ -376,11 +377,11 @@ def test_a_clock_two_hours_ahead_stops_the_service_naming_the_skew_and_writes_no
 
     clock, host = Clock(), RuntimeThread(cluster)
     with host as runtime:
-        monkeypatch.setattr(runtime, "_produce", two_hours_ahead)
+        monkeypatch.setattr(runtime.writer, "produce", two_hours_ahead)
         registered = _register(cluster, clock, "tm-1")
         host.thread.join(60)
 
-    assert isinstance(runtime.failure, runtime_module.ServiceHalted)
+    assert isinstance(runtime.failure, ServiceHalted)
     said = str(runtime.failure)
     assert said.startswith("the broker refused a record of resourcemanager/0's transaction for "
                            "its timestamp (")  # fmt: skip

@@ -18,7 +18,7 @@ from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.slots import NewAllocatedSlotRequested
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.host.runtime import RuntimeConfig
+from jobledger.services.host.transaction_loop import RuntimeConfig
 from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
 
 from . import scenario

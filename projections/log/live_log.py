@@ -4,7 +4,8 @@ Replaying a broker log from offset 0 for every question made each one slower eve
 for `job list` on a million records, two thirds of it decoding and reducing records whose
 effect the services had long since written down). Here the reducers' state is each input
 partition's latest snapshot (the services write one with their committed offsets, in one
-transaction: services/host/runtime.py) and only the records after it, reduced as replay does; and
+transaction: services/host/transaction_loop.py) and only the records after it, reduced as
+replay does; and
 of the rest of the log a question decodes only the event types it reads (the type is in each
 record's header, so the other records are counted, never decoded).
 

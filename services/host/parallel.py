@@ -1,5 +1,6 @@
 """Replaying partitions side by side, one group of partitions per worker process: `jobledger
-replay --jobs`, and a service rebuilding the partitions it takes over (`runtime._rebuild_all`).
+replay --jobs`, and a service rebuilding the partitions it takes over
+(`rebuild.Rebuilder.rebuild_all`).
 
 Partitions are independent by design (DESIGN.md rule 4): each has its own reducers and its
 own dedup window, so replaying groups of them in separate processes and putting the drivers

@@ -1,0 +1,34 @@
+"""One owned input partition as the host keeps it: its reducers, the producer that speaks
+for it, and how far it has read, committed and snapshotted."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+
+from jobledger.schemas.topics import TopicRole
+
+from ..control.driver import ReducerDriver
+
+
+@dataclass
+class PartitionWorker:
+    """The reducers of one input partition and the producer that speaks for it."""
+
+    role: TopicRole
+    partition: int
+    driver: ReducerDriver
+    producer: Producer
+    next_offset: int
+    since_snapshot: int = 0
+    processed: int = 0
+    rebuilt_from_snapshot_at: int | None = None
+    last_snapshot: float = field(default_factory=time.monotonic)
+    uncommitted_since: float | None = None
+    """When the oldest input processed but not yet committed was processed (it derived
+    nothing, so redoing it after a crash changes nothing)."""
+    awaited: bool = False
+    """A record a client waits on (`job_status.awaited_by_clients`) was read and not yet
+    committed past: commit at once, not after the idle interval."""

@@ -1,0 +1,215 @@
+"""Rebuilding a newly owned partition: its latest snapshot plus the tail of its log up to
+the committed offset, reduced before the partition processes anything new.
+
+One decision says where a rebuild starts (`Rebuilder.read_tail`): from the latest snapshot
+when there is one the committed offset has not fallen behind, else from a fresh state at the
+beginning of the log. Reading is one reader, one partition after another; reducing is in
+this process, or side by side on all cores when the tails are long (`parallel.run_groups`,
+the replay's way).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from jobledger.schemas import Event, topic_name
+from jobledger.schemas.topics import TopicRole
+
+from .. import kafka
+from ..control.driver import ReducerDriver
+from . import parallel, snapshot
+from .errors import ServiceHalted, StopRequested
+from .gc_policy import bulk_replay, settled
+from .partition_worker import PartitionWorker
+
+log = logging.getLogger("jobledger.runtime")
+
+PARALLEL_REBUILD_RECORDS = 20_000
+"""Tails shorter than this in all are reduced in the service's own process (about half a
+second of reducing: less than forking and sending the states back)."""
+
+Key = tuple[str, int]
+Admit = Callable[[str, int, bytes | None, ReducerDriver], tuple[Event | None, str | None]]
+
+
+class Tail(NamedTuple):
+    """A partition to rebuild, as read: the state of its latest snapshot (a new one where
+    there is none or it is refused), the offset that reflects, the committed offset, and the
+    values of the records in between."""
+
+    driver: ReducerDriver
+    start: int
+    end: int
+    values: list[bytes]
+
+
+@dataclass
+class Rebuilder:
+    """Reads and reduces the partitions a service instance is given."""
+
+    bootstrap: str
+    group: str
+    prefix: str
+    roles: dict[str, TopicRole]
+    driver_factory: Callable[[], ReducerDriver]
+    admit: Admit
+    """The event of a record, or why no reducer may see it (the live loop's own check: a
+    record dead-lettered live changes nothing in a rebuild either)."""
+    count_partitions: Callable[[str], int]
+    running: Callable[[], bool]
+    silence_s: float
+    """A rebuild that hears nothing from the broker this long stops the service (it cannot
+    own a partition whose log it cannot read) instead of waiting forever."""
+    jobs: Callable[[], int] = field(default=parallel.default_jobs)
+
+    def rebuild(self, committed: TopicPartition, producer: Producer) -> PartitionWorker:
+        """One partition, reduced in this process."""
+        with bulk_replay():  # the snapshot's objects and the tail's, collected in bulk
+            tail = self.read_tail(committed)
+            driver = self.reduce_tail((committed.topic, committed.partition), tail)
+        self._said(committed.topic, committed.partition, tail)
+        return self._worker(committed, driver, producer, tail)
+
+    def rebuild_all(
+        self, committed: list[TopicPartition], producers: dict[Key, Producer]
+    ) -> dict[Key, PartitionWorker]:
+        """Every newly owned partition rebuilt: on all cores when the tails to replay are
+        long and forking is safe. The tails are reduced one group of partitions per process,
+        and the states come back to this process. Short tails are reduced here: sending a
+        state back costs more than reducing a few thousand records."""
+        jobs = self.jobs()
+        if len(committed) < 2 or jobs < 2 or not parallel.can_fork():
+            return {_key(tp): self.rebuild(tp, producers[_key(tp)]) for tp in committed}
+        read = {_key(tp): self.read_tail(tp) for tp in committed}
+        if sum(len(tail.values) for tail in read.values()) < PARALLEL_REBUILD_RECORDS:
+            jobs = 1
+
+        def reduce_group(keys: list[Key]) -> dict[Key, ReducerDriver]:
+            return {key: self.reduce_tail(key, read[key]) for key in keys}
+
+        try:
+            sizes = {key: len(tail.values) for key, tail in read.items()}
+            drivers = parallel.run_groups(sizes, reduce_group, jobs)
+        except parallel.ReplayWorkerFailed as exc:
+            # a worker killed (out of memory, say) would kill it again at every start: go on
+            # in this process, from tails read anew (this process's own group was reduced)
+            log.error("a rebuild worker failed (%s); rebuilding in this process instead", exc)
+            read = {_key(tp): self.read_tail(tp) for tp in committed}
+            jobs = 1
+            with bulk_replay():
+                drivers = reduce_group(list(read))
+        workers = {}
+        for tp in committed:
+            tail = read[_key(tp)]
+            self._said(tp.topic, tp.partition, tail, f" (processes: {jobs})")
+            workers[_key(tp)] = self._worker(tp, drivers[_key(tp)], producers[_key(tp)], tail)
+        return workers
+
+    def read_tail(self, committed: TopicPartition) -> Tail:
+        """Where the partition's rebuild starts and the records from there to the committed
+        offset: the latest snapshot if the committed offset is not behind it (a snapshot
+        ahead of the committed offset was written by a transaction that did not commit its
+        offsets), else a fresh state from the beginning."""
+        end = max(committed.offset, 0)
+        with bulk_replay():
+            found = self.latest_snapshot(committed.topic, committed.partition) if end else None
+            settled()  # the snapshot's objects live on: not walked again during the tail
+        if found is not None and found.next_offset <= end:
+            driver, start = found.driver, found.next_offset
+        else:
+            driver, start = self.driver_factory(), 0
+        values = [msg.value() for msg in
+                  self.read_range(committed.topic, committed.partition, start, end)]  # fmt: skip
+        return Tail(driver, start, end, values)
+
+    def reduce_tail(self, key: Key, tail: Tail) -> ReducerDriver:
+        """The tail's state after the records of partition `key` that a reducer may see (a
+        refused record was dead-lettered live, and changes nothing here either)."""
+        topic, partition = key
+        driver = tail.driver
+        for value in tail.values:
+            event, _ = self.admit(topic, partition, value, driver)
+            if event is not None:
+                driver.process(event)
+        return driver
+
+    def snapshot_partition(self, partition: int) -> int:
+        """The snapshot topic's partition that holds input partition `partition`'s."""
+        return partition % self._snapshot_partitions
+
+    @cached_property
+    def _snapshot_partitions(self) -> int:
+        return self.count_partitions(topic_name(TopicRole.SNAPSHOT, self.prefix))
+
+    def latest_snapshot(self, topic: str, partition: int) -> snapshot.Snapshot | None:
+        key = f"{topic}/{partition}"
+        snapshots = topic_name(TopicRole.SNAPSHOT, self.prefix)
+        assembler = snapshot.SnapshotAssembler(key)
+        for msg in self.read_range(snapshots, self.snapshot_partition(partition), 0, None):
+            assembler.add(msg.key(), msg.value())
+        return snapshot.decode_or_rebuild(assembler.latest, f"{topic}[{partition}]")
+
+    def read_range(
+        self, topic: str, partition: int, start: int, end: int | None
+    ) -> Iterator[Message]:
+        """Committed records of one partition from `start` up to `end` (exclusive) or its end,
+        through the one reader of the rebuilds (a new client spends half a second learning
+        each topic's metadata: a rebuild that made two per partition took a second each)."""
+
+        def silent(seconds: float) -> None:
+            if not self.running():
+                raise StopRequested(f"stopped while rebuilding {topic}/{partition}")
+            if seconds > self.silence_s:
+                raise ServiceHalted(
+                    f"the broker did not answer for {self.silence_s:.0f} s while rebuilding "
+                    f"{topic}/{partition} from its log; check that the broker at "
+                    f"{self.bootstrap} is up, then start the service again"
+                )
+
+        if end is not None and start >= end:  # (0 would read as "from the beginning")
+            return iter(())
+        return kafka.read_range(
+            self.reader, topic, partition, start or OFFSET_BEGINNING, end, on_silence=silent
+        )
+
+    @cached_property
+    def reader(self) -> Consumer:
+        """The rebuilds' reader, told every topic it will read at once (a topic it first
+        meets on assignment costs half a second before its first fetch)."""
+        reader = kafka.read_committed_consumer(
+            self.bootstrap, f"{self.group}-rebuild",
+            # a start the log no longer has is an error to report, never a silent jump
+            extra={"fetch.wait.max.ms": 10, "auto.offset.reset": "error"},
+        )  # fmt: skip
+        for topic in [*self.roles, topic_name(TopicRole.SNAPSHOT, self.prefix)]:
+            reader.list_topics(topic, timeout=10)
+        return reader
+
+    def close(self) -> None:
+        if "reader" in vars(self):
+            self.reader.close()
+
+    def _worker(
+        self, tp: TopicPartition, driver: ReducerDriver, producer: Producer, tail: Tail
+    ) -> PartitionWorker:
+        worker = PartitionWorker(self.roles[tp.topic], tp.partition, driver, producer, tail.end)
+        if tail.start:
+            worker.rebuilt_from_snapshot_at = tail.start
+        return worker
+
+    @staticmethod
+    def _said(topic: str, partition: int, tail: Tail, how: str = "") -> None:
+        log.info(
+            "rebuilt %s/%d from %s + %d records%s", topic, partition,
+            f"snapshot@{tail.start}" if tail.start else "the beginning", len(tail.values), how,
+        )  # fmt: skip
+
+
+def _key(tp: TopicPartition) -> Key:
+    return tp.topic, tp.partition

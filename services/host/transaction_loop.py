@@ -1,0 +1,507 @@
+"""The transaction loop: hosts the reducers of the partitions this instance owns, over Kafka.
+
+Per owned input partition there is one transactional producer whose transactional id names
+the partition, so whoever owned it before is fenced when a new owner starts. Each batch is
+one transaction (`transactions.PartitionCommit`): the derived events, the dead letters, the
+input offsets (through the consumer group) and now and then a snapshot commit together, so a
+reader with `read_committed` sees every decision exactly once. A new owner rebuilds the state
+from the latest snapshot plus the tail of the log up to the committed offset before it
+processes anything new (`rebuild.py`). The clock (`clock.py`) appends TimerFired events to the
+owned partitions for the owners whose next deadline has come: time reaches the reducers only
+through the log, so replay fires every timeout where it fired live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.topics import INPUT_ROLES, TopicRole
+
+from .. import kafka
+from ..control.driver import ReducerDriver
+from ..control.job_status import awaited_by_clients
+from ..control.partitioning import misrouted
+from ..kafka import SERVICES_GROUP_PREFIX, partitions_of
+from . import snapshot
+from .clock import Clock, timers_fired
+from .errors import ServiceHalted, StopRequested, topic_gone
+from .health import HealthReport
+from .partition_worker import PartitionWorker
+from .rebuild import Rebuilder
+from .stop_signals import on_stop_signal
+from .transactions import (
+    SEND_OFFSETS_TIMEOUT_S,
+    PartitionCommit,
+    TransactionWriter,
+    Wedged,
+    retire,
+)
+
+log = logging.getLogger("jobledger.runtime")
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    batch_size: int = 500
+    snapshot_every: int = 10_000
+    """Snapshot a partition after this many inputs since its last snapshot (0: never)..."""
+    snapshot_interval_s: float = 60.0
+    """...or once this long has passed with inputs since the last one (0: never)."""
+    timer_interval_ms: int = 1_000
+    """Look this often for owners whose deadline has come, and append a TimerFired for each
+    (0: no clock)."""
+    health_interval_s: float = 10.0
+    idle_commit_interval_s: float = 1.0
+    """Inputs that derive nothing are committed with the next transaction that has output, or
+    after this long: a transaction per tiny batch of such inputs (a task's end told to its
+    TaskExecutor, a heartbeat) cost more than the reducing."""
+    poll_timeout_s: float = 0.1
+    """How long one poll waits for the first record when there is none; it returns as soon as
+    one arrives, so this bounds only how late an idle service looks at its clock."""
+    stop_deadline_s: float = 15.0
+    """After SIGTERM, the current transaction may finish; a process still running this long
+    after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
+    open transaction is aborted by the broker and the next owner redoes it."""
+    session_timeout_ms: int = kafka.SESSION_TIMEOUT_MS
+    client_grace_s: float = 5.0
+    """How long past its own timeout a librdkafka call may take before it counts as stuck."""
+    rebuild_silence_s: float = 60.0
+    """A rebuild that hears nothing from the broker this long stops the service (it cannot
+    own a partition whose log it cannot read) instead of waiting forever."""
+
+
+@dataclass
+class ServiceRuntime:
+    bootstrap: str
+    prefix: str
+    config: RuntimeConfig = field(default_factory=RuntimeConfig)
+    driver_factory: Callable[[], ReducerDriver] = ReducerDriver
+    workers: dict[tuple[str, int], PartitionWorker] = field(default_factory=dict)
+    running: bool = True
+    failure: BaseException | None = None
+    """What stopped `run()` if it did not stop cleanly (a host thread reads it)."""
+    registry_url: str | None = None
+    """A schema registry: decisions are written in the Confluent wire format, and inputs in
+    it can be read (single-object encoded inputs are read either way)."""
+
+    def __post_init__(self) -> None:
+        self.serde = EventSerde(registry_url=self.registry_url)
+        self.group = f"{SERVICES_GROUP_PREFIX}{self.prefix}"
+        self.consumer = kafka.read_committed_consumer(self.bootstrap, self.group, extra={
+            "session.timeout.ms": self.config.session_timeout_ms,
+            "heartbeat.interval.ms": min(
+                kafka.HEARTBEAT_INTERVAL_MS, self.config.session_timeout_ms // 3
+            ),
+            "enable.partition.eof": False,
+            # a rebalance moves only the partitions that change owner: the others are not
+            # given up and rebuilt each time an instance comes or goes
+            "partition.assignment.strategy": "cooperative-sticky",
+            "fetch.wait.max.ms": 10,
+            "error_cb": self._client_error,
+            # a topic grown or re-created under the service is noticed within seconds
+            # (the rebalance it causes meets `_check_partition_counts`), not 5 minutes
+            "topic.metadata.refresh.interval.ms": 5_000,
+        })  # fmt: skip
+        self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
+        self.clock = Clock(self.config.timer_interval_ms)
+        self.health = HealthReport(self.config.health_interval_s)
+        self.rebuilder = Rebuilder(
+            self.bootstrap, self.group, self.prefix, self.roles, self.driver_factory,
+            self._admit_value, self._count_partitions, lambda: self.running,
+            self.config.rebuild_silence_s,
+        )  # fmt: skip
+        self.writer = TransactionWriter(
+            self.bootstrap, self.prefix, self.serde, self.consumer.consumer_group_metadata,
+            topic_name(TopicRole.SNAPSHOT, self.prefix), self.rebuilder.snapshot_partition,
+            lambda: self.running, self.config.client_grace_s,
+        )  # fmt: skip
+        self._partition_counts: dict[str, int] = {}
+        """Partitions of each input topic, counted at the first assignment (where a key
+        belongs depends on them) and checked again at every later one: they may never change."""
+        self._broker_down_since: float | None = None
+        self._deadline: threading.Timer | None = None
+        """Started by the first stop signal: exits the process when it runs out."""
+        self._abandoned: list[Producer] = []
+        """Producers left behind with a thread stuck inside (never closed under it)."""
+
+    # -- ownership -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.consumer.subscribe(
+            list(self.roles), on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )  # fmt: skip
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._broker_back()
+        self._check_partition_counts()
+        # the producers first: each fences the previous owner's and aborts its open
+        # transaction, whose offsets would otherwise keep the committed offsets unstable (a
+        # read_committed fetch of them waits) until the broker's transaction timeout. Each
+        # init waits on the broker's fencing, so they run side by side.
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        producers = dict(zip(keys, self.writer.producers(keys), strict=True))
+        self.workers.update(
+            self.rebuilder.rebuild_all(consumer.committed(partitions, timeout=30), producers)
+        )
+        log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
+
+    def _check_partition_counts(self) -> None:
+        """Keys are placed by the partition count: one that changes under a running service
+        (a topic re-created or grown) moves every key to another partition, and the state
+        rebuilt from the old ones belongs to other owners. The ResourceManager is one reducer,
+        so its topic has one partition."""
+        try:
+            counts = {topic: self._count_partitions(topic) for topic in self.roles}
+        except LookupError as exc:
+            raise topic_gone(f"an input topic is gone ({exc})") from exc
+        rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, self.prefix)
+        if counts[rm_topic] != 1:
+            raise ServiceHalted(
+                f"topic {rm_topic} has {counts[rm_topic]} partitions; the ResourceManager is "
+                "one reducer and its topic must have exactly 1. Re-create the cluster's "
+                "topics with `jobledger topics create` under a new prefix."
+            )
+        changed = {
+            topic: (self._partition_counts[topic], n)
+            for topic, n in counts.items()
+            if topic in self._partition_counts and self._partition_counts[topic] != n
+        }
+        if changed:
+            raise ServiceHalted(
+                "partition counts changed under the running service ("
+                + ", ".join(f"{t}: {old} -> {new}" for t, (old, new) in sorted(changed.items()))
+                + "): every key now hashes to another partition than its history. Restore the "
+                "topics as they were, or start over with new topics (another prefix)."
+            )
+        self._partition_counts = self._partition_counts or counts
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            worker = self.workers.pop((tp.topic, tp.partition), None)
+            if worker is not None and worker.uncommitted_since is not None:
+                with contextlib.suppress(KafkaException):  # the next owner redoes them
+                    self._commit(worker, [], giving_up=True)
+        log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group session ended (its coordinator silent past the session timeout): the
+        partitions may be another's already, and a commit of their offsets would wait on that
+        coordinator only to be refused. Their inputs since the last commit are the next
+        owner's to redo."""
+        for tp in partitions:
+            self.workers.pop((tp.topic, tp.partition), None)
+        log.warning("lost %s (the group session ended); rejoining",
+                    sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))  # fmt: skip
+
+    def _count_partitions(self, topic: str) -> int:
+        return len(partitions_of(self.consumer, topic))
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self, handle_signals: bool = True) -> None:
+        """Until SIGTERM/SIGINT (or `stop()`): consume, reduce, produce and commit, batch by
+        batch; a signal lets the current transaction finish first."""
+        if handle_signals:
+            on_stop_signal(self._on_signal)
+        self.start()
+        try:
+            while self.running:
+                self.step()
+            self._commit_idle(0)
+        except StopRequested as exc:
+            log.info("%s", exc)
+        except ServiceHalted as exc:
+            self.failure = exc
+            log.error("%s", exc)
+            raise
+        except BaseException as exc:
+            self.failure = exc
+            log.exception("the service runtime stopped on an error")
+            raise
+        finally:
+            self.consumer.close()
+            self.rebuilder.close()
+            log.info("stopped")
+
+    def stop(self, *_: object) -> None:
+        self.running = False
+
+    def _on_signal(self, signum: int) -> None:
+        """Stop after the current transaction, and exit regardless once the deadline passes:
+        a call blocked on an unreachable broker must not keep the process alive. Heard twice
+        for one signal (`stop_signals`): the deadline counts from the first."""
+        self.stop()
+        if self._deadline is not None:
+            return
+        deadline = self.config.stop_deadline_s
+
+        def expire() -> None:
+            log.error("still running %.0f s after signal %d (the broker does not answer?); "
+                      "exiting now: the open transaction is aborted and the next owner redoes "
+                      "it", deadline, signum)  # fmt: skip
+            logging.shutdown()
+            os._exit(3)
+
+        self._deadline = threading.Timer(deadline, expire)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def step(self) -> int:
+        """One poll: process what arrived, partition by partition; tick the clock when due."""
+        batches: dict[tuple[str, int], list[Message]] = {}
+        for msg in kafka.consume_available(
+            self.consumer, self.config.batch_size, self.config.poll_timeout_s
+        ):
+            if msg.error():
+                self._consumer_error(msg)
+                continue
+            self._broker_back()
+            batches.setdefault((msg.topic(), msg.partition()), []).append(msg)
+        for key, messages in batches.items():
+            worker = self.workers.get(key)
+            if worker is not None:
+                self._process(worker, messages)
+        self._commit_idle(self.config.idle_commit_interval_s)
+        self._tick_if_due()
+        self.health.report_if_due(self.consumer, self.workers)
+        return sum(len(m) for m in batches.values())
+
+    def _consumer_error(self, msg: Message) -> None:
+        """A deleted input topic stops the service: its partitions' history is gone."""
+        error = msg.error()
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            return
+        self._check_session(error)
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC) and (
+            msg.topic() in self.roles
+        ):
+            raise topic_gone(f"input topic {msg.topic()} is gone ({error.str()})")
+        log.warning("consumer error: %s", error)
+
+    def _client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-wide errors. A lost broker is reported once, at ERROR, and the
+        service waits for it: librdkafka reconnects, the group assigns the partitions again
+        and their state is rebuilt from the log. Connection errors of single sockets are
+        librdkafka's own to retry (it logs them)."""
+        self._check_session(error)
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            if self._broker_down_since is None:
+                self._broker_down_since = time.monotonic()
+                # librdkafka's own text counts brokers oddly ("0/2 brokers are down")
+                log.error("the broker at %s cannot be reached: every connection to it is "
+                          "down. Waiting for it: the service goes on where it left off once it "
+                          "is back. If it does not come back, check it (`jobledger broker "
+                          "--status`)", self.bootstrap)  # fmt: skip
+        elif error.code() not in (KafkaError._TRANSPORT, KafkaError._RESOLVE):
+            log.warning("Kafka client error: %s", error.str())
+
+    def _check_session(self, error: KafkaError) -> None:
+        if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            raise ServiceHalted(
+                f"the broker refuses a group session of {self.config.session_timeout_ms} ms "
+                "(outside its group.min/max.session.timeout.ms): pass --session-timeout-ms "
+                "within them (6000 for Apache Kafka's defaults), or lower the broker's minimum"
+            )
+
+    def _broker_back(self) -> None:
+        if self._broker_down_since is not None:
+            log.info("the broker is back after %.0f s", time.monotonic() - self._broker_down_since)
+            self._broker_down_since = None
+
+    # -- reducing ------------------------------------------------------------------------
+
+    def _process(self, worker: PartitionWorker, messages: list[Message]) -> None:
+        outputs: list[Event] = []
+        for msg in messages:
+            if msg.offset() < worker.next_offset:
+                continue
+            outputs += self._reduce(worker, msg)
+            worker.next_offset = msg.offset() + 1
+            worker.since_snapshot += 1
+            worker.processed += 1
+        if outputs or worker.awaited or self._snapshot_due(worker):
+            self._commit(worker, outputs)
+        elif worker.uncommitted_since is None:
+            worker.uncommitted_since = time.monotonic()
+
+    def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
+        """The input's decisions, or a dead letter if no reducer may see it."""
+        event, refusal = self._admit_value(msg.topic(), msg.partition(), msg.value(),
+                                           worker.driver)  # fmt: skip
+        if event is None:
+            return [DeadLettered(
+                event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
+                event_time=msg.timestamp()[1], producer="runtime", source_topic=msg.topic(),
+                source_partition=msg.partition(), source_offset=msg.offset(),
+                original_key=msg.key(), original_value=msg.value(), reason=str(refusal),
+            )]  # fmt: skip
+        worker.awaited |= awaited_by_clients(event)
+        return worker.driver.process(event)
+
+    def _admit_value(
+        self, topic: str, partition: int, value: bytes | None, driver: ReducerDriver
+    ) -> tuple[Event | None, str | None]:
+        """The event of a record of `topic`/`partition`, or why no reducer may see it: not a
+        decodable event, not where its route puts it (another topic, or a partition its key
+        does not hash to), or a producer it may not claim (`ReducerDriver.refusal`)."""
+        try:
+            event = self.serde.decode(value, topic)
+        except DecodeError as exc:
+            return None, str(exc)
+        reason = misrouted(
+            event, self.roles[topic], partition, self._partition_counts[topic]
+        ) or driver.refusal(event)
+        return (None, reason) if reason else (event, None)
+
+    # -- committing ----------------------------------------------------------------------
+
+    def _commit(
+        self, worker: PartitionWorker, outputs: list[Event], giving_up: bool = False
+    ) -> None:
+        """One transaction: the decisions, the input offsets and, when due, a snapshot;
+        `giving_up` for a partition being given up (its next owner starts over)."""
+        topic = topic_name(worker.role, self.prefix)
+        unit = PartitionCommit(
+            outputs, TopicPartition(topic, worker.partition, worker.next_offset),
+            self._snapshot(worker, topic) if self._snapshot_due(worker) else [],
+        )  # fmt: skip
+        if self._transaction(worker, unit, restore=not giving_up, giving_up=giving_up):
+            worker.uncommitted_since = None
+            worker.awaited = False
+
+    def _transaction(
+        self, worker: PartitionWorker, unit: PartitionCommit, *, restore: bool,
+        giving_up: bool = False,
+    ) -> bool:  # fmt: skip
+        """Commit `unit` with the worker's producer. If it fails short of fatal (a timeout, a
+        lost coordinator, a full queue, a stuck call), the producer is never used again and,
+        unless the partition is being given up, a new one takes its place: making it fences
+        the old one and aborts its open transaction. librdkafka lacks KIP-890 (Kafka's
+        hardened transactions): a producer whose commit or abort did not complete in time may
+        still deliver them late, into its next transaction (Jepsen saw aborted reads, lost
+        writes and torn transactions of that kind), while a fenced one cannot. With
+        `restore`, the worker then goes back to its last committed offset: its reducers have
+        seen inputs whose decisions were just thrown away, and going on from there would lose
+        them. A fatal error (fenced: another instance owns the partition now) is raised."""
+        producer = worker.producer
+        try:
+            self.writer.commit(producer, worker.partition, unit)
+            return True
+        except Wedged:
+            log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
+                      "is stuck; see its issue #5511); leaving that producer behind%s",
+                      worker.role.value, worker.partition,
+                      SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
+                      "" if giving_up else " and fencing it with a new one")  # fmt: skip
+            self._abandoned.append(producer)  # a thread is still inside: never closed under it
+            if not giving_up:
+                self._renew_producers(worker)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.INVALID_TIMESTAMP:
+                what = f"{worker.role.value}/{worker.partition}'s transaction"
+                raise ServiceHalted(kafka.clock_skew(exc.args[0], what)) from exc
+            if exc.args[0].fatal():
+                raise ServiceHalted(
+                    f"{worker.role.value}/{worker.partition}: the broker refused this "
+                    f"instance's transactions for good ({exc.args[0].str()}). Another instance "
+                    "has taken the partition over (its producer fenced this one): two services "
+                    "on the same partitions, or this one stalled past its session timeout. "
+                    "This instance stops; the other goes on. Start it again to rejoin the group."
+                ) from exc
+            log.warning("%s/%d: transaction failed (%s); %s", worker.role.value,
+                        worker.partition, exc.args[0].str(),
+                        "left to the next owner" if giving_up
+                        else "its producer is replaced")  # fmt: skip
+            retire(producer)
+        if not giving_up:  # when giving the partition up, a new producer would fence the next owner
+            worker.producer = self.writer.producer(
+                topic_name(worker.role, self.prefix), worker.partition
+            )
+            if restore:
+                log.warning("%s/%d: going back to the committed offset", worker.role.value,
+                            worker.partition)  # fmt: skip
+                self._restore(worker)
+        return False
+
+    def _renew_producers(self, stuck: PartitionWorker) -> None:
+        """Give every other owned partition a new producer as well (none is inside a
+        transaction: they run one at a time). In librdkafka's issue #5511, a producer keeps a
+        group coordinator that left the cluster in its cache, and its next
+        `send_offsets_to_transaction` blocks the same way: the partitions wedged one after
+        another, 20 s apiece (a rolling restart stalled the services 31-39 s). A new producer
+        looks the coordinator up afresh; making it fences the old one, which had nothing
+        open."""
+        others = [w for w in self.workers.values() if w is not stuck]
+        if not others:
+            return
+        keys = [(topic_name(w.role, self.prefix), w.partition) for w in others]
+        for other, producer in zip(others, self.writer.producers(keys), strict=True):
+            retire(other.producer)
+            other.producer = producer
+        log.warning("gave the %d other partitions new producers too (librdkafka #5511)",
+                    len(others))  # fmt: skip
+
+    def _restore(self, worker: PartitionWorker) -> None:
+        """Rebuild the worker from its committed offset and fetch again from there."""
+        topic = topic_name(worker.role, self.prefix)
+        committed = self.consumer.committed([TopicPartition(topic, worker.partition)], 30)[0]
+        self.workers[(topic, worker.partition)] = self.rebuilder.rebuild(committed, worker.producer)
+        start = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+        self.consumer.seek(TopicPartition(topic, worker.partition, start))
+
+    def _commit_idle(self, older_than_s: float) -> None:
+        """Commit the offsets of inputs that derived nothing, once they wait long enough."""
+        now = time.monotonic()
+        for worker in list(self.workers.values()):
+            since = worker.uncommitted_since
+            if since is not None and now - since >= older_than_s:
+                self._commit(worker, [])
+
+    def _snapshot_due(self, worker: PartitionWorker) -> bool:
+        every, interval = self.config.snapshot_every, self.config.snapshot_interval_s
+        if not worker.since_snapshot:
+            return False
+        return bool(
+            (every and worker.since_snapshot >= every)
+            or (interval and time.monotonic() - worker.last_snapshot >= interval)
+        )
+
+    def _snapshot(self, worker: PartitionWorker, topic: str) -> list[tuple[bytes, bytes]]:
+        """The worker's state as snapshot records; the count starts again (a transaction that
+        fails rebuilds the worker, and its count with it)."""
+        data = snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset))
+        records = snapshot.chunk_records(f"{topic}/{worker.partition}", worker.next_offset, data)
+        worker.since_snapshot = 0
+        worker.last_snapshot = time.monotonic()
+        return list(records)
+
+    def _tick_if_due(self) -> None:
+        now_ms = self.clock.tick()
+        if now_ms is None:
+            return
+        for worker in list(self.workers.values()):
+            fired = timers_fired(worker.driver, worker.role, now_ms)
+            if fired:
+                # nothing reduced yet (the TimerFired are reduced when read back): the next
+                # tick tries again
+                self._transaction(worker, PartitionCommit(fired, None), restore=False)
