@@ -1,84 +1,86 @@
-"""Feeds a real broker's topics through the ReducerDriver and writes the decisions back, until
-nothing new arrives: enough of a runtime to test reducers over Kafka (the real service
-runtime, with snapshots and exactly-once offsets, is its own issue)."""
+"""Rounds of inputs decided by the real service runtime over a real broker: the test appends
+inputs, and the runtime, stepped in the test's own thread, consumes, decides and commits
+until every input partition is read past its last record. The state is the runtime's own
+(its partitions' reducers, merged into the cluster-wide view replay gives)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
+from jobledger.projections.log.log_file import LogRecord, read_events
+from jobledger.projections.log.positions import log_order
 from jobledger.schemas import Event, EventSerde, topic_name
-from jobledger.schemas.topics import TopicRole
-from jobledger.services.control.driver import ReducerDriver
-from jobledger.services.kafka import (
-    partitions_of,
-    read_committed_consumer,
-    transactional_producer,
-)
-
-ROLES = (TopicRole.JOB, TopicRole.RESOURCE_MANAGER, TopicRole.TASK_EXECUTOR)
+from jobledger.schemas.topics import INPUT_ROLES
+from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
+from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
+from jobledger.services.kafka import append_events, partitions_of, transactional_producer
 
 
 class BrokerPump:
-    def __init__(self, bootstrap: str, prefix: str, driver: ReducerDriver) -> None:
-        self.prefix = prefix
-        self.driver = driver
-        self.serde = EventSerde()
-        self.producer = transactional_producer(bootstrap, "pump")
-        self.consumer = read_committed_consumer(bootstrap)
-        self.partitions = [
-            (topic_name(role, prefix), p)
-            for role in ROLES
-            for p in partitions_of(self.consumer, topic_name(role, prefix))
-        ]
-        self.consumer.assign([TopicPartition(t, p, -2) for t, p in self.partitions])
-        self.at_end: set[tuple[str, int]] = set()
-        self.log: list[Event] = []
+    def __init__(
+        self, bootstrap: str, prefix: str, driver_factory: Callable[[], ReducerDriver]
+    ) -> None:
+        self.bootstrap, self.prefix = bootstrap, prefix
+        self.runtime = ServiceRuntime(
+            bootstrap, prefix, RuntimeConfig(timer_interval_ms=0, idle_commit_interval_s=0),
+            driver_factory=driver_factory,
+        )  # fmt: skip
+        self.producer = transactional_producer(bootstrap, f"pump-{prefix}")
+        self.partitions = sum(
+            len(partitions_of(self.runtime.consumer, topic_name(role, prefix)))
+            for role in INPUT_ROLES
+        )
+        self.runtime.start()
+        self._step_until(lambda: len(self.runtime.workers) == self.partitions, "owning")
+        self.records: list[LogRecord] = []
         self.written: list[Event] = []
 
+    @property
+    def log(self) -> list[Event]:
+        """Every event read back so far: each round's new records in log order, after the
+        rounds before."""
+        return [r.event for r in self.records]
+
+    @property
+    def driver(self) -> ReducerDriver:
+        """The live state: the runtime's own reducers, merged into one cluster-wide view."""
+        drivers = {(w.role, w.partition): w.driver for w in self.runtime.workers.values()}
+        return PartitionedDriver(drivers=drivers).merged()
+
     def append(self, events: list[Event]) -> None:
-        """Write events in one transaction; the partitions they land in are not at end."""
-        delivered: list[tuple[str, int]] = []
-
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                raise KafkaException(err)
-            delivered.append((msg.topic(), msg.partition()))
-
-        self.producer.begin_transaction()
-        for event in events:
-            role, key = event.route()
-            topic = topic_name(role, self.prefix)
-            self.producer.produce(
-                topic, key=key.encode(), value=self.serde.encode(event, topic),
-                on_delivery=on_delivery,
-            )  # fmt: skip
-        self.producer.commit_transaction(30)
+        """Write events in one transaction, as a client would."""
+        append_events(self.producer, self.prefix, events, EventSerde())
         self.written.extend(events)
-        self.at_end -= set(delivered)
 
     def run_until_quiet(self, limit_s: float = 90) -> None:
-        """Consume, reduce, write back, until every partition is read to its end."""
+        """Step the runtime until it has committed past the last record of every input
+        partition, and the log it reads back holds nothing it has not seen."""
+        self._step_until(self._caught_up, "quiet", limit_s)
+        seen = {(r.role, r.partition, r.offset) for r in self.records}
+        self.records += [
+            r for r in log_order(read_events(self.bootstrap, self.prefix))
+            if (r.role, r.partition, r.offset) not in seen
+        ]  # fmt: skip
+
+    def _caught_up(self) -> bool:
+        last: dict[tuple[str, int], int] = {}
+        for r in read_events(self.bootstrap, self.prefix):
+            if r.role in INPUT_ROLES:
+                last[(topic_name(r.role, self.prefix), r.partition)] = r.offset
+        workers = self.runtime.workers
+        return all(
+            key in workers and workers[key].next_offset > offset
+            and workers[key].uncommitted_since is None
+            for key, offset in last.items()
+        )  # fmt: skip
+
+    def _step_until(self, done: Callable[[], bool], what: str, limit_s: float = 90) -> None:
         deadline = time.monotonic() + limit_s
-        while len(self.at_end) < len(self.partitions):
+        while not (self.runtime.step() == 0 and done()):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not quiet after {limit_s} s: {len(self.log)} events")
-            derived: list[Event] = []
-            for msg in self.consumer.consume(500, 0.2):
-                tp = (msg.topic(), msg.partition())
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        self.at_end.add(tp)
-                        continue
-                    raise KafkaException(msg.error())
-                self.at_end.discard(tp)
-                event = self.serde.decode(msg.value(), msg.topic())
-                self.log.append(event)
-                derived.extend(self.driver.process(event))
-            if derived:
-                self.append(derived)
+                raise TimeoutError(f"not {what} after {limit_s} s: {len(self.records)} events")
 
     def close(self) -> None:
-        self.consumer.close()
-        del self.producer
+        self.runtime.consumer.close()
+        self.runtime.rebuilder.close()

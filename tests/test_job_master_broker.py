@@ -20,9 +20,8 @@ class BrokerJobCluster(JobCluster):
     """The same harness, with every event going through Kafka topics."""
 
     def __init__(self, cluster) -> None:
-        self.pump = BrokerPump(cluster.bootstrap, cluster.prefix, ReducerDriver())
+        self.pump = BrokerPump(cluster.bootstrap, cluster.prefix, ReducerDriver)
         super().__init__()
-        self.driver = self.pump.driver
 
     def run(self, events: list[Event]) -> list[Event]:
         start = len(self.pump.log)

@@ -44,7 +44,7 @@ def cluster(module_cluster):
 @pytest.fixture(scope="module")
 def live(cluster):
     """The slot-management scenario played through the broker once; returns its pump."""
-    pump = BrokerPump(cluster.bootstrap, cluster.prefix, ReducerDriver())
+    pump = BrokerPump(cluster.bootstrap, cluster.prefix, ReducerDriver)
     clock = Clock()
     for step in (scenario.start_cluster, scenario.finish_job_a, scenario.lose_tm_4):
         pump.append(step(clock))
