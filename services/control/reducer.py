@@ -72,7 +72,10 @@ def handles(event_type: type[Event]) -> Callable[[F], F]:
 
 
 class Reducer:
-    """Base of SlotPool, ResourceManager and TaskExecutor."""
+    """The base of every reducer (JobMaster, SlotPool, ResourceManager, TaskExecutor): the
+    handler table built from `@handles`, and `apply`, which stamps the decisions with the
+    reducer's own `producer`. A component inside its owner (the SlotPool in the JobMaster)
+    is reached through `handle`, with its owner's `Decisions`."""
 
     producer: ClassVar[str]
     """The `producer` of the decisions; a reducer never consumes events it produced."""
