@@ -10,15 +10,9 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
-
-from tqdm import tqdm
 
 from jobledger.projections.debugging.tables import state_table
-from jobledger.projections.log.log_file import (
-    LogRecord,
-    write_export,
-)
+from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.projections.log.positions import Position, cut, log_order
 from jobledger.projections.log.replay import foreign, position, verify
 from jobledger.services.host.parallel import default_jobs
@@ -35,12 +29,7 @@ from .options import (
     registry_option,
 )
 
-tqdm.monitor_interval = 0
-"""No monitor thread: tqdm starts one with its first bar (shown or not) and never stops it,
-and a process with a second thread replays in one process (services/host/parallel.py)."""
-
 Subparsers = argparse._SubParsersAction
-T = TypeVar("T")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
