@@ -42,7 +42,7 @@ from jobledger.schemas.types import (
 from jobledger.services.client.dispatcher import now_ms, submit
 from jobledger.services.control.key_groups import assign_to_key_group
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
-from jobledger.services.kafka import create_topics, transactional_producer
+from jobledger.services.kafka import client_properties, create_topics, transactional_producer
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
@@ -126,9 +126,11 @@ class Cluster:
         self.services_thread.start()
         progress("services started (JobMaster, ResourceManager, TaskExecutors)")
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        config = RunnerConfig(self.bootstrap, self.prefix, self.work / "checkpoint",
-                              slots=self.slots, master=self.master,
-                              data_roots=self.data_roots)  # fmt: skip
+        config = RunnerConfig(
+            self.bootstrap, self.prefix, self.work / "checkpoint", slots=self.slots,
+            master=self.master, data_roots=self.data_roots,
+            client_properties=tuple(client_properties().items()),
+        )  # fmt: skip
         progress(f"starting Spark ({self.master}) ...")
         self.runner = TaskRunner(config)
         self.runner.spark.sparkContext.setLogLevel("ERROR")

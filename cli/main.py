@@ -35,7 +35,7 @@ from . import (
     tail,
     ui,
 )
-from .options import CommandFailed, connection_options
+from .options import CommandFailed, connection_options, use_client_properties
 
 
 def _version() -> str:
@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        use_client_properties(args)
         return args.func(args)
     except argparse.ArgumentTypeError as exc:
         getattr(args, "parser", parser).error(str(exc))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
-from jobledger.services import kafka
+from jobledger.services import client_properties, kafka
 from jobledger.services.configuration import Configuration, ConfigurationError
 from jobledger.services.local import broker
 
@@ -68,7 +69,31 @@ def connection_options(
         "--topic-prefix",
         help=f"prefix of every topic name (default: ${kafka.PREFIX_ENV}, {prefix_default})",
     )
+    common.add_argument(
+        "-F", "--client-config", dest="client_config", action="append", type=Path,
+        default=[], metavar="FILE",
+        help="Kafka client properties file, key=value lines as kcat's -F reads them (SASL, "
+        f"TLS...; default: ${client_properties.FILE_ENV})",
+    )  # fmt: skip
+    common.add_argument(
+        "-X",
+        dest="client_property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka client property, as kcat's -X (after the file's)",
+    )
     return common
+
+
+def use_client_properties(args: argparse.Namespace) -> None:
+    """Give the client properties of `-F`/`-X` to every Kafka client this command builds.
+    A property jobledger owns or librdkafka refuses stops the command in one line."""
+    files, pairs = getattr(args, "client_config", []), getattr(args, "client_property", [])
+    try:
+        kafka.use_client_properties(client_properties.load(files, pairs))
+    except client_properties.ClientPropertiesError as exc:
+        raise CommandFailed(str(exc)) from exc
 
 
 def registry_option(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .options import (
     positive_float,
     positive_int,
     prefix_of,
+    use_client_properties,
 )
 
 
@@ -126,6 +128,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         master=args.master,
         heartbeat_interval_s=args.heartbeat_interval,
         checkpoint_mismatch=args.checkpoint_mismatch,
+        client_properties=tuple(kafka.client_properties().items()),
     )
     runner = TaskRunner(config)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
@@ -165,4 +168,10 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
         description="the jobledger task runner, for spark-submit",
     )  # fmt: skip
     add_runner_arguments(parser, None)
-    return cmd_runner(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        use_client_properties(args)
+        return cmd_runner(args)
+    except CommandFailed as exc:
+        print(f"jobledger runner: {exc}", file=sys.stderr)
+        return 1

@@ -176,10 +176,39 @@ def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float 
             time.sleep(0.05)
 
 
+_client_properties: dict[str, str] = {}
+
+
+def use_client_properties(properties: dict[str, str]) -> None:
+    """The operator's client properties (`client_properties.load`: security, tuning), given
+    to every client this process builds from now on. Set once, by the command line as a
+    command starts, or by a Spark task from the settings its driver sent."""
+    _client_properties.clear()
+    _client_properties.update(properties)
+
+
+def refusal_of(properties: dict[str, str]) -> str | None:
+    """What librdkafka says of `properties` (an unknown key, a value it does not accept), or
+    None: a client with no broker to go to is built and thrown away."""
+    try:
+        Producer({**properties, "bootstrap.servers": "", "log_level": 0})
+    except KafkaException as exc:
+        return exc.args[0].str()
+    return None
+
+
+def client_properties() -> dict[str, str]:
+    """The properties `use_client_properties` set (a copy, to hand to another process)."""
+    return dict(_client_properties)
+
+
 def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
     """An admin client; `quiet` keeps librdkafka's connection errors off the terminal (for
     a probe whose failure the caller reports itself)."""
-    return AdminClient({"bootstrap.servers": bootstrap, **({"log_level": 0} if quiet else {})})
+    return AdminClient({
+        "bootstrap.servers": bootstrap, **_client_properties,
+        **({"log_level": 0} if quiet else {}),
+    })  # fmt: skip
 
 
 def list_topics(bootstrap: str) -> dict[str, int]:
@@ -258,7 +287,7 @@ def producer(
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
         **ONE_REQUEST_IN_FLIGHT,
-        **RETRY_BACKOFF, **REQUEST_TIMEOUT, **(extra or {}),
+        **RETRY_BACKOFF, **REQUEST_TIMEOUT, **_client_properties, **(extra or {}),
     })  # fmt: skip
     connect(made, init_timeout_s)
     if init:
@@ -331,6 +360,7 @@ def read_committed_consumer(
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             **REQUEST_TIMEOUT,
+            **_client_properties,
             **(extra or {}),
         }
     )

@@ -47,6 +47,7 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
 
+from ..client_properties import java_properties
 from ..control.decisions import derived_id
 from ..kafka import TYPE_HEADER, append_events
 from . import checkpoint, task
@@ -110,6 +111,10 @@ class RunnerConfig:
     `foreachBatch`, through which the driver hands deployments to Spark jobs it can cancel."""
     checkpoint_mismatch: checkpoint.OnMismatch = "restart"
     """What to do with a checkpoint that does not fit the log (`checkpoint.py`)."""
+    client_properties: tuple[tuple[str, str], ...] = ()
+    """The operator's Kafka client properties (`-F`/`-X`: SASL, TLS...), for the executors'
+    clients and the Kafka source; the driver's own clients have them from the process
+    (`kafka.use_client_properties`, which the command line calls with the same)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -163,7 +168,7 @@ class TaskRunner:
         self.settings = task.RunnerSettings(
             config.bootstrap, config.prefix, config.allowed_modules, self.gate.url,
             lease_url=self.gate.lease_url, transactional_id=f"{self.transactional_id}-task",
-            data_roots=config.data_roots,
+            data_roots=config.data_roots, client_properties=config.client_properties,
         )  # fmt: skip
         slots = config.slots or self.spark.sparkContext.defaultParallelism
         self.slots = max(1, slots)
@@ -229,6 +234,7 @@ class TaskRunner:
             # the native source reads uncommitted records unless told; the services write
             # transactionally, so both formats read committed records only
             .option("kafka.isolation.level", "read_committed")
+            .options(**self._client_options())
         )
         if self.format == FORMAT:
             # a job's own slot records come just before its deployment: a micro-batch started
@@ -244,6 +250,14 @@ class TaskRunner:
             .trigger(processingTime=self.config.trigger_interval)
             .start()
         )  # fmt: skip
+
+    def _client_options(self) -> dict[str, str]:
+        """The client properties as the source's `kafka.*` options: librdkafka's names for
+        jobledger's own source, Java's for Spark's connector."""
+        properties = dict(self.config.client_properties)
+        if self.format != FORMAT:
+            properties = java_properties(properties)
+        return {f"kafka.{key}": value for key, value in properties.items()}
 
     def _fit_checkpoint(self) -> bool:
         """Check the checkpoint against the log (`checkpoint.fit`): True if it did not fit and

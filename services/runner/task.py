@@ -77,6 +77,8 @@ class RunnerSettings:
     data_roots: tuple[Path, ...] = ()
     """The directories (resolved on the driver when the runner started) that `text_file`
     sources and `file` sinks may use; none: no file is read or written."""
+    client_properties: tuple[tuple[str, str], ...] = ()
+    """The operator's Kafka client properties (`-F`/`-X`), for the executors' clients."""
 
 
 _serde = EventSerde()
@@ -283,6 +285,7 @@ def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterato
     whole lives in one shared transaction: a commit per no-op attempt was most of its cost.
     They write with the Python worker's producer, leased to this task and kept for the
     worker's next task if this one ends clean (`task_producers.py`)."""
+    kafka.use_client_properties(dict(settings.client_properties))
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     held = task_producers.acquire(
