@@ -67,7 +67,8 @@ from jobledger.cli import demo
 from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.services.control import job_master, resource_manager, slot_pool, task_executor
-from jobledger.services.kafka import admin_client, create_topics
+from jobledger.services.kafka import admin_client
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import apache_kafka, broker
 from jobledger.services.local.loopback import free_port, port_answers
 

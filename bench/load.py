@@ -115,11 +115,10 @@ from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import (
     TYPE_HEADER,
     append_events,
-    create_topics,
-    partitions_of,
     read_committed_consumer,
     transactional_producer,
 )
+from jobledger.services.kafka_topics import create_topics, partitions_of
 from jobledger.services.runner import task
 
 ROOT = Path(__file__).resolve().parent.parent

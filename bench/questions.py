@@ -40,10 +40,8 @@ from jobledger.schemas import topic_name
 from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerRegistered
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.host import snapshot
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    create_topics,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX
+from jobledger.services.kafka_topics import create_topics
 
 IDLE_TASK_EXECUTORS = 20
 IDLE_JOBS = 20

@@ -49,11 +49,10 @@ from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
 from jobledger.services.kafka import (
     SESSION_TIMEOUT_MS,
     append_events,
-    create_topics,
-    partitions_of,
     read_committed_consumer,
     transactional_producer,
 )
+from jobledger.services.kafka_topics import create_topics, partitions_of
 
 OWNS = "jobledger.runtime owns "
 GAVE_UP = "jobledger.runtime gave up "

@@ -75,7 +75,8 @@ from jobledger.services.control.partitioning import partition_of
 from jobledger.services.host.gc_policy import bulk_replay, settled
 from jobledger.services.host.parallel import default_jobs, run_groups
 from jobledger.services.host.snapshot import Snapshot, decode, encode
-from jobledger.services.kafka import PARTITIONER, create_topics, partitions_of
+from jobledger.services.kafka import PARTITIONER
+from jobledger.services.kafka_topics import create_topics, partitions_of
 
 PARTITIONS = 8
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)

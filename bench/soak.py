@@ -52,7 +52,8 @@ from jobledger.schemas.cluster import TaskManagerLost, TaskManagerRegistrationAc
 from jobledger.schemas.tasks import TaskExecutionStateChanged
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 from jobledger.services.client import dispatcher
-from jobledger.services.kafka import create_topics, transactional_producer
+from jobledger.services.kafka import transactional_producer
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.runner.task import PRODUCER as RUNNER_PRODUCER
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import argparse
 import signal
 import sys
 
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_topics
 from jobledger.services.home import home
 from jobledger.services.local import apache_kafka, broker
 
@@ -114,7 +114,7 @@ def _run_broker_in_foreground(ports: list[int]) -> int:
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
-    results = kafka.create_topics(
+    results = kafka_topics.create_topics(
         bootstrap_of(args), prefix_of(args), args.partitions, args.replication_factor
     )
     for r in results:
@@ -126,7 +126,7 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     prefix = prefix_of(args)
-    for name, partitions in sorted(kafka.list_topics(bootstrap_of(args)).items()):
+    for name, partitions in sorted(kafka_topics.list_topics(bootstrap_of(args)).items()):
         if name.startswith(prefix):
             print(f"{name}\t{partitions} partitions")
     return 0

@@ -22,7 +22,7 @@ from jobledger.projections.log.log_index import IndexedCut, LogIndex
 from jobledger.projections.log.positions import FORMS, Cut, Position, PositionError, cut
 from jobledger.schemas import DecodeError, EventSerde, topic_name
 from jobledger.schemas.timers import TimerFired
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_reads, kafka_topics
 from jobledger.services.control.driver import ReducerDriver
 
 from .log_source import cut_of, log_index, log_options, ordered_log, reducers_of, replayed
@@ -132,11 +132,11 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
     starts = {
         (topic, p): upto.offsets.get(f"{role.value}/{p}", -1) + 1
         for topic, role in roles.items()
-        for p in kafka.partitions_of(consumer, topic)
+        for p in kafka_topics.partitions_of(consumer, topic)
     }
     seen = {r.event.event_id: r for r in upto.records}
     try:
-        for msg in kafka.follow(consumer, starts):
+        for msg in kafka_reads.follow(consumer, starts):
             try:
                 event = serde.decode(msg.value(), msg.topic())
             except DecodeError:

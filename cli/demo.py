@@ -42,7 +42,8 @@ from jobledger.schemas.types import (
 from jobledger.services.client.dispatcher import now_ms, submit
 from jobledger.services.control.key_groups import assign_to_key_group
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
-from jobledger.services.kafka import client_properties, create_topics, transactional_producer
+from jobledger.services.kafka import client_properties, transactional_producer
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 

@@ -33,7 +33,7 @@ from jobledger.projections.log.replay import replay
 from jobledger.schemas import EventSerde, event_to_dict
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import JobStatus
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_topics
 from jobledger.services.client import dispatcher
 from jobledger.services.client.dispatcher import JobGraphRefused
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
@@ -331,7 +331,7 @@ def _services_progress(args: argparse.Namespace, ordered: list[LogRecord], now_m
         return f"not for the services: they have read every record of the job{last}"
     first = unread[0]
     group = f"{kafka.SERVICES_GROUP_PREFIX}{prefix}"
-    members = kafka.group_members(bootstrap_of(args), group)
+    members = kafka_topics.group_members(bootstrap_of(args), group)
     ago = max(0.0, (now_ms - first.timestamp) / 1000)
     unread_line = (
         f"the services to read {len(unread)} of the job's records (the first: "

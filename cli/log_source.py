@@ -24,7 +24,7 @@ from jobledger.projections.log.log_index import LogIndex, open_index
 from jobledger.projections.log.positions import Cut, cut, log_order
 from jobledger.projections.log.replay import ReplayResult, replay
 from jobledger.schemas import Event, EventSerde
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_reads
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.host.gc_policy import bulk_replay
 
@@ -77,7 +77,7 @@ def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRec
     if from_file is not None:
         with bulk_replay():
             return list(progress(read_export(from_file), f"reading {from_file}"))
-    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
     try:
         with bulk_replay():
             records = list(progress(read_log(
@@ -167,7 +167,7 @@ def live_log(
     to), `--no-snapshots`."""
     if any(getattr(args, option, None) for option in ("file", "at", "conf", "no_snapshots")):
         return None
-    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
     try:
         live = read_live(
             consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry), asked,

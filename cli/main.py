@@ -17,7 +17,8 @@ from jobledger.projections.log.log_file import ExportUnreadable
 from jobledger.projections.log.positions import PositionError
 from jobledger.services.client.dispatcher import JobGraphRefused
 from jobledger.services.host.parallel import ReplayWorkerFailed
-from jobledger.services.kafka import BrokerUnreachable, TopicNotFound
+from jobledger.services.kafka import BrokerUnreachable
+from jobledger.services.kafka_topics import TopicNotFound
 from jobledger.services.local.loopback import BrokerError
 from jobledger.services.runner.kv_state import KvStateLookupError
 

@@ -32,7 +32,7 @@ from jobledger.projections.log.log_file import LOG_ROLES, read_export
 from jobledger.schemas import EVENTS_BY_NAME, DecodeError, Event, EventSerde, event_to_dict
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole, topic_name
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_topics
 
 from .options import bootstrap_of, epoch_ms, non_negative_int, prefix_of, registry_option
 
@@ -232,16 +232,16 @@ def _file_start(start: Start, rows: list) -> int:
 def _from_broker(args: argparse.Namespace, position: Position) -> Iterator[Shown]:
     bootstrap = bootstrap_of(args)
     prefix = prefix_of(args)
-    topic = kafka.resolve_topic(args.topic, prefix)
+    topic = kafka_topics.resolve_topic(args.topic, prefix)
     where = next((r.value for r in TopicRole if topic_name(r, prefix) == topic), topic)
     serde = EventSerde(registry_url=args.schema_registry)
     # as kcat: an offset past a partition's end waits at the end instead of starting over
     consumer = kafka.read_committed_consumer(bootstrap, extra={"auto.offset.reset": "latest"})
     try:
-        partitions = kafka.partitions_of(consumer, topic)
+        partitions = kafka_topics.partitions_of(consumer, topic)
         if args.partition is not None:
             if args.partition not in partitions:
-                raise kafka.TopicNotFound(
+                raise kafka_topics.TopicNotFound(
                     f"topic {topic!r} has partitions {partitions[0]}-{partitions[-1]}, "
                     f"not {args.partition}"
                 )

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from jobledger.projections.log.log_file import LOG_ROLES, LogRecord, read_export
 from jobledger.projections.log.positions import log_order
 from jobledger.schemas import DecodeError, EventSerde, topic_name
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_reads, kafka_topics
 
 from .log_source import reducers_of
 from .options import (
@@ -77,7 +77,7 @@ class LiveLog:
         self.assignment = [
             TopicPartition(topic, p, -2)
             for topic in self.roles
-            for p in kafka.partitions_of(consumer, topic)
+            for p in kafka_topics.partitions_of(consumer, topic)
         ]
         self.partitions = {
             role: sum(tp.topic == topic for tp in self.assignment)
@@ -107,7 +107,7 @@ class LiveLog:
         at_end: set[tuple[str, int]] = set()
         while not self.stopping.is_set():
             read = []
-            for msg in self.consumer.consume(kafka.READ_BATCH, POLL_S):
+            for msg in self.consumer.consume(kafka_reads.READ_BATCH, POLL_S):
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         at_end.add((msg.topic(), msg.partition()))
@@ -148,7 +148,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         log: FileLog | LiveLog = FileLog(args.file)
         where = str(args.file)
     else:
-        consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka.BULK_READ)
+        consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
         log = LiveLog(consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry))
         where = f"{bootstrap_of(args)} (following the log)"
         if not log.caught_up.wait(args.catch_up_timeout):

@@ -1,4 +1,4 @@
-"""Kafka plumbing shared by the engine and the command line: topics, clients, event writes.
+"""Kafka clients and event writes, shared by the engine and the command line.
 
 The one module that builds Kafka clients and writes events: every producer, consumer and
 admin client of the engine, the runtime, the runner's driver and tasks, the projections and
@@ -6,32 +6,28 @@ the command line is made here, and every event record is written with one header
 (The runner's Spark data source, `runner/kafka_source.py`, builds its clients from the options
 Spark hands it, as Spark's own connector does; the benchmarks build raw clients to measure.)
 Which broker to use is the command line's business (`cli/options.py`); this module talks to
-the one it is given.
+the one it is given. What the cluster holds (topics, groups) is `kafka_topics.py`; reading
+the log through these clients is `kafka_reads.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
-    TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from jobledger.schemas import Event, EventSerde
-from jobledger.schemas.topics import DEFAULT_PREFIX, TopicRole, topic_name, topic_specs
+from jobledger.schemas.topics import DEFAULT_PREFIX, topic_name
 
 BOOTSTRAP_ENV = "JOBLEDGER_BOOTSTRAP"
 PREFIX_ENV = "JOBLEDGER_TOPIC_PREFIX"
@@ -82,100 +78,6 @@ def resolve_prefix(explicit: str | None) -> str:
     return explicit if explicit is not None else os.environ.get(PREFIX_ENV, DEFAULT_PREFIX)
 
 
-@dataclass(frozen=True)
-class TopicCreation:
-    topic: str
-    partitions: int
-    created: bool
-    error: str | None = None
-    short: str | None = None
-    """For a topic that existed: why it is less safe than asked (fewer replicas)."""
-
-
-def replication(admin: AdminClient, asked: int | None = None) -> tuple[int, dict[str, str]]:
-    """The replication factor of the topics jobledger creates (`asked`, else the smaller of 3
-    and the broker count), and the config that goes with it: `min.insync.replicas` one less
-    where there is more than one replica, so a committed record is on two brokers at least
-    and one broker may be lost without stopping writes."""
-    if asked is None:  # the brokers alone, not every topic's metadata (a runner asks per task)
-        nodes = admin.describe_cluster(request_timeout=30).result(timeout=30).nodes
-        asked = min(3, max(1, len(nodes)))
-    factor = asked
-    return factor, {"min.insync.replicas": str(max(1, factor - 1))}
-
-
-def create_topics(
-    bootstrap: str, prefix: str, partitions: int, replication_factor: int | None = None
-) -> list[TopicCreation]:
-    """Create every topic of the cluster (replicated as `replication` says); existing topics
-    are reported, not an error, with fewer replicas than asked said in `short`."""
-    admin = admin_client(bootstrap)
-    factor, config = replication(admin, replication_factor)
-    wanted = {
-        topic_name(spec.role, prefix): NewTopic(
-            topic_name(spec.role, prefix), num_partitions=spec.partitions,
-            replication_factor=factor, config={**spec.config, **config},
-        )
-        for spec in topic_specs(partitions)
-    }  # fmt: skip
-    results = ensure_topics(admin, wanted)
-    if all(r.created or r.error for r in results):
-        return results
-    topics = admin.list_topics(timeout=30).topics
-    return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
-
-
-def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:
-    """Create the topics that do not exist yet (existing ones are reported as such, not as
-    errors, and left as they are), then wait until the broker serves every one created."""
-    futures = admin.create_topics(list(wanted.values()), operation_timeout=30, request_timeout=30)
-    results = []
-    for name, new in wanted.items():
-        try:
-            futures[name].result()
-            results.append(TopicCreation(name, new.num_partitions, created=True))
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                results.append(TopicCreation(name, new.num_partitions, created=False))
-            else:
-                results.append(TopicCreation(name, new.num_partitions, False, err.str()))
-    await_metadata(admin, {r.topic: r.partitions for r in results if r.created})
-    return results
-
-
-def _short(result: TopicCreation, held: Any, asked: NewTopic) -> TopicCreation:
-    """`result`, saying so if the topic existed with fewer replicas than `asked`."""
-    if result.created or result.error or held is None:
-        return result
-    replicas = min((len(p.replicas) for p in held.partitions.values()), default=0)
-    if replicas >= asked.replication_factor:
-        return result
-    return replace(result, short=(
-        f"{replicas} replica(s) where {asked.replication_factor} were asked: a broker lost "
-        "loses its records (kafka-reassign-partitions adds replicas)"
-    ))  # fmt: skip
-
-
-def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float = 30.0) -> None:
-    """Until the broker's metadata lists every topic with (at least) its partitions. Apache
-    Kafka answers CreateTopics once the controller has the topic, a moment before the broker
-    serving it does, and makes its partitions known one by one: a client asking in between is
-    told the topic, or a partition of it, does not exist, and a record produced to such a
-    partition is lost."""
-    deadline = time.monotonic() + timeout_s
-    missing = set(topics)
-    while missing:
-        listed = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
-        missing = {t for t in missing if t not in listed or len(listed[t].partitions) < topics[t]}
-        if missing and time.monotonic() > deadline:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"topics not in metadata: {sorted(missing)}")
-            )
-        if missing:
-            time.sleep(0.05)
-
-
 _client_properties: dict[str, str] = {}
 
 
@@ -209,18 +111,6 @@ def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
         "bootstrap.servers": bootstrap, **_client_properties,
         **({"log_level": 0} if quiet else {}),
     })  # fmt: skip
-
-
-def list_topics(bootstrap: str) -> dict[str, int]:
-    """Every topic of the cluster and its partition count."""
-    metadata = admin_client(bootstrap).list_topics(timeout=10)
-    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
-
-
-def resolve_topic(name: str, prefix: str) -> str:
-    """A role name (`job`, `taskexecutor`, ...) means that topic of the cluster."""
-    roles = {role.value: role for role in TopicRole}
-    return topic_name(roles[name], prefix) if name in roles else name
 
 
 ONE_REQUEST_IN_FLIGHT = {"max.in.flight.requests.per.connection": 1}
@@ -364,177 +254,3 @@ def read_committed_consumer(
             **(extra or {}),
         }
     )
-
-
-def consume_available(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
-    """Up to `limit` records: waits up to `timeout_s` for the first, then takes what has
-    already arrived without waiting. librdkafka's `consume(limit, timeout)` waits the whole
-    timeout unless `limit` records come, which a reader that is handed one decision at a time
-    pays on every hop."""
-    first = consumer.consume(1, timeout_s)
-    if not first or limit <= 1:
-        return first
-    return first + consumer.consume(limit - 1, 0)
-
-
-class TopicNotFound(LookupError):
-    """A topic the command or service needs does not exist (or has no such partition)."""
-
-
-def partitions_of(consumer: Consumer | Producer, topic: str) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=10)
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        reason = info.error.str() if info is not None and info.error else "no partitions"
-        raise TopicNotFound(f"topic {topic!r} not found ({reason}); run `jobledger topics create`")
-    return sorted(info.partitions)
-
-
-def read_topic(
-    consumer: Consumer, topic: str, from_beginning: bool, stop_at_end: bool
-) -> Iterator[Message]:
-    """Records of every partition of `topic`, in order per partition."""
-    return read_topics(consumer, [topic], from_beginning, stop_at_end)
-
-
-READ_BATCH = 10_000
-"""Records asked of the consumer at once when reading topics through."""
-BULK_READ = {"queued.min.messages": 1_000_000}
-"""A consumer that reads a whole log keeps up to a million records fetched ahead (librdkafka
-keeps 100,000 by default): a million records were read in 6 s, now in 2.3."""
-
-
-def read_topics(
-    consumer: Consumer, topics: list[str], from_beginning: bool, stop_at_end: bool
-) -> Iterator[Message]:
-    """Records of every partition of `topics`, in order per partition, read side by side.
-
-    The end of a partition is found with `enable.partition.eof`, never from watermarks (a
-    broker may under-report them after non-transactional batches). With
-    `stop_at_end`, a partition is read up to the end it has when reading reaches it, and no
-    further: waiting for every partition to be at its end at one moment never ended on a
-    cluster whose partitions all keep growing (500 TaskExecutors beating).
-    """
-    start = -2 if from_beginning else -1  # OFFSET_BEGINNING / OFFSET_END
-    assignment = [
-        TopicPartition(topic, p, start) for topic in topics for p in partitions_of(consumer, topic)
-    ]
-    consumer.assign(assignment)
-    at_end: set[tuple[str, int]] = set()
-    while not (stop_at_end and len(at_end) == len(assignment)):
-        # in batches: a call per record was a third of reading a million
-        for msg in consumer.consume(READ_BATCH, 0.5):
-            where = (msg.topic(), msg.partition())
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(where)
-                    if stop_at_end:
-                        consumer.pause([TopicPartition(*where)])
-                    continue
-                raise KafkaException(msg.error())
-            if stop_at_end and where in at_end:
-                continue  # fetched before the pause: past the end this read stops at
-            at_end.discard(where)
-            yield msg
-
-
-def read_range(
-    consumer: Consumer,
-    topic: str,
-    partition: int,
-    start: int = OFFSET_BEGINNING,
-    end: int | None = None,
-    on_silence: Callable[[float], None] | None = None,
-    poll_s: float = 0.05,
-) -> Iterator[Message]:
-    """Committed records of one partition from `start` up to `end` (exclusive) or its current
-    end (found with partition EOF, never from watermarks), read through `consumer` (which
-    must have `enable.partition.eof`). While the broker is silent, `on_silence(seconds)` is
-    called after each empty poll: it raises to give up (a deadline, a stop request)."""
-    if end is not None and start >= end:
-        return
-    consumer.assign([TopicPartition(topic, partition, start)])
-    try:
-        heard = time.monotonic()
-        while True:
-            msg = consumer.poll(poll_s)
-            if msg is None:
-                if on_silence is not None:
-                    on_silence(time.monotonic() - heard)
-                continue
-            if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(msg.error())
-            if (msg.topic(), msg.partition()) != (topic, partition):
-                continue  # left in the queue by an earlier read
-            heard = time.monotonic()
-            if msg.error():  # the end of the partition
-                return
-            if end is not None and msg.offset() >= end:
-                return
-            yield msg
-            if end is not None and msg.offset() + 1 >= end:
-                return
-    finally:
-        consumer.unassign()
-
-
-def read_partition(
-    bootstrap: str, topic: str, partition: int, start: int = OFFSET_BEGINNING,
-    silence_s: float = 10.0,
-) -> Iterator[Message]:  # fmt: skip
-    """Every committed record of one partition from `start` (default: its beginning) to its
-    current end, with a client of its own. TopicNotFound if the topic does not exist,
-    TimeoutError if the broker says nothing for `silence_s`."""
-
-    def give_up(silent_for: float) -> None:
-        if silent_for > silence_s:
-            raise TimeoutError(f"{topic}[{partition}] did not answer in {silence_s:.0f} s")
-
-    consumer = read_committed_consumer(bootstrap)
-    try:
-        partitions_of(consumer, topic)
-        yield from read_range(consumer, topic, partition, start, on_silence=give_up, poll_s=0.5)
-    finally:
-        consumer.close()
-
-
-def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
-    """The offsets `group` has committed on every partition of `topics` (absent: none)."""
-    consumer = read_committed_consumer(bootstrap, group)
-    try:
-        wanted = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
-        return {
-            (tp.topic, tp.partition): tp.offset
-            for tp in consumer.committed(wanted, timeout=30)
-            if tp.offset >= 0
-        }
-    finally:
-        consumer.close()
-
-
-def group_members(bootstrap: str, group: str) -> int:
-    """How many consumers are members of `group` now (0 for a group that has none, or that
-    does not exist)."""
-    admin = admin_client(bootstrap)  # kept while its futures run: they die with it
-    futures = admin.describe_consumer_groups([group], request_timeout=30)
-    try:
-        return len(futures[group].result(timeout=30).members)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
-            return 0
-        raise
-
-
-def follow(consumer: Consumer, starts: dict[tuple[str, int], int]) -> Iterator[Message]:
-    """Committed records from each (topic, partition)'s start offset on, as they are
-    appended, until the caller stops iterating (a follower is stopped with Ctrl-C)."""
-    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in starts.items()])
-    while True:
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        error = msg.error()
-        if error is None:
-            yield msg
-        elif error.code() != KafkaError._PARTITION_EOF and error.fatal():
-            raise KafkaException(error)

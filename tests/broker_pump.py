@@ -14,7 +14,8 @@ from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.topics import INPUT_ROLES
 from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
-from jobledger.services.kafka import append_events, partitions_of, transactional_producer
+from jobledger.services.kafka import append_events, transactional_producer
+from jobledger.services.kafka_topics import partitions_of
 
 
 class BrokerPump:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from jobledger.services.kafka import BOOTSTRAP_ENV, create_topics
+from jobledger.services.kafka import BOOTSTRAP_ENV
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import apache_kafka, broker
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ def broker_aborts_dangling_transactions(kafka_bootstrap: str, broker_kind: str) 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from jobledger.services.kafka import read_committed_consumer, read_topic
+    from jobledger.services.kafka import read_committed_consumer
+    from jobledger.services.kafka_reads import read_topic
 
     from .processes import leave_transaction_open
 

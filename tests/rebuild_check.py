@@ -21,7 +21,7 @@ from confluent_kafka import TopicPartition
 from jobledger.services.host import rebuild
 from jobledger.services.host.parallel import can_fork
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
-from jobledger.services.kafka import partitions_of
+from jobledger.services.kafka_topics import partitions_of
 
 
 def _rebuilt(runtime: ServiceRuntime, committed: list[TopicPartition]) -> dict:

@@ -17,12 +17,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from jobledger.schemas import EventSerde, event_from_json, event_to_json, topic_name
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.client.produce import produce_lines
-from jobledger.services.kafka import (
-    create_topics,
-    read_committed_consumer,
-    read_topic,
-    transactional_producer,
-)
+from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import apache_kafka, broker
 from jobledger.services.local.loopback import pid_alive
 

@@ -20,7 +20,8 @@ from jobledger.schemas.catalog import (
     load_order,
 )
 from jobledger.schemas.json_form import event_from_json
-from jobledger.services.kafka import PARTITIONER, await_metadata
+from jobledger.services.kafka import PARTITIONER
+from jobledger.services.kafka_topics import await_metadata
 
 README = (SCHEMA_DIR / "README.md").read_text()
 

@@ -19,11 +19,8 @@ from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.serde import DecodeError
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services.control.partitioning import partition_of
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    committed_offsets,
-    transactional_producer,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, transactional_producer
+from jobledger.services.kafka_topics import committed_offsets
 
 from .conftest import new_cluster
 from .runtime_harness import RuntimeThread, read, wait_until_quiet

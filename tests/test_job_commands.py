@@ -40,12 +40,8 @@ from jobledger.services.control.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from jobledger.services.kafka import (
-    append_events,
-    partitions_of,
-    read_committed_consumer,
-    transactional_producer,
-)
+from jobledger.services.kafka import append_events, read_committed_consumer, transactional_producer
+from jobledger.services.kafka_topics import partitions_of
 from jobledger.services.local.loopback import free_port
 from jobledger.services.runner import kv_state
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from jobledger.services import kafka
+from jobledger.services import kafka, kafka_reads
 
 
 @pytest.mark.broker
@@ -95,5 +95,5 @@ def test_reading_a_log_to_its_end_ends_while_every_partition_keeps_growing():
     them, and `read_events` never returned. Each partition is now read to the end it has when
     reading reaches it; what is appended later is not this read's."""
     log = _GrowingLog(polls=1_000)
-    read = [(m.partition(), m.offset()) for m in kafka.read_topics(log, ["t"], True, True)]
+    read = [(m.partition(), m.offset()) for m in kafka_reads.read_topics(log, ["t"], True, True)]
     assert read == [(0, 0), (1, 0)], "a record appended past a partition's end was read"

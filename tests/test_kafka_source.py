@@ -16,12 +16,9 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobledger.services.kafka import (
-    await_metadata,
-    read_committed_consumer,
-    read_topic,
-    transactional_producer,
-)
+from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
+from jobledger.services.kafka_topics import await_metadata
 
 pytest.importorskip("pyspark")
 

@@ -26,7 +26,8 @@ from jobledger.schemas.slots import SlotFreed
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.control.driver import PartitionedDriver
 from jobledger.services.control.partitioning import misrouted, partition_of
-from jobledger.services.kafka import PARTITIONER, await_metadata, transactional_producer
+from jobledger.services.kafka import PARTITIONER, transactional_producer
+from jobledger.services.kafka_topics import await_metadata
 
 from .events import profile
 from .runtime_harness import RuntimeThread, read, wait_until_quiet

@@ -42,13 +42,9 @@ from jobledger.schemas.types import (
     OperatorSpec,
     ResultPartitionType,
 )
-from jobledger.services.kafka import (
-    admin_client,
-    create_topics,
-    read_committed_consumer,
-    read_topic,
-    transactional_producer,
-)
+from jobledger.services.kafka import admin_client, read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
+from jobledger.services.kafka_topics import create_topics
 
 from .events import profile
 

@@ -19,7 +19,8 @@ from jobledger.schemas.jobs import JobMasterLeadershipGranted
 from jobledger.schemas.slots import NewAllocatedSlotRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.host.transaction_loop import RuntimeConfig
-from jobledger.services.kafka import read_committed_consumer, read_topic, transactional_producer
+from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
 
 from . import scenario
 from .events import Clock

@@ -15,12 +15,8 @@ import pytest
 from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.kafka import (
-    append_events,
-    read_committed_consumer,
-    read_topic,
-    transactional_producer,
-)
+from jobledger.services.kafka import append_events, read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
 
 from . import schema_registry
 from .events import profile

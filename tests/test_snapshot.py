@@ -38,11 +38,8 @@ from jobledger.services.host.snapshot import (
     decode,
     encode,
 )
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    committed_offsets,
-    transactional_producer,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, transactional_producer
+from jobledger.services.kafka_topics import committed_offsets
 
 from .jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
 from .runtime_harness import RuntimeThread, wait_until_quiet

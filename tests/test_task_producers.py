@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from jobledger.services.kafka import create_topics
+from jobledger.services.kafka_topics import create_topics
 from jobledger.services.runner import task_producers
 from jobledger.services.runner.start_gate import StartGate
 from jobledger.services.runner.task import task_producer

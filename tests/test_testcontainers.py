@@ -10,12 +10,9 @@ import pytest
 from jobledger.schemas import EventSerde, event_from_json, topic_name
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.client.produce import produce_lines
-from jobledger.services.kafka import (
-    create_topics,
-    read_committed_consumer,
-    read_topic,
-    transactional_producer,
-)
+from jobledger.services.kafka import read_committed_consumer, transactional_producer
+from jobledger.services.kafka_reads import read_topic
+from jobledger.services.kafka_topics import create_topics
 
 from .conftest import docker_daemon_answers
 

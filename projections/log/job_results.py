@@ -38,13 +38,9 @@ from jobledger.schemas.types import JobStatus
 from jobledger.services.control.job_master import PRODUCER as JOB_MASTER
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.control.partitioning import partition_of
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    admin_client,
-    consume_available,
-    partitions_of,
-    read_committed_consumer,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, admin_client, read_committed_consumer
+from jobledger.services.kafka_reads import consume_available
+from jobledger.services.kafka_topics import partitions_of
 
 from .log_file import LogRecord
 from .replay import position

@@ -27,7 +27,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.host import snapshot
 from jobledger.services.host.gc_policy import bulk_replay
-from jobledger.services.kafka import read_topics
+from jobledger.services.kafka_reads import read_topics
 
 from .log_file import LOG_ROLES, LogRecord, SkippedRecord
 from .positions import Cut, log_order

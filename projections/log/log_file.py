@@ -31,12 +31,9 @@ from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES, schema_fingerprint
 from jobledger.schemas.serde import event_from_avro_dict
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
-from jobledger.services.kafka import (
-    SERVICES_GROUP_PREFIX,
-    committed_offsets,
-    read_committed_consumer,
-    read_topics,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, read_committed_consumer
+from jobledger.services.kafka_reads import read_topics
+from jobledger.services.kafka_topics import committed_offsets
 
 LOG_ROLES = (
     TopicRole.JOB,

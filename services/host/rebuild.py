@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from jobledger.schemas import Event, topic_name
 from jobledger.schemas.topics import TopicRole
 
-from .. import kafka
+from .. import kafka, kafka_reads
 from ..control.driver import ReducerDriver
 from . import parallel, snapshot
 from .errors import ServiceHalted, StopRequested
@@ -174,7 +174,7 @@ class Rebuilder:
 
         if end is not None and start >= end:  # (0 would read as "from the beginning")
             return iter(())
-        return kafka.read_range(
+        return kafka_reads.read_range(
             self.reader, topic, partition, start or OFFSET_BEGINNING, end, on_silence=silent
         )
 

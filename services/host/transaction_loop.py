@@ -35,11 +35,12 @@ from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
-from .. import kafka
+from .. import kafka, kafka_reads
 from ..control.driver import ReducerDriver
 from ..control.job_status import awaited_by_clients
 from ..control.partitioning import misrouted
-from ..kafka import SERVICES_GROUP_PREFIX, partitions_of
+from ..kafka import SERVICES_GROUP_PREFIX
+from ..kafka_topics import partitions_of
 from . import snapshot
 from .clock import Clock, timers_fired
 from .errors import ServiceHalted, StopRequested, topic_gone
@@ -268,7 +269,7 @@ class ServiceRuntime:
     def step(self) -> int:
         """One poll: process what arrived, partition by partition; tick the clock when due."""
         batches: dict[tuple[str, int], list[Message]] = {}
-        for msg in kafka.consume_available(
+        for msg in kafka_reads.consume_available(
             self.consumer, self.config.batch_size, self.config.poll_timeout_s
         ):
             if msg.error():

@@ -26,7 +26,8 @@ from typing import Literal
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from ..kafka import TopicNotFound, admin_client
+from ..kafka import admin_client
+from ..kafka_topics import TopicNotFound
 
 log = logging.getLogger("jobledger.runner")
 

@@ -37,7 +37,9 @@ from jobledger.schemas.types import (
 
 from ..control.execution_graph import pointwise_producers
 from ..control.key_groups import assign_key_to_parallel_operator
-from ..kafka import admin_client, await_metadata, ensure_topics, read_partition, replication
+from ..kafka import admin_client
+from ..kafka_reads import read_partition
+from ..kafka_topics import await_metadata, ensure_topics, replication
 from .operators import Keyed
 
 CHUNK = 500

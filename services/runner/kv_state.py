@@ -18,7 +18,9 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from jobledger.schemas import topic_name
 from jobledger.schemas.topics import TopicRole
 
-from ..kafka import partitions_of, read_committed_consumer, read_partition
+from ..kafka import read_committed_consumer
+from ..kafka_reads import read_partition
+from ..kafka_topics import partitions_of
 
 
 class KvStateLookupError(LookupError):

@@ -1,0 +1,167 @@
+"""What the Kafka cluster holds: the topics jobledger creates (replicated as one setting says),
+their partitions, and the consumer groups' offsets and members."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jobledger.schemas.topics import TopicRole, topic_name, topic_specs
+
+from .kafka import admin_client, read_committed_consumer
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    topic: str
+    partitions: int
+    created: bool
+    error: str | None = None
+    short: str | None = None
+    """For a topic that existed: why it is less safe than asked (fewer replicas)."""
+
+
+def replication(admin: AdminClient, asked: int | None = None) -> tuple[int, dict[str, str]]:
+    """The replication factor of the topics jobledger creates (`asked`, else the smaller of 3
+    and the broker count), and the config that goes with it: `min.insync.replicas` one less
+    where there is more than one replica, so a committed record is on two brokers at least
+    and one broker may be lost without stopping writes."""
+    if asked is None:  # the brokers alone, not every topic's metadata (a runner asks per task)
+        nodes = admin.describe_cluster(request_timeout=30).result(timeout=30).nodes
+        asked = min(3, max(1, len(nodes)))
+    factor = asked
+    return factor, {"min.insync.replicas": str(max(1, factor - 1))}
+
+
+def create_topics(
+    bootstrap: str, prefix: str, partitions: int, replication_factor: int | None = None
+) -> list[TopicCreation]:
+    """Create every topic of the cluster (replicated as `replication` says); existing topics
+    are reported, not an error, with fewer replicas than asked said in `short`."""
+    admin = admin_client(bootstrap)
+    factor, config = replication(admin, replication_factor)
+    wanted = {
+        topic_name(spec.role, prefix): NewTopic(
+            topic_name(spec.role, prefix), num_partitions=spec.partitions,
+            replication_factor=factor, config={**spec.config, **config},
+        )
+        for spec in topic_specs(partitions)
+    }  # fmt: skip
+    results = ensure_topics(admin, wanted)
+    if all(r.created or r.error for r in results):
+        return results
+    topics = admin.list_topics(timeout=30).topics
+    return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
+
+
+def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:
+    """Create the topics that do not exist yet (existing ones are reported as such, not as
+    errors, and left as they are), then wait until the broker serves every one created."""
+    futures = admin.create_topics(list(wanted.values()), operation_timeout=30, request_timeout=30)
+    results = []
+    for name, new in wanted.items():
+        try:
+            futures[name].result()
+            results.append(TopicCreation(name, new.num_partitions, created=True))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                results.append(TopicCreation(name, new.num_partitions, created=False))
+            else:
+                results.append(TopicCreation(name, new.num_partitions, False, err.str()))
+    await_metadata(admin, {r.topic: r.partitions for r in results if r.created})
+    return results
+
+
+def _short(result: TopicCreation, held: Any, asked: NewTopic) -> TopicCreation:
+    """`result`, saying so if the topic existed with fewer replicas than `asked`."""
+    if result.created or result.error or held is None:
+        return result
+    replicas = min((len(p.replicas) for p in held.partitions.values()), default=0)
+    if replicas >= asked.replication_factor:
+        return result
+    return replace(result, short=(
+        f"{replicas} replica(s) where {asked.replication_factor} were asked: a broker lost "
+        "loses its records (kafka-reassign-partitions adds replicas)"
+    ))  # fmt: skip
+
+
+def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Until the broker's metadata lists every topic with (at least) its partitions. Apache
+    Kafka answers CreateTopics once the controller has the topic, a moment before the broker
+    serving it does, and makes its partitions known one by one: a client asking in between is
+    told the topic, or a partition of it, does not exist, and a record produced to such a
+    partition is lost."""
+    deadline = time.monotonic() + timeout_s
+    missing = set(topics)
+    while missing:
+        listed = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        missing = {t for t in missing if t not in listed or len(listed[t].partitions) < topics[t]}
+        if missing and time.monotonic() > deadline:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"topics not in metadata: {sorted(missing)}")
+            )
+        if missing:
+            time.sleep(0.05)
+
+
+def list_topics(bootstrap: str) -> dict[str, int]:
+    """Every topic of the cluster and its partition count."""
+    metadata = admin_client(bootstrap).list_topics(timeout=10)
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+
+
+def resolve_topic(name: str, prefix: str) -> str:
+    """A role name (`job`, `taskexecutor`, ...) means that topic of the cluster."""
+    roles = {role.value: role for role in TopicRole}
+    return topic_name(roles[name], prefix) if name in roles else name
+
+
+class TopicNotFound(LookupError):
+    """A topic the command or service needs does not exist (or has no such partition)."""
+
+
+def partitions_of(consumer: Consumer | Producer, topic: str) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=10)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        reason = info.error.str() if info is not None and info.error else "no partitions"
+        raise TopicNotFound(f"topic {topic!r} not found ({reason}); run `jobledger topics create`")
+    return sorted(info.partitions)
+
+
+def committed_offsets(bootstrap: str, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """The offsets `group` has committed on every partition of `topics` (absent: none)."""
+    consumer = read_committed_consumer(bootstrap, group)
+    try:
+        wanted = [TopicPartition(t, p) for t in topics for p in partitions_of(consumer, t)]
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in consumer.committed(wanted, timeout=30)
+            if tp.offset >= 0
+        }
+    finally:
+        consumer.close()
+
+
+def group_members(bootstrap: str, group: str) -> int:
+    """How many consumers are members of `group` now (0 for a group that has none, or that
+    does not exist)."""
+    admin = admin_client(bootstrap)  # kept while its futures run: they die with it
+    futures = admin.describe_consumer_groups([group], request_timeout=30)
+    try:
+        return len(futures[group].result(timeout=30).members)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return 0
+        raise
