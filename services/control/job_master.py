@@ -124,6 +124,7 @@ class JobMaster(Reducer):
         return self.scheduler.graph
 
     @property
+    @query
     def registry(self) -> KvStateLocationRegistry | None:
         return self.scheduler.registry
 
