@@ -46,7 +46,7 @@ def failovers(
     records = list(records)
     refused = dead_lettered(records) if refused is None else refused
     partitioned = PartitionedDriver(driver_factory)
-    seen: set[PendingRestartInfo] = set()
+    waiting: set[PendingRestartInfo] = set()
     found = []
     for record in records:
         if record.role is not TopicRole.JOB or (
@@ -57,10 +57,10 @@ def failovers(
         jm = partitioned.drivers[(record.role, record.partition)].job_masters.get(job_id)
         if jm is None:
             continue
-        for restart in jm.pending_restarts():
-            if restart in seen:
+        pending = jm.pending_restarts()
+        for restart in pending:
+            if restart in waiting:  # seen while it waited, under an earlier record
                 continue
-            seen.add(restart)
             info = jm.info()
             moved = next((d.cause for d in derived if isinstance(d, JobStatusChanged)
                           and d.to_status is JobStatus.RESTARTING), None)  # fmt: skip
@@ -70,4 +70,5 @@ def failovers(
                 record, moved or info.failure_cause, info.failures_counted,
                 subtasks, not subtasks or len(subtasks) == every,
             ))  # fmt: skip
+        waiting = set(pending)
     return found
