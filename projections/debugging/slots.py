@@ -76,11 +76,11 @@ def slot_report(
     for job_id, jm in sorted(driver.job_masters.items()):
         pool = jm.pool
         slots = pool.slots()
+        allocated = sorted((s.slot_request_id, s) for s in slots if s.slot_request_id is not None)
         report.jobs[job_id] = {
             "allocated": {
-                s.slot_request_id: f"{s.resource_id}/{s.slot_index} allocation {s.allocation_id}"
-                for s in sorted(slots, key=lambda s: s.slot_request_id or "")
-                if s.slot_request_id is not None
+                request: f"{s.resource_id}/{s.slot_index} allocation {s.allocation_id}"
+                for request, s in allocated
             },
             "available": sorted(
                 f"{s.resource_id}/{s.slot_index} allocation {s.allocation_id}"
