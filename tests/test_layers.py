@@ -256,3 +256,229 @@ def test_the_engine_meets_the_wire_form_of_a_key_group_range_only_in_key_groups(
         )
     )
     assert importers == []
+
+
+RULED = ("JobMaster", "SlotPool", "ResourceManager", "TaskExecutor", "Scheduler", "TaskSlotTable")
+"""The control plane's stateful objects: the reducers, and the scheduler and slot table they
+hold. A read model asks them only what they answer as queries (services/control/queries.py)."""
+
+CONFIGURATION = "config"
+"""Every reducer's frozen configuration, given when it is made: no state, readable by all."""
+
+
+def _classes(folders: tuple[Path, ...]) -> dict[str, ast.ClassDef]:
+    return {
+        node.name: node
+        for folder in folders
+        for path in sorted(folder.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def _functions(folders: tuple[Path, ...]) -> dict[str, ast.expr | None]:
+    """The return annotation of every module-level function, by name."""
+    return {
+        node.name: node.returns
+        for folder in folders
+        for path in sorted(folder.rglob("*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+TYPED = (CONTROL, ROOT / "projections")
+CLASSES = _classes(TYPED)
+FUNCTIONS = _functions(TYPED)
+
+
+def _decorators(node: ast.FunctionDef) -> set[str]:
+    return {d.id for d in node.decorator_list if isinstance(d, ast.Name)}
+
+
+def _members(name: str) -> dict[str, tuple[str, ast.expr | None]]:
+    """attribute -> (kind, annotation) of a class: a field or property's type, or a method's
+    return type (kind "method")."""
+    members: dict[str, tuple[str, ast.expr | None]] = {}
+    for stmt in CLASSES[name].body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            members[stmt.target.id] = ("value", stmt.annotation)
+        elif isinstance(stmt, ast.FunctionDef):
+            kind = "value" if "property" in _decorators(stmt) else "method"
+            members[stmt.name] = (kind, stmt.returns)
+    return members
+
+
+def _surface(name: str) -> set[str]:
+    """What a class answers to read models: its methods and properties marked `@query`."""
+    return {CONFIGURATION} | {
+        stmt.name
+        for stmt in CLASSES[name].body
+        if isinstance(stmt, ast.FunctionDef) and "query" in _decorators(stmt)
+    }
+
+
+MAPS = ("dict", "OrderedDict", "Mapping")
+SEQUENCES = ("list", "tuple", "set", "frozenset", "Iterable", "Iterator", "Sequence")
+
+
+def _resolve(annotation: ast.expr | None) -> object:
+    """A type as the checker follows it: a class name, ("map", value), ("seq", item),
+    ("pair", first, second), ("method", returns); None where it stops following."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return _resolve(ast.parse(annotation.value, mode="eval").body)
+    if isinstance(annotation, ast.Name | ast.Attribute):
+        name = annotation.id if isinstance(annotation, ast.Name) else annotation.attr
+        return name if name in CLASSES else None
+    if isinstance(annotation, ast.BinOp):  # X | None
+        return _resolve(annotation.left) or _resolve(annotation.right)
+    if isinstance(annotation, ast.Subscript):
+        base = _resolve_name(annotation.value)
+        args = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else []
+        if base in MAPS and len(args) == 2:
+            return ("map", _resolve(args[1]))
+        if base in SEQUENCES:
+            return ("seq", _resolve(args[0] if args else annotation.slice))
+    return None
+
+
+def _resolve_name(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+
+
+class _Types:
+    """The types of one function's names, followed from annotations, assignments and loops
+    through attributes, calls, subscripts and the dict and list methods read models use."""
+
+    def __init__(self, scope: ast.AST) -> None:
+        self.env: dict[str, object] = {}
+        for _ in range(2):  # a name may be bound from one bound later in the source
+            for node in ast.walk(scope):
+                self._bind_from(node)
+
+    def _bind_from(self, node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                self._bind(arg.arg, _resolve(arg.annotation))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            self._bind_target(node.targets[0], self.of(node.value))
+        elif isinstance(node, ast.AnnAssign):
+            self._bind_target(node.target, _resolve(node.annotation) or self.of(node.value))
+        elif isinstance(node, ast.NamedExpr):
+            self._bind_target(node.target, self.of(node.value))
+        elif isinstance(node, ast.For | ast.comprehension):
+            iterated = self.of(node.iter)
+            self._bind_target(node.target, iterated[1] if _is(iterated, "seq") else None)
+
+    def _bind(self, name: str, value: object) -> None:
+        if value is not None:
+            self.env.setdefault(name, value)
+
+    def _bind_target(self, target: ast.expr, value: object) -> None:
+        if isinstance(target, ast.Name):
+            self._bind(target.id, value)
+        elif isinstance(target, ast.Tuple) and _is(value, "pair") and len(target.elts) == 2:
+            self._bind_target(target.elts[0], value[1])
+            self._bind_target(target.elts[1], value[2])
+
+    def of(self, node: ast.expr | None) -> object:
+        """The type of an expression, or None."""
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id, node.id if node.id in CLASSES else None)
+        if isinstance(node, ast.Attribute):
+            owner = self.of(node.value)
+            if isinstance(owner, str) and node.attr in _members(owner):
+                kind, annotation = _members(owner)[node.attr]
+                returns = _resolve(annotation)
+                return ("method", returns) if kind == "method" else returns
+            return None
+        if isinstance(node, ast.Subscript):
+            owner = self.of(node.value)
+            return owner[1] if _is(owner, "map") or _is(owner, "seq") else None
+        if isinstance(node, ast.IfExp):
+            return self.of(node.body) or self.of(node.orelse)
+        if isinstance(node, ast.BoolOp):
+            return next((t for v in node.values if (t := self.of(v)) is not None), None)
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        return None
+
+    def _call(self, node: ast.Call) -> object:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            owner = self.of(func.value)
+            if _is(owner, "map"):
+                return {
+                    "get": owner[1], "pop": owner[1], "setdefault": owner[1],
+                    "values": ("seq", owner[1]), "items": ("seq", ("pair", None, owner[1])),
+                }.get(func.attr)  # fmt: skip
+        if isinstance(func, ast.Name) and node.args:
+            if func.id in ("sorted", "list", "tuple", "reversed"):
+                return self.of(node.args[0])
+            if func.id == "enumerate":
+                items = self.of(node.args[0])
+                return ("seq", ("pair", None, items[1])) if _is(items, "seq") else None
+        if isinstance(func, ast.Name) and func.id not in self.env:
+            if func.id in CLASSES:
+                return func.id
+            return _resolve(FUNCTIONS.get(func.id))
+        called = self.of(func)
+        return called[1] if _is(called, "method") else None
+
+
+def _is(value: object, kind: str) -> bool:
+    return isinstance(value, tuple) and value[0] == kind
+
+
+def _reaches(source: str, where: str) -> set[str]:
+    """Every read in `source` of a control-plane object's attribute that is not among its
+    queries, as "where:line Class.attribute"."""
+    tree = ast.parse(source)
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]
+    found = set()
+    for scope in scopes:
+        types = _Types(scope)
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Attribute):
+                owner = types.of(node.value)
+                if owner in RULED and node.attr not in _surface(owner):
+                    found.add(f"{where}:{node.lineno} {owner}.{node.attr}")
+    return found
+
+
+PROJECTIONS = sorted((ROOT / "projections").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PROJECTIONS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_read_model_reads_a_reducer_only_through_its_queries(path):
+    """A projection that read a reducer's fields broke with every rename or new index of
+    them; it asks the reducer's `@query` methods, which answer in frozen records."""
+    assert sorted(_reaches(path.read_text(), path.name)) == []
+
+
+def test_the_query_rule_follows_reads_to_the_reducer_they_reach():
+    """The rule is checked where it would break: reads of the old slot report (fields of the
+    pool, the ResourceManager, the slot table and the scheduler, reached through the driver,
+    its maps, loops, unpacked pairs and properties) are caught; queries pass."""
+    old = """
+def report(driver: ReducerDriver, result: ReplayResult):
+    for job_id, jm in sorted(driver.job_masters.items()):
+        pool = jm.pool
+        waiting = [(r, False) for r in pool.waiting_for_resource_manager.values()]
+        slots = pool.slots()
+    te = driver.resource_manager.task_executors.get("tm")
+    own = result.driver.task_executors.get("tm")
+    table = own.table if own is not None else None
+    count = table.number_of_slots if table else 0
+    jm = driver.job_masters["job"]
+    restarts = jm.scheduler.pending_restarts
+    info = jm.info()
+"""
+    assert sorted(r.split(" ")[1] for r in _reaches(old, "old")) == [
+        "JobMaster.scheduler",
+        "ResourceManager.task_executors",
+        "Scheduler.pending_restarts",
+        "SlotPool.waiting_for_resource_manager",
+        "TaskExecutor.table",
+        "TaskSlotTable.number_of_slots",
+    ]

@@ -286,8 +286,8 @@ def _now(
     """The restart strategy's account and what the subtask waits for now."""
     jm = driver.job_masters.get(job_id)
     strategy = submitted.restart_strategy
-    if jm is not None and jm.scheduler.job is not None:
-        strategy = jm.scheduler.restart_strategy_of(submitted)  # the cluster's, if not its own
+    if jm is not None and jm.job is not None:
+        strategy = jm.restart_strategy_of(submitted)  # the cluster's, if not its own
     lines = []
     for n, failover in enumerate(failovers(ordered, job_id, driver_factory=driver.fresh), start=1):
         cause = f"; cause: {failover.cause}" if failover.cause else ""
@@ -317,7 +317,7 @@ def _liveness(driver: ReducerDriver, current, now_ms: int | None) -> str:
     if current.state.value not in ("DEPLOYING", "INITIALIZING", "RUNNING", "CANCELING"):
         return ""
     rm = driver.resource_manager
-    te = rm.task_executors.get(current.resource_id)
+    te = rm.task_manager(current.resource_id)
     if te is None:
         return f"; TaskExecutor {current.resource_id} is not registered at the ResourceManager"
     if now_ms is None:
@@ -367,11 +367,12 @@ def waiting_for(
     jm = driver.job_masters.get(job_id)
     if jm is None or jm.job is None:
         return [f"the JobMaster has accepted no submission of job {job_id}"]
-    if jm.job_master_id is None:
+    info = jm.info()
+    if info.job_master_id is None:
         return ["a JobMaster leader: no JobMasterLeadershipGranted for the job in this log"]
     lines = []
-    if jm.status is JobStatus.RESTARTING and jm.scheduler.restart_at is not None:
-        lines.append(f"its restart, due at {iso(jm.scheduler.restart_at)} (a TimerFired then)")
+    if info.status is JobStatus.RESTARTING and info.restart_at is not None:
+        lines.append(f"its restart, due at {iso(info.restart_at)} (a TimerFired then)")
     for ev in jm.graph.execution_vertices() if jm.graph is not None else []:
         current = ev.current
         if current.state.value in ("FINISHED", "CANCELED", "FAILED"):

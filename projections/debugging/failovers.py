@@ -17,7 +17,7 @@ from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
 from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
-from jobledger.services.control.scheduler import PendingRestart
+from jobledger.services.control.queries import PendingRestartInfo
 
 from ..log.log_file import LogRecord
 from ..log.replay import dead_lettered
@@ -46,7 +46,7 @@ def failovers(
     records = list(records)
     refused = dead_lettered(records) if refused is None else refused
     partitioned = PartitionedDriver(driver_factory)
-    seen: list[PendingRestart] = []
+    waiting: set[PendingRestartInfo] = set()
     found = []
     for record in records:
         if record.role is not TopicRole.JOB or (
@@ -57,18 +57,18 @@ def failovers(
         jm = partitioned.drivers[(record.role, record.partition)].job_masters.get(job_id)
         if jm is None:
             continue
-        scheduler = jm.scheduler
-        for restart in scheduler.pending_restarts:
-            if any(restart is known for known in seen):
+        pending = jm.pending_restarts()
+        for restart in pending:
+            if restart in waiting:  # seen while it waited, under an earlier record
                 continue
-            seen.append(restart)
+            info = jm.info()
             moved = next((d.cause for d in derived if isinstance(d, JobStatusChanged)
                           and d.to_status is JobStatus.RESTARTING), None)  # fmt: skip
-            subtasks = tuple(f"{v}[{i}]" for v, i in sorted(restart.versions))
-            every = sum(1 for _ in scheduler.graph.execution_vertices()) if scheduler.graph else 0
+            subtasks = tuple(f"{v}[{i}]" for v, i, _ in restart.versions)
+            every = sum(1 for _ in jm.graph.execution_vertices()) if jm.graph else 0
             found.append(Failover(
-                record, moved or scheduler.failure_cause,
-                len(scheduler.backoff.failures) if scheduler.backoff else 0,
+                record, moved or info.failure_cause, info.failures_counted,
                 subtasks, not subtasks or len(subtasks) == every,
             ))  # fmt: skip
+        waiting = set(pending)
     return found

@@ -12,9 +12,15 @@ from typing import Any
 from jobledger.schemas.slots import NewAllocatedSlotRequested, SlotRequested
 from jobledger.schemas.types import ResourceProfile
 from jobledger.services.control.driver import ReducerDriver
-from jobledger.services.control.resource_manager import ResourceManager, Slot, SlotState
+from jobledger.services.control.queries import (
+    PendingRequestInfo,
+    TaskManagerInfo,
+    TaskManagerSlot,
+    TaskSlotInfo,
+)
+from jobledger.services.control.resource_manager import ResourceManager, SlotState
 from jobledger.services.control.resource_profile import is_matching
-from jobledger.services.control.slot_pool import PendingRequest, SlotPool
+from jobledger.services.control.slot_pool import SlotPool
 
 from ..log.positions import Cut
 
@@ -65,33 +71,36 @@ def slot_report(
     now = upto.time
     report = SlotReport(upto.as_of())
     rm = driver.resource_manager
+    task_managers = rm.task_managers()
     seen: dict[ResourceProfile, Matching] = {}
     for job_id, jm in sorted(driver.job_masters.items()):
         pool = jm.pool
+        slots = pool.slots()
+        allocated = sorted((s.slot_request_id, s) for s in slots if s.slot_request_id is not None)
         report.jobs[job_id] = {
             "allocated": {
                 request: f"{s.resource_id}/{s.slot_index} allocation {s.allocation_id}"
-                for request, s in sorted(pool.allocated_slots.items())
+                for request, s in allocated
             },
             "available": sorted(
-                f"{s.resource_id}/{s.slot_index} allocation {a}"
-                for a, (s, _) in pool.available_slots.items()
+                f"{s.resource_id}/{s.slot_index} allocation {s.allocation_id}"
+                for s in slots
+                if s.slot_request_id is None
             ),
         }
-        waiting = [(r, False) for r in pool.waiting_for_resource_manager.values()]
-        for request, at_rm in [*waiting, *((r, True) for r in pool.pending_requests.values())]:
+        for request in pool.pending_slot_requests():
             since = requested_at.get((job_id, request.slot_request_id))
             report.pending.append(Pending(
                 job_id, request.slot_request_id, request.allocation_id,
                 profile_text(request.resource_profile),
                 None if since is None or now is None else now - since,
-                _why_pending(pool, request, at_rm, rm, seen),
+                _why_pending(pool, request, rm, task_managers, seen),
             ))  # fmt: skip
-    for rid in sorted(set(rm.task_executors) | set(driver.task_executors)):
-        te = rm.task_executors.get(rid)
+    for rid in sorted(set(task_managers) | set(driver.task_executors)):
+        te = task_managers.get(rid)
         own = driver.task_executors.get(rid)
-        table = own.table if own is not None else None
-        count = len(te.slots) if te is not None else table.number_of_slots if table else 0
+        table = {s.index: s for s in own.task_slots()} if own is not None else {}
+        count = len(te.slots) if te is not None else own.number_of_slots() if own else 0
         report.task_executors[rid] = [
             {
                 "index": index,
@@ -110,15 +119,13 @@ def pending_requests(driver: ReducerDriver) -> set[tuple[str, str]]:
     return {
         (job_id, request.slot_request_id)
         for job_id, jm in driver.job_masters.items()
-        for request in [*jm.pool.waiting_for_resource_manager.values(),
-                        *jm.pool.pending_requests.values()]
-    }  # fmt: skip
+        for request in jm.pool.pending_slot_requests()
+    }
 
 
-def _table_state(table, index: int) -> str | None:
-    if table is None:
-        return None
-    owner = table.owner_of_index(index)
+def _table_state(table: dict[int, TaskSlotInfo], index: int) -> str | None:
+    """The TaskExecutor's own view of its slot `index` (None: free there, or no table)."""
+    owner = table.get(index)
     return None if owner is None else f"{owner.state.value} to {owner.job_id}"
 
 
@@ -132,12 +139,13 @@ def _request_times(upto: Cut) -> dict[tuple[str, str], int]:
     return times
 
 
-Matching = tuple[list[tuple[str, int, Slot]], list[str], str]
+Matching = tuple[list[tuple[str, int, TaskManagerSlot]], list[str], str]
 
 
 def _matching_slots(
-    rm: ResourceManager, wanted: ResourceProfile, seen: dict[ResourceProfile, Matching]
-) -> Matching:
+    task_managers: dict[str, TaskManagerInfo], wanted: ResourceProfile,
+    seen: dict[ResourceProfile, Matching],
+) -> Matching:  # fmt: skip
     """Every slot whose TaskExecutor's profile serves `wanted`, those of them taken, and
     the taken as one text; worked out once per profile (`seen`), not once per pending
     request: thousands of requests over thousands of slots took minutes."""
@@ -145,7 +153,7 @@ def _matching_slots(
     if found is None:
         matching = [
             (rid, index, slot)
-            for rid, te in sorted(rm.task_executors.items())
+            for rid, te in sorted(task_managers.items())
             if is_matching(te.resource_profile, wanted)
             for index, slot in enumerate(te.slots)
         ]
@@ -158,33 +166,35 @@ def _matching_slots(
 
 
 def _why_pending(
-    pool: SlotPool, request: PendingRequest, at_rm: bool, rm: ResourceManager,
-    seen: dict[ResourceProfile, Matching],
+    pool: SlotPool, request: PendingRequestInfo, rm: ResourceManager,
+    task_managers: dict[str, TaskManagerInfo], seen: dict[ResourceProfile, Matching],
 ) -> str:  # fmt: skip
     """The first reason, in the order a person checks them, that nothing satisfies it."""
-    if not at_rm:
+    if not request.at_resource_manager:
         return "the JobMaster is not connected to a ResourceManager: the request waits for one"
-    if not rm.task_executors:
+    if not task_managers:
         return "no TaskExecutor is registered at the ResourceManager"
     wanted = request.resource_profile
-    matching, taken, taken_text = _matching_slots(rm, wanted, seen)
+    matching, taken, taken_text = _matching_slots(task_managers, wanted, seen)
     if not matching:
-        offered = sorted({profile_text(te.resource_profile) for te in rm.task_executors.values()})
+        offered = sorted({profile_text(te.resource_profile) for te in task_managers.values()})
         if offered == ["UNKNOWN"]:
             return "every TaskExecutor's slots have an UNKNOWN profile, which serves no request"
         return (
             f"its profile ({profile_text(wanted)}) is larger than every TaskExecutor's slots "
             f"({'; '.join(offered)})"
         )
-    at_rm_request = rm.requests.get(request.allocation_id or "")
+    at_rm_request = rm.slot_request(request.allocation_id or "")
     if at_rm_request is None:
         return "sent to the ResourceManager, which has not received it yet"
     if at_rm_request.assigned is not None:
         rid, index = at_rm_request.assigned
-        te = rm.task_executors.get(rid)
+        te = task_managers.get(rid)
         if te is not None and te.slots[index].state is not SlotState.PENDING:
             lost = (
-                "" if pool.resource_manager_id else " (the JobMaster has lost the ResourceManager)"
+                ""
+                if pool.is_connected_to_resource_manager()
+                else " (the JobMaster has lost the ResourceManager)"
             )
             return (
                 f"{rid} allocated slot {index} for it; waiting for its offer to reach the job "
@@ -197,11 +207,6 @@ def _why_pending(
     if len(taken) == len(matching):
         return f"all {len(matching)} matching slots are taken: {taken_text}"
     return (
-        f"queued at the ResourceManager behind {_ahead(rm, request.allocation_id)} earlier "
-        "request(s)"
+        f"queued at the ResourceManager behind "
+        f"{rm.requests_queued_before(request.allocation_id or '')} earlier request(s)"
     )
-
-
-def _ahead(rm: ResourceManager, allocation_id: str | None) -> int:
-    mine = rm.queue.get(allocation_id or "")
-    return 0 if mine is None else sum(1 for order in rm.queue.values() if order < mine)

@@ -22,23 +22,26 @@ def as_of_line(cut: Cut) -> str:
 def state_table(result: ReplayResult, cut: Cut) -> str:
     driver = result.driver
     parts = [as_of_line(cut), "", "jobs"]
+    jobs = []
+    for job, jm in sorted(driver.job_masters.items()):
+        info = jm.info()
+        allocated = sum(1 for s in jm.pool.slots() if s.slot_request_id is not None)
+        jobs.append([job, info.status.value, info.job_master_id, info.restarts, allocated,
+                     len(jm.pool.pending_slot_requests())])  # fmt: skip
     parts.append(_table(
-        ["job", "status", "leader", "restarts", "held slots", "pending requests"],
-        [[job, jm.status.value, jm.job_master_id, jm.restarts, len(jm.pool.allocated_slots),
-          len(jm.pool.pending_requests) + len(jm.pool.waiting_for_resource_manager)]
-         for job, jm in sorted(driver.job_masters.items())],
+        ["job", "status", "leader", "restarts", "held slots", "pending requests"], jobs
     ))  # fmt: skip
     parts += ["", "task executors at the resource manager"]
     parts.append(_table(
         ["resource", "slots"],
         [[rid, " ".join(s.state.value[0] for s in te.slots)]
-         for rid, te in sorted(driver.resource_manager.task_executors.items())],
+         for rid, te in sorted(driver.resource_manager.task_managers().items())],
     ))  # fmt: skip
     parts += ["", "slot tables"]
     parts.append(_table(
         ["resource", "allocation", "index", "job", "state", "tasks"],
-        [[rid, s.allocation_id, s.index, s.job_id, s.state.value, len(s.tasks)]
-         for rid, te in sorted(driver.task_executors.items()) if te.table
-         for s in te.table.slots.values()],
+        [[rid, s.allocation_id, s.index, s.job_id, s.state.value, s.tasks]
+         for rid, te in sorted(driver.task_executors.items())
+         for s in te.task_slots()],
     ))  # fmt: skip
     return "\n".join(parts)

@@ -13,7 +13,7 @@ def cluster_overview(archive: ClusterArchive) -> dict[str, Any]:
     report = slot_report(archive.driver, archive.cut)
     # a lost TaskExecutor's slot table is still in the log, but it is no TaskManager of the
     # cluster's any more: counted, as Flink's overview counts, are the registered ones
-    registered = archive.driver.resource_manager.task_executors
+    registered = archive.driver.resource_manager.task_managers()
     live = [rid for rid in report.task_executors if rid in registered]
     slots = [s for rid in live for s in report.task_executors[rid]]
     statuses = [job.status for job in archive.jobs.values()]

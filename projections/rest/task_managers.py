@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobledger.schemas.types import ResourceProfile
-from jobledger.services.control.resource_manager import RegisteredTaskExecutor
+from jobledger.services.control.queries import TaskManagerInfo
 
 from ..debugging.slots import profile_text, slot_report
 from .archived_execution_graph import ClusterArchive
@@ -33,7 +33,7 @@ def _resource(profile: ResourceProfile | None, slots: int) -> dict[str, Any]:
 
 
 def _info(archive: ClusterArchive, rid: str, slots: list[dict[str, Any]]) -> dict[str, Any]:
-    te: RegisteredTaskExecutor | None = archive.driver.resource_manager.task_executors.get(rid)
+    te: TaskManagerInfo | None = archive.driver.resource_manager.task_manager(rid)
     profile = te.resource_profile if te else None
     free = sum(1 for s in slots if s["at_resource_manager"] == "FREE")
     now = archive.cut.time
@@ -73,7 +73,7 @@ def task_manager(archive: ClusterArchive, rid: str) -> dict[str, Any]:
         raise UnknownTaskManager(
             f"no TaskManager {rid!r} as of {archive.cut.position} (TaskManagers: {known})"
         )
-    te = archive.driver.resource_manager.task_executors.get(rid)
+    te = archive.driver.resource_manager.task_manager(rid)
     profile = _resource(te.resource_profile if te else None, 1)
     return {
         **_info(archive, rid, slots),

@@ -55,6 +55,7 @@ from .execution_graph import ExecutionGraph, InvalidJobGraph
 from .failover_strategy import FailoverStrategyName
 from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
+from .queries import JobMasterInfo, PendingRestartInfo, query
 from .reducer import Reducer, handles
 from .scheduler import NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
@@ -101,32 +102,39 @@ class JobMaster(Reducer):
         )  # fmt: skip
 
     @property
+    @query
     def pool(self) -> SlotPool:
         return self.scheduler.pool
 
     # -- queries -------------------------------------------------------------------------
 
     @property
+    @query
     def job(self) -> JobSubmitted | None:
         return self.scheduler.job
 
     @property
+    @query
     def status(self) -> JobStatus:
         return self.scheduler.status
 
     @property
+    @query
     def graph(self) -> ExecutionGraph | None:
         return self.scheduler.graph
 
     @property
+    @query
     def registry(self) -> KvStateLocationRegistry | None:
         return self.scheduler.registry
 
     @property
+    @query
     def failure_cause(self) -> str | None:
         return self.scheduler.failure_cause
 
     @property
+    @query
     def restarts(self) -> int:
         return self.scheduler.restarts
 
@@ -345,3 +353,27 @@ class JobMaster(Reducer):
             KvStateRegistrationRejected, job_id=self.job_id, job_vertex_id=event.job_vertex_id,
             registration_name=event.registration_name, reason=reason,
         )  # fmt: skip
+
+    # -- the query surface (queries.py) ---------------------------------------------------
+
+    @query
+    def info(self) -> JobMasterInfo:
+        """The job's leader, status, restarts and failures as the JobMaster holds them."""
+        scheduler = self.scheduler
+        return JobMasterInfo(
+            self.job_id, self.status, self.job_master_id, self.restarts, self.failure_cause,
+            scheduler.restart_at, len(scheduler.backoff.failures) if scheduler.backoff else 0,
+        )  # fmt: skip
+
+    @query
+    def pending_restarts(self) -> list[PendingRestartInfo]:
+        """The failovers waiting to restart their subtasks, oldest first."""
+        return [
+            PendingRestartInfo(r.at, tuple((v, i, n) for (v, i), n in sorted(r.versions.items())))
+            for r in self.scheduler.pending_restarts
+        ]
+
+    @query
+    def restart_strategy_of(self, job: JobSubmitted) -> RestartStrategy:
+        """The restart strategy `job` runs under: its own, else the cluster's (RS-10)."""
+        return self.scheduler.restart_strategy_of(job)

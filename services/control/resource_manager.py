@@ -44,6 +44,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
 
 from .decisions import Decisions
+from .queries import PendingSlotRequestInfo, TaskManagerInfo, TaskManagerSlot, query
 from .reducer import Reducer, derived, handles
 from .slot_placement import FreeSlotIndex, SlotPlacement
 from .task_slot_table import slot_count_refusal
@@ -448,6 +449,43 @@ class ResourceManager(Reducer):
             )
         for entry in unserved:
             heapq.heappush(self.queue_order, entry)
+
+    # -- the query surface (queries.py) ---------------------------------------------------
+
+    @query
+    def task_managers(self) -> dict[str, TaskManagerInfo]:
+        """Every registered TaskExecutor by ResourceID, in the order they registered."""
+        return {rid: _task_manager_info(te) for rid, te in self.task_executors.items()}
+
+    @query
+    def task_manager(self, resource_id: str) -> TaskManagerInfo | None:
+        """The registered TaskExecutor `resource_id`; None if it is not registered."""
+        te = self.task_executors.get(resource_id)
+        return None if te is None else _task_manager_info(te)
+
+    @query
+    def slot_request(self, allocation_id: str) -> PendingSlotRequestInfo | None:
+        """The open request for `allocation_id`; None if none is open (not received yet, or
+        its slot freed)."""
+        r = self.requests.get(allocation_id)
+        if r is None:
+            return None
+        return PendingSlotRequestInfo(r.job_id, r.slot_request_id, r.allocation_id, r.assigned)
+
+    @query
+    def requests_queued_before(self, allocation_id: str) -> int:
+        """How many queued requests arrived before the one for `allocation_id` and so are
+        served first (0 if that one is not queued)."""
+        mine = self.queue.get(allocation_id)
+        return 0 if mine is None else sum(1 for order in self.queue.values() if order < mine)
+
+
+def _task_manager_info(te: RegisteredTaskExecutor) -> TaskManagerInfo:
+    """A copy of what the ResourceManager knows of `te`, which a read model keeps unchanged."""
+    slots = tuple(TaskManagerSlot(s.state, s.allocation_id, s.job_id) for s in te.slots)
+    return TaskManagerInfo(
+        te.resource_id, te.address, te.resource_profile, te.last_heartbeat, slots
+    )
 
 
 def _slot_report_refusal(event: TaskManagerRegistered) -> str | None:

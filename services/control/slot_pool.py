@@ -61,6 +61,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
 from .decisions import Decisions
+from .queries import PendingRequestInfo, SlotInfo, query
 from .reducer import Reducer, derived, handles
 from .resource_profile import is_matching
 from .slot_request_listener import Completion, SlotRequestListener, completes_requests
@@ -811,6 +812,38 @@ class SlotPool(Reducer):
                     and request.unfulfillable_since + self.config.batch_slot_timeout_ms <= now
                 ):
                     self._time_out(request, waiting, out)
+
+    # -- the query surface (queries.py) ---------------------------------------------------
+
+    @query
+    def slots(self) -> list[SlotInfo]:
+        """Every slot the pool holds: the allocated ones in the pool's order (by SlotRequestId
+        as they were allocated), then the available ones (by AllocationID, as offered)."""
+        allocated = [
+            SlotInfo(s.allocation_id, s.resource_id, s.slot_index, s.resource_profile, r, None)
+            for r, s in self.allocated_slots.items()
+        ]
+        return allocated + [
+            SlotInfo(s.allocation_id, s.resource_id, s.slot_index, s.resource_profile, None, t)
+            for s, t in self.available_slots.values()
+        ]
+
+    @query
+    def pending_slot_requests(self) -> list[PendingRequestInfo]:
+        """Every request waiting for a slot: the stashed ones (no ResourceManager yet), then
+        the ones sent to the ResourceManager, each in the order it was made."""
+        return [
+            PendingRequestInfo(r.slot_request_id, r.allocation_id, r.resource_profile, at_rm)
+            for waiting, at_rm in (
+                (self.waiting_for_resource_manager, False), (self.pending_requests, True),
+            )
+            for r in waiting.values()
+        ]  # fmt: skip
+
+    @query
+    def is_connected_to_resource_manager(self) -> bool:
+        """Whether the pool has a ResourceManager to send requests to (SP-24, SP-26)."""
+        return self.resource_manager_id is not None
 
 
 def _drop(index: dict[str, dict[str, AllocatedSlot]], resource_id: str, key: str) -> None:

@@ -66,6 +66,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import ExecutionState, OwnerKind
 
 from .decisions import Decisions
+from .queries import TaskSlotInfo, query
 from .reducer import Reducer, handles
 from .task_slot_table import TaskSlotState, TaskSlotTable, slot_count_refusal
 
@@ -534,3 +535,20 @@ class TaskExecutor(Reducer):
             return
         for allocation_id in self.table.timed_out(event.event_time):
             self._free(allocation_id, "slot timed out before it was used", out)
+
+    # -- the query surface (queries.py) ---------------------------------------------------
+
+    @query
+    def number_of_slots(self) -> int:
+        """The static slots of its slot table (0 before the ResourceManager accepted it)."""
+        return self.table.number_of_slots if self.table is not None else 0
+
+    @query
+    def task_slots(self) -> list[TaskSlotInfo]:
+        """Every allocated slot of its slot table, in the table's order (by allocation)."""
+        if self.table is None:
+            return []
+        return [
+            TaskSlotInfo(s.index, s.allocation_id, s.job_id, s.state, len(s.tasks))
+            for s in self.table.slots.values()
+        ]
