@@ -44,6 +44,7 @@ from jobledger.schemas.types import ScheduleMode as Mode
 
 from . import execution_state as es
 from .decisions import Decisions
+from .execution_failure_handler import ExecutionFailureHandler, FailureHandlingResult
 from .execution_graph import (
     Execution,
     ExecutionGraph,
@@ -51,12 +52,11 @@ from .execution_graph import (
     ExecutionVertex,
     InvalidJobGraph,
 )
-from .failover_strategy import PRODUCING, FailoverStrategyName, tasks_needing_restart
+from .failover_strategy import PRODUCING, FailoverStrategyName
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
 from .restart_strategy import RestartBackoff
 from .slot_pool import SlotPool
-from .throwable_classifier import is_unrecoverable_error
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
@@ -441,33 +441,41 @@ class Scheduler:
         self, ev: ExecutionVertex, cause: str, out: Decisions, suppress_restarts: bool,
         global_failure: bool = False,
     ) -> None:  # fmt: skip
-        """RS-2..RS-5, RS-9: count the failure; restart what the failover strategy says (every
-        vertex for a global failure) after the backoff, or fail the job once its remaining
-        tasks are cancelled. A failure that suppresses restarts (KV-3, or a
-        SuppressRestartsException in its cause chain, RS-4) is not counted. The failed
-        attempt's slot goes back only once the vertices to cancel are marked modified."""
-        failed = ev.current if ev.current.state is ExecutionState.FAILED else None
+        """handleTaskFailure / handleGlobalFailure: the ExecutionFailureHandler decides what
+        the failure of `ev` calls for (RS-2..RS-5, RS-9), then it is applied. A job no
+        longer running or restarting only gives the failed attempt's slot back."""
         if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
-            if failed is not None:
-                self._release_execution_slot(failed, out)
+            if ev.current.state is ExecutionState.FAILED:
+                self._release_execution_slot(ev.current, out)
             self._check_job_done(out)
             return
+        handler = ExecutionFailureHandler(self.graph, self.failover_strategy, self.backoff)
         now = out.cause.event_time
-        restartable = not (suppress_restarts or is_unrecoverable_error(cause))
-        if restartable:
+        if global_failure:
+            result = handler.get_global_failure_handling_result(ev, cause, now)
+        else:
+            result = handler.get_failure_handling_result(ev, cause, now, suppress_restarts)
+        self._handle_failure_result(ev, result, out)
+
+    def _handle_failure_result(
+        self, ev: ExecutionVertex, result: FailureHandlingResult, out: Decisions
+    ) -> None:
+        """Apply `result` to the failure of `ev`: count it; restart its vertices after the
+        delay, or fail the job once every task is cancelled. The failed attempt's slot goes
+        back only once the vertices to cancel are marked modified (ES-3)."""
+        failed = ev.current if ev.current.state is ExecutionState.FAILED else None
+        now = out.cause.event_time
+        if result.counted:
             self.backoff.notify_failure(now)
-            restartable = self.backoff.can_restart(now)
-        self.failure_cause = f"{ev.current.attempt_id}: {cause}"
-        if restartable:
-            if global_failure:
-                to_restart = list(self.graph.execution_vertices())
-            else:
-                to_restart = tasks_needing_restart(self.failover_strategy, self.graph, ev)
+        self.failure_cause = result.cause
+        if result.can_restart:
+            to_restart = [self.graph.vertices[vid].subtasks[i]
+                          for vid, i in result.vertices_to_restart]  # fmt: skip
             self._record_modifications(to_restart)
             if failed is not None:
                 self._release_execution_slot(failed, out)
             self.pending_restarts.append(PendingRestart(
-                now + self.backoff.backoff_ms,
+                now + result.restart_delay_ms,
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
             ))  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
