@@ -23,7 +23,7 @@ def test_an_input_that_was_only_rejected_is_reduced_when_its_id_comes_again():
     [rejected] = driver.process(early)
 
     assert rejected == EventRejected(
-        event_id=rejected.event_id, event_time=early.event_time, producer="jobmaster",
+        event_id=rejected.event_id, event_time=early.event_time, producer="slotpool",
         cause_event_id=early.event_id, scope=OwnerKind.JOB, owner_id="job-1",
         rejected_event_id=early.event_id, rejected_event_type="NewAllocatedSlotRequested",
         reason="job job-1 has no started SlotPool (no JobMaster leader)",

@@ -14,7 +14,7 @@ from jobledger.projections.log.log_file import LogRecord
 from jobledger.projections.log.replay import foreign, replay, verify
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
-from jobledger.schemas.slots import SlotRequested
+from jobledger.schemas.slots import AllocationFailed, SlotRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
 from jobledger.services.control.driver import ReducerDriver
@@ -39,6 +39,28 @@ def test_a_record_in_its_owners_name_that_the_owner_never_derived_is_refused():
         "JobSubmitted claims to be a decision of the JobMaster of job 'job-1', which derived "
         "no event 'in-1'"
     )
+
+
+def test_the_slot_pools_decisions_are_its_job_masters_own_records():
+    """The SlotPool decides in its own name inside the JobMaster: its decisions on the job
+    topic are awaited and read back as records, as the JobMaster's are, and one it never
+    derived is refused."""
+    clock = Clock()
+    driver = ReducerDriver()
+    driver.process(clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1"))
+    [rejected] = driver.process(
+        clock(AllocationFailed, job_id="job-1", allocation_id="x", cause="lost")
+    )
+    forged = rejected.model_copy(update={"event_id": "forged"})
+
+    assert rejected.producer == "slotpool"
+    assert driver.refusal(forged) == (
+        "EventRejected claims to be a decision of the JobMaster of job 'job-1', which derived "
+        "no event 'forged'"
+    )
+    assert driver.refusal(rejected) is None
+    assert driver.process(rejected) == []
+    assert rejected.event_id not in driver.awaiting
 
 
 def test_a_decision_names_its_reducer_and_its_cause_and_an_input_neither():

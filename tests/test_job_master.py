@@ -59,6 +59,7 @@ from .events import (
     UNKNOWN,
     Clock,
     Derived,
+    Expected,
     assert_derived,
     derived_from,
     expect,
@@ -69,6 +70,7 @@ from .jobs import FULL, JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay
 
 PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
 PRODUCER = "jobmaster"
+SLOT_POOL = "slotpool"
 
 
 def run_one(c: JobCluster, event: Event) -> Derived:
@@ -79,6 +81,17 @@ def run_one(c: JobCluster, event: Event) -> Derived:
 
 def rejected(cause: Event, reason: str):
     return rejection(cause, OwnerKind.JOB, JOB, reason)
+
+
+def pooled(cls: type[Event], /, **fields) -> Expected:
+    """A decision of the JobMaster's SlotPool, which the pool signs in its own name."""
+    return expect(cls, producer=SLOT_POOL, **fields)
+
+
+def pool_rejected(cause: Event, reason: str) -> Expected:
+    """The SlotPool's refusal of `cause`, in its own name."""
+    refusal = rejected(cause, reason)
+    return Expected(refusal.cls, {**refusal.fields, "producer": SLOT_POOL})
 
 
 def status(before: JobStatus, after: JobStatus, cause: str | None = None):
@@ -298,7 +311,7 @@ def test_jm_1_offers_from_an_unknown_task_manager_are_rejected():
         SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-stranger", slot_index=0,
         allocation_id="a", resource_profile=ANY,
     )  # fmt: skip
-    assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [expect(
+    assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [pooled(
         SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id="tm-stranger", slot_index=0,
         allocation_id="a", reason="TaskManager tm-stranger is not registered at the job",
     )])  # fmt: skip
@@ -308,7 +321,9 @@ def test_jm_4_fail_slot_of_an_unknown_allocation_is_ignored_with_a_reason():
     c = JobCluster()
     c.submit([vertex("only", 1)])
     failed = c.clock(AllocationFailed, job_id=JOB, allocation_id="x", cause="y")
-    assert_derived(run_one(c, failed), [rejected(failed, "allocation x is unknown to the pool")])
+    assert_derived(
+        run_one(c, failed), [pool_rejected(failed, "allocation x is unknown to the pool")]
+    )
 
 
 def test_kv_14_registration_for_an_unknown_job_is_rejected():
@@ -364,7 +379,7 @@ def test_jm_2_a_task_manager_registering_twice_is_acknowledged_both_times():
         register = c.clock(JobMasterRegistrationRequested, job_id=JOB, job_master_id=JM,
                            resource_id="tm-0")  # fmt: skip
         assert_derived(derived_from(c.run([register]), register, PRODUCER), [
-            expect(JobMasterRegistrationAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-0")
+            pooled(JobMasterRegistrationAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-0")
         ])  # fmt: skip
     assert list(c.jm.pool.registered_task_managers).count("tm-0") == 1
 
@@ -376,7 +391,7 @@ def test_jm_4_fail_slot_from_an_unknown_task_manager_is_ignored_with_a_warning()
     failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation, cause="y",
                      resource_id="tm-ghost")  # fmt: skip
     assert_derived(run_one(c, failed), [
-        rejected(failed, "failSlot from unknown TaskManager tm-ghost ignored (JM-4)"),
+        pool_rejected(failed, "failSlot from unknown TaskManager tm-ghost ignored (JM-4)"),
     ])  # fmt: skip
     assert c.jm.graph.find(c.deployments()[0].execution_attempt_id).current.has_slot
 
@@ -409,7 +424,7 @@ def test_sm_1_lazy_with_batch_slot_requests_asks_for_batch_slots():
     assert len(requests) == 2
     # sent when the ResourceManager connects: batch requests, with no timeout of their own
     connected = next(e for e in c.log if isinstance(e, ResourceManagerConnected))
-    assert_derived(derived_from(c.log, connected, PRODUCER), [expect(
+    assert_derived(derived_from(c.log, connected, PRODUCER), [pooled(
         SlotRequested, job_id=JOB, job_master_id=JM, slot_request_id=ANY_VALUE,
         allocation_id=ANY_VALUE, resource_profile=UNKNOWN, batch_request=True, timeout_ms=0,
     )] * 2)  # fmt: skip
@@ -444,19 +459,19 @@ def test_rs_8_requests_of_outdated_attempts_are_withdrawn_and_the_job_keeps_runn
                  "released.")  # fmt: skip
     slot = dict(job_id=JOB, slot_request_id=waiting.slot_request_id,
                 allocation_id=waiting.allocation_id, cause=withdrawn)  # fmt: skip
-    new_request = expect(
+    new_request = pooled(
         SlotRequested, job_id=JOB, job_master_id=JM, slot_request_id=ANY_VALUE,
         allocation_id=ANY_VALUE, resource_profile=UNKNOWN, timeout_ms=300_000,
     )  # fmt: skip
     assert_derived(derived_from(c.run([lost]), lost, PRODUCER), [
-        expect(SlotRequestFailed, job_id=JOB, slot_request_id=holder.slot_request_id,
+        pooled(SlotRequestFailed, job_id=JOB, slot_request_id=holder.slot_request_id,
                allocation_id=holder.allocation_id, cause="slot lost"),
-        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0",
+        pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0",
                allocation_id=holder.allocation_id, cause="slot lost"),
-        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        pooled(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
         status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{holder.slot_request_id}: slot lost"),
         # the outdated attempt's request is withdrawn
-        expect(SlotRequestFailed, **slot), expect(SlotRequestCancelled, **slot),
+        pooled(SlotRequestFailed, **slot), pooled(SlotRequestCancelled, **slot),
         status(JobStatus.RESTARTING, JobStatus.RUNNING),
         new_request, new_request,
         # tm-0 holds no slot of the pool any more, and no partitions: let go (JM-4)
@@ -532,13 +547,13 @@ def test_es_3_cancelling_an_eager_job_deploys_nothing_and_ends_canceled_at_once(
     c.run([cancel])
     assert_derived(derived_from(c.log, cancel, PRODUCER), [
         status(JobStatus.RUNNING, JobStatus.CANCELLING, "cancelled by request"),
-        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+        pooled(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
                allocation_id=held, resource_id="tm-0", slot_index=0),
-        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+        pooled(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
                allocation_id=own,
                cause=f"slot request {sink.attempt_id} fulfilled by allocation {held}"),
         status(JobStatus.CANCELLING, JobStatus.CANCELED),
-        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=held,
+        pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=held,
                cause="SlotPool stopped: job CANCELED"),
     ])  # fmt: skip
     assert c.deployments() == []
@@ -649,9 +664,9 @@ def test_es_3_a_failover_deploys_nothing_of_the_region_it_cancels():
     report = c.state_report(src.execution_attempt_id, ExecutionState.FAILED, "E: boom")
     c.run([report])
     assert_derived(derived_from(c.log, report, PRODUCER), [
-        expect(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
+        pooled(SlotRequestFulfilled, job_id=JOB, slot_request_id=sink.attempt_id,
                allocation_id=src.allocation_id, resource_id="tm-0", slot_index=0),
-        expect(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
+        pooled(SlotRequestCancelled, job_id=JOB, slot_request_id=sink.attempt_id,
                allocation_id=own,
                cause=f"slot request {sink.attempt_id} fulfilled by allocation "
                      f"{src.allocation_id}"),
@@ -700,7 +715,7 @@ def test_jm_3_a_registration_for_a_job_this_job_master_does_not_lead_is_declined
                        resource_id="tm-0")  # fmt: skip
     events = c.run([register])
     assert_derived(derived_from(events, register, PRODUCER), [
-        expect(JobMasterRegistrationDeclined, job_id="other-job", resource_id="tm-0",
+        pooled(JobMasterRegistrationDeclined, job_id="other-job", resource_id="tm-0",
                reason="job other-job has no JobMaster leader"),
     ])  # fmt: skip
     assert "tm-0" in c.jm.pool.registered_task_managers, "this job's registration stands"
@@ -722,7 +737,7 @@ def test_jm_7_a_restarting_job_still_accepts_slots():
               for i in range(2)]  # fmt: skip
     for offer in offers:
         assert_derived(derived_from(c.run([offer]), offer, PRODUCER), [
-            expect(SlotOfferAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-9",
+            pooled(SlotOfferAccepted, job_id=JOB, job_master_id=JM, resource_id="tm-9",
                    slot_index=offer.slot_index, allocation_id=offer.allocation_id),
         ])  # fmt: skip
     assert sorted(c.jm.pool.available_slots) == ["x0", "x1"]
@@ -742,7 +757,7 @@ def test_jm_8_the_job_master_id_fences_every_input_that_carries_one():
     stale = c.clock(SlotOffered, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                     slot_index=3, allocation_id="late", resource_profile=ANY)  # fmt: skip
     assert_derived(derived_from(c.run([stale]), stale, PRODUCER), [
-        expect(SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
+        pooled(SlotOfferRejected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                slot_index=3, allocation_id="late",
                reason=f"JobMasterId {JM} is not the leader's"),
     ])  # fmt: skip
@@ -760,11 +775,11 @@ def test_jm_4_a_task_manager_left_without_slots_is_disconnected():
     failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
                      cause="slot broke", resource_id="tm-0")  # fmt: skip
     assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
-        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+        pooled(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
                allocation_id=allocation, cause="slot broke"),
-        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+        pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
                cause="slot broke"),
-        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        pooled(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
         status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
         expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                cause="No more slots registered at JobMaster tm-0."),
@@ -790,11 +805,11 @@ def test_jm_5_a_task_manager_still_holding_partitions_is_kept():
     failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
                      cause="slot broke", resource_id="tm-0")  # fmt: skip
     assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
-        expect(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
+        pooled(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
                allocation_id=allocation, cause="slot broke"),
-        expect(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
+        pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
                cause="slot broke"),
-        expect(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
+        pooled(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
         status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
     ])  # fmt: skip
     assert "tm-0" in c.jm.pool.registered_task_managers

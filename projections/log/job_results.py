@@ -35,6 +35,7 @@ from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import JobStatus
+from jobledger.services.control.driver import OWN_PRODUCERS
 from jobledger.services.control.job_master import PRODUCER as JOB_MASTER
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.control.partitioning import partition_of
@@ -46,6 +47,8 @@ from .log_file import LogRecord
 from .replay import position
 
 POLL_S = 0.05
+JOB_PRODUCERS = OWN_PRODUCERS[TopicRole.JOB]
+"""Who refuses inputs on the job topic: the JobMaster and its SlotPool."""
 MOVING = frozenset({
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -163,7 +166,7 @@ class JobWatcher:
                     self._dead[(event.source_partition, event.source_offset)] = event.reason
             elif isinstance(event, JobSubmitted):
                 self.submitted.setdefault(event.job_id, event)
-            elif isinstance(event, EventRejected) and event.producer == JOB_MASTER:
+            elif isinstance(event, EventRejected) and event.producer in JOB_PRODUCERS:
                 self._claims.append(_record(msg, event))
             elif (
                 isinstance(event, JobStatusChanged)

@@ -93,22 +93,26 @@ class Decisions:
         sha1.update(tag.encode())
         return _uuid5_hex(sha1)
 
-    def emit(self, cls: type[E], **fields: Any) -> E:
+    def emit(self, cls: type[E], producer: str | None = None, **fields: Any) -> E:
         """The next decision, built without validation (`construct.trusted`): reducers pass
         values of the fields' types, which `tests/test_construct.py` checks for every
-        decision of the golden scenarios through the validating model."""
+        decision of the golden scenarios through the validating model. `producer` names a
+        component deciding inside the reducer (the JobMaster's SlotPool), else the reducer."""
         fields["event_id"] = self.derive(str(len(self.events)))
         fields["event_time"] = self.cause.event_time
-        fields["producer"] = self.producer
+        fields["producer"] = producer or self.producer
         fields["cause_event_id"] = self.cause.event_id
         event = trusted(cls, fields)
         self.events.append(event)
         return event
 
-    def reject(self, scope: OwnerKind, owner_id: str, reason: str) -> EventRejected:
-        """Refuse the cause: nothing changed, and the log says why."""
+    def reject(
+        self, scope: OwnerKind, owner_id: str, reason: str, producer: str | None = None
+    ) -> EventRejected:
+        """Refuse the cause: nothing changed, and the log says why (`producer` as in `emit`)."""
         return self.emit(
             EventRejected,
+            producer,
             scope=scope,
             owner_id=owner_id,
             rejected_event_id=self.cause.event_id,

@@ -27,13 +27,14 @@ from .task_executor import TaskExecutor, TaskExecutorConfig
 
 DEDUP_WINDOW = 100_000
 
-OWN_PRODUCER = {
-    TopicRole.JOB: JobMaster.producer,
-    TopicRole.RESOURCE_MANAGER: ResourceManager.producer,
-    TopicRole.TASK_EXECUTOR: TaskExecutor.producer,
+OWN_PRODUCERS = {
+    TopicRole.JOB: frozenset({JobMaster.producer, SlotPool.producer}),
+    TopicRole.RESOURCE_MANAGER: frozenset({ResourceManager.producer}),
+    TopicRole.TASK_EXECUTOR: frozenset({TaskExecutor.producer}),
 }
-"""Whose decisions an owner of each topic reads back as records of its own, not inputs."""
-DECIDING_PRODUCERS = frozenset({*OWN_PRODUCER.values(), SlotPool.producer})
+"""Whose decisions an owner of each topic reads back as records of its own, not inputs: the
+JobMaster's, and those of the SlotPool it holds, which decides in its own name."""
+DECIDING_PRODUCERS = frozenset().union(*OWN_PRODUCERS.values())
 """The reducers' names: their decisions, and nothing else, name a cause."""
 
 
@@ -139,7 +140,7 @@ class ReducerDriver:
                 f"{event.producer!r} is no reducer: only decisions name a cause"
             )
         role, key = event.route()
-        if event.producer != OWN_PRODUCER.get(role) or event.event_id in self.recent:
+        if event.producer not in OWN_PRODUCERS.get(role, ()) or event.event_id in self.recent:
             return None
         derived = self.awaiting.get(event.event_id)
         if derived is None:
@@ -164,7 +165,7 @@ class ReducerDriver:
         ids of their own. The runtime asks `refusal` first; replay skips what it refused."""
         role, key = event.route()
         event_id = event.event_id
-        own = event.producer == OWN_PRODUCER.get(role)
+        own = event.producer in OWN_PRODUCERS.get(role, ())
         if own:
             self.awaiting.pop(event_id, None)  # before the duplicate check: no leak
         if event_id in self.recent:
@@ -177,8 +178,9 @@ class ReducerDriver:
         if not decisions:  # most inputs: nothing to await, nothing rejected
             self._remember(event_id)
             return decisions
+        owners = OWN_PRODUCERS[role]
         for decision in decisions:
-            if decision.producer == reducer.producer and _same_partition(decision, role, key):
+            if decision.producer in owners and _same_partition(decision, role, key):
                 self.awaiting[decision.event_id] = decision
         if _only_rejected(event_id, decisions):
             _keep_recent(self.rejected, event_id, self.rejected.get(event_id, 0) + 1)

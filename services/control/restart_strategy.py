@@ -16,12 +16,17 @@ class RestartBackoff:
     failures: list[int] = field(default_factory=list)
 
     def notify_failure(self, now: int) -> None:
-        """Count a failure; failure-rate keeps only the times of the last `max` failures."""
-        self.failures.append(now)
+        """Count a failure at `now`."""
+        self.failures = self.after_failure(now).failures
+
+    def after_failure(self, now: int) -> RestartBackoff:
+        """This strategy as it would be once it counted a failure at `now`, itself unchanged:
+        the ExecutionFailureHandler decides on it before the scheduler applies the count.
+        Failure-rate keeps only the times of the last `max` failures."""
+        failures = [*self.failures, now]
         if self.strategy.kind is RestartStrategyKind.FAILURE_RATE:
-            del self.failures[
-                : max(0, len(self.failures) - self.strategy.max_failures_per_interval)
-            ]
+            del failures[: max(0, len(failures) - self.strategy.max_failures_per_interval)]
+        return RestartBackoff(self.strategy, failures)
 
     def can_restart(self, now: int) -> bool:
         """RS-1: fixed-delay allows `restart_attempts` restarts. Failure-rate as Flink 1.12's

@@ -20,7 +20,7 @@ modified (its version bumped), so a slot arriving for it meanwhile deploys nothi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
@@ -31,42 +31,32 @@ from jobledger.schemas.tasks import (
     TaskExecutionStateChanged,
 )
 from jobledger.schemas.types import (
-    DistributionPattern,
     ExecutionState,
-    JobEdge,
     JobStatus,
     OwnerKind,
     RestartStrategy,
     RestartStrategyKind,
-    ResultPartitionType,
 )
-from jobledger.schemas.types import ScheduleMode as Mode
 
 from . import execution_state as es
 from .decisions import Decisions
+from .execution_failure_handler import ExecutionFailureHandler, FailureHandlingResult
 from .execution_graph import (
     Execution,
     ExecutionGraph,
-    ExecutionJobVertex,
     ExecutionVertex,
     InvalidJobGraph,
 )
-from .failover_strategy import PRODUCING, FailoverStrategyName, tasks_needing_restart
+from .failover_strategy import PRODUCING, FailoverStrategyName
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
 from .restart_strategy import RestartBackoff
+from .scheduling_strategy import SchedulingStrategy, scheduling_strategy_for
 from .slot_pool import SlotPool
-from .throwable_classifier import is_unrecoverable_error
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
 NO_RESTART = RestartStrategy(kind=RestartStrategyKind.NONE)
-
-BULK = frozenset({ExecutionState.CREATED, ExecutionState.SCHEDULED})
-"""EAGER deploys the attempts being scheduled together once all of them hold a slot."""
-
-CONSUMABLE = (ExecutionState.RUNNING, ExecutionState.FINISHED)
-"""A PIPELINED result is consumable once its producer is in one of these."""
 
 
 @dataclass
@@ -170,7 +160,7 @@ class Scheduler:
         if self.status is not JobStatus.CREATED:
             self.create_execution_graph(self.job, out)
         self._set_status(JobStatus.RUNNING, None, out)
-        self._schedule_ready(out)
+        self._schedule_all(self.scheduling_strategy.start_scheduling(self.graph), out)
 
     def suspend(self, cause: str, out: Decisions) -> None:
         """Leadership lost: SUSPENDED, unless the job already ended."""
@@ -179,65 +169,16 @@ class Scheduler:
 
     # -- scheduling and deployment -------------------------------------------------------
 
-    def _lazy(self) -> bool:
-        return self.job.schedule_mode in (
-            Mode.LAZY_FROM_SOURCES,
-            Mode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST,
-        )
+    @property
+    def scheduling_strategy(self) -> SchedulingStrategy:
+        """The job's ScheduleMode as its strategy (scheduling_strategy.py)."""
+        return scheduling_strategy_for(self.job.schedule_mode)
 
-    def _schedule_ready(
-        self, out: Decisions, job_vertices: Iterable[ExecutionJobVertex] | None = None
-    ) -> None:
-        """Ask slots for every CREATED vertex whose inputs allow it (EAGER: all of them), in
-        topological order, among `job_vertices` (default: all). LAZY_FROM_SOURCES asks once per
-        job vertex whether inputs read whole (ALL_TO_ALL, BLOCKING) allow its subtasks: asked
-        per subtask, each of the P consumers of an ALL_TO_ALL input scanned its P producers on
-        every producer's RUNNING, P^3 for a job (a job of two vertices of 1000 took 50 s).
-        Nothing here moves a task to RUNNING or FINISHED, so the answer holds for the pass."""
-        lazy = self._lazy()
-        for job_vertex in self.graph.vertices.values() if job_vertices is None else job_vertices:
-            whole = not lazy or all(
-                not self._read_in_slices(edge) and self._producers_ready(edge)
-                for edge in job_vertex.vertex.inputs
-            )
-            if lazy and not whole and not any(map(self._read_in_slices, job_vertex.vertex.inputs)):
-                continue  # an input read whole is not consumable: no subtask may start
-            for ev in job_vertex.subtasks:
-                if ev.current.state is ExecutionState.CREATED and (whole or self._inputs_ready(ev)):
-                    self._schedule(ev, out)
-
-    @staticmethod
-    def _read_in_slices(edge: JobEdge) -> bool:
-        """Whether the consumer subtasks of `edge` are ready each at its own time: a PIPELINED
-        POINTWISE input is consumable once the producers each subtask reads run."""
-        return (
-            edge.distribution_pattern is DistributionPattern.POINTWISE
-            and edge.result_partition_type is not ResultPartitionType.BLOCKING
-        )
-
-    def _producers_ready(self, edge: JobEdge) -> bool:
-        """An input read whole: BLOCKING once every producer FINISHED, PIPELINED once every
-        producer is at least RUNNING. Asked from the last producer: they were deployed, and
-        run, in order, so one not yet running is met first, not after all that run (a scan
-        per producer's RUNNING)."""
-        producers = reversed(self.graph.vertices[edge.source_vertex_id].subtasks)
-        if edge.result_partition_type is ResultPartitionType.BLOCKING:
-            return all(p.current.state is ExecutionState.FINISHED for p in producers)
-        return all(p.current.state in CONSUMABLE for p in producers)
-
-    def _inputs_ready(self, ev: ExecutionVertex) -> bool:
-        """LAZY_FROM_SOURCES: a BLOCKING result is consumable once every producer FINISHED; a
-        PIPELINED one once each producer subtask `ev` reads is at least RUNNING."""
-        for gate in self.graph.input_gates(ev):
-            producers = self.graph.vertices[gate.source_vertex_id].subtasks
-            if gate.result_partition_type is ResultPartitionType.BLOCKING:
-                if any(p.current.state is not ExecutionState.FINISHED for p in producers):
-                    return False
-            elif any(
-                producers[i].current.state not in CONSUMABLE for i in gate.consumed_subtask_indexes
-            ):
-                return False
-        return True
+    def _schedule_all(self, vertices: Iterator[ExecutionVertex], out: Decisions) -> None:
+        """Schedule each vertex the strategy names, in turn: it looks at the next one only
+        after this one was scheduled."""
+        for ev in vertices:
+            self._schedule(ev, out)
 
     def _schedule(self, ev: ExecutionVertex, out: Decisions) -> None:
         """CREATED -> SCHEDULED; take an available slot of the pool, else request a new one,
@@ -250,7 +191,7 @@ class Scheduler:
         available = self.pool.available_slot_for(profile)
         if available is not None:
             self.pool.allocate_available_slot(execution.attempt_id, available, out)
-        elif self.job.schedule_mode is Mode.LAZY_FROM_SOURCES_WITH_BATCH_SLOT_REQUEST:
+        elif self.scheduling_strategy.batch_slot_requests:
             self.pool.request_new_allocated_batch_slot(execution.attempt_id, profile, out)
         else:
             self.pool.request_new_allocated_slot(
@@ -315,14 +256,8 @@ class Scheduler:
         execution.allocation_id = fulfilled.allocation_id
         execution.resource_id = fulfilled.resource_id
         execution.slot_index = fulfilled.slot_index
-        if self._lazy():
-            self._deploy(ev, out)
-        # from the last: slots come in the order requested, so one still without a slot is
-        # met first, not after every one that has its slot (a scan per slot, per job)
-        elif all(other.current.has_slot for other in reversed(self.graph.execution_vertices())
-                 if other.current.state in BULK):  # fmt: skip
-            for waiting in self.graph.execution_vertices():
-                self._deploy(waiting, out)
+        for ready in self.scheduling_strategy.on_slot_fulfilled(self.graph, ev):
+            self._deploy(ready, out)
 
     def on_slot_request_failed(self, failed: SlotRequestFailed, out: Decisions) -> None:
         self._slot_lost(failed.slot_request_id, failed.cause, out)
@@ -389,13 +324,9 @@ class Scheduler:
             return
         if execution.state in es.TERMINAL:
             self._release_execution_slot(execution, out)
-        progressed = execution.state in (ExecutionState.RUNNING, ExecutionState.FINISHED)
-        if progressed and self._lazy() and self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
-            # only the consumers of ev's results may have become ready: every other CREATED
-            # vertex was asked when it became CREATED (scheduling started, a restart) or when
-            # one of its own producers last progressed, and a pass over every vertex per
-            # task's RUNNING was P^2 for a job
-            self._schedule_ready(out, self.graph.consumers_of(ev.job_vertex_id))
+        if self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            strategy = self.scheduling_strategy
+            self._schedule_all(strategy.on_execution_state_change(self.graph, ev), out)
         self._check_job_done(out)
 
     def _cancel_task(self, ev: ExecutionVertex, out: Decisions) -> None:
@@ -441,33 +372,41 @@ class Scheduler:
         self, ev: ExecutionVertex, cause: str, out: Decisions, suppress_restarts: bool,
         global_failure: bool = False,
     ) -> None:  # fmt: skip
-        """RS-2..RS-5, RS-9: count the failure; restart what the failover strategy says (every
-        vertex for a global failure) after the backoff, or fail the job once its remaining
-        tasks are cancelled. A failure that suppresses restarts (KV-3, or a
-        SuppressRestartsException in its cause chain, RS-4) is not counted. The failed
-        attempt's slot goes back only once the vertices to cancel are marked modified."""
-        failed = ev.current if ev.current.state is ExecutionState.FAILED else None
+        """handleTaskFailure / handleGlobalFailure: the ExecutionFailureHandler decides what
+        the failure of `ev` calls for (RS-2..RS-5, RS-9), then it is applied. A job no
+        longer running or restarting only gives the failed attempt's slot back."""
         if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
-            if failed is not None:
-                self._release_execution_slot(failed, out)
+            if ev.current.state is ExecutionState.FAILED:
+                self._release_execution_slot(ev.current, out)
             self._check_job_done(out)
             return
+        handler = ExecutionFailureHandler(self.graph, self.failover_strategy, self.backoff)
         now = out.cause.event_time
-        restartable = not (suppress_restarts or is_unrecoverable_error(cause))
-        if restartable:
+        if global_failure:
+            result = handler.get_global_failure_handling_result(ev, cause, now)
+        else:
+            result = handler.get_failure_handling_result(ev, cause, now, suppress_restarts)
+        self._handle_failure_result(ev, result, out)
+
+    def _handle_failure_result(
+        self, ev: ExecutionVertex, result: FailureHandlingResult, out: Decisions
+    ) -> None:
+        """Apply `result` to the failure of `ev`: count it; restart its vertices after the
+        delay, or fail the job once every task is cancelled. The failed attempt's slot goes
+        back only once the vertices to cancel are marked modified (ES-3)."""
+        failed = ev.current if ev.current.state is ExecutionState.FAILED else None
+        now = out.cause.event_time
+        if result.counted:
             self.backoff.notify_failure(now)
-            restartable = self.backoff.can_restart(now)
-        self.failure_cause = f"{ev.current.attempt_id}: {cause}"
-        if restartable:
-            if global_failure:
-                to_restart = list(self.graph.execution_vertices())
-            else:
-                to_restart = tasks_needing_restart(self.failover_strategy, self.graph, ev)
+        self.failure_cause = result.cause
+        if result.can_restart:
+            to_restart = [self.graph.vertices[vid].subtasks[i]
+                          for vid, i in result.vertices_to_restart]  # fmt: skip
             self._record_modifications(to_restart)
             if failed is not None:
                 self._release_execution_slot(failed, out)
             self.pending_restarts.append(PendingRestart(
-                now + self.backoff.backoff_ms,
+                now + result.restart_delay_ms,
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
             ))  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
@@ -556,7 +495,7 @@ class Scheduler:
                         self.graph.reset(ev, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"))
         if not self.pending_restarts:
             self._set_status(JobStatus.RUNNING, None, out)
-        self._schedule_ready(out)
+        self._schedule_all(self.scheduling_strategy.restart_tasks(self.graph), out)
 
     def next_timer(self) -> int | None:
         """The earliest waiting restart whose vertices all ended (until then the end of the

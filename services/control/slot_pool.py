@@ -60,7 +60,7 @@ from jobledger.schemas.slots import (
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
-from .decisions import Decisions
+from .decisions import Decisions, E
 from .queries import PendingRequestInfo, SlotInfo, query
 from .reducer import Reducer, derived, handles
 from .resource_profile import is_matching
@@ -257,8 +257,13 @@ class SlotPool(Reducer):
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _emit(self, out: Decisions, cls: type[E], **fields: Any) -> E:
+        """A decision of the pool, in its own name whoever hosts it (the JobMaster's
+        decisions and the pool's are told apart by their producer)."""
+        return out.emit(cls, PRODUCER, **fields)
+
     def _reject(self, out: Decisions, reason: str) -> None:
-        out.reject(OwnerKind.JOB, self.job_id, reason)
+        out.reject(OwnerKind.JOB, self.job_id, reason, PRODUCER)
 
     def _refuse_unless_started(self, out: Decisions) -> bool:
         if self.started:
@@ -289,7 +294,8 @@ class SlotPool(Reducer):
         """Cancel pending requests at the RM, forget every slot without freeing it (SP-34)."""
         self._cancel_pending_at_resource_manager(out, cause)
         for resource_id in self.registered_task_managers:
-            out.emit(
+            self._emit(
+                out,
                 JobManagerDisconnected,
                 job_id=self.job_id,
                 job_master_id=self.job_master_id,
@@ -356,7 +362,8 @@ class SlotPool(Reducer):
     def _request_from_resource_manager(self, request: PendingRequest, out: Decisions) -> None:
         request.allocation_id = out.derive(f"alloc/{request.slot_request_id}")
         self._add_pending(request)
-        out.emit(
+        self._emit(
+            out,
             SlotRequested,
             job_id=self.job_id,
             job_master_id=self.job_master_id,
@@ -462,7 +469,7 @@ class SlotPool(Reducer):
     def _complete(self, out: Decisions, cls: type[Completion], **fields: Any) -> None:
         """Derive the decision that completes a request; the listener hears of it once the
         operation is done (`completes_requests`)."""
-        self.completed.append(out.emit(cls, **fields))
+        self.completed.append(self._emit(out, cls, **fields))
 
     def tell(self, completion: Completion, out: Decisions) -> None:
         """Tell the listener, if any, of one completed request."""
@@ -513,7 +520,8 @@ class SlotPool(Reducer):
     ) -> None:
         """Withdraw a request the ResourceManager has (while one is connected)."""
         if request.allocation_id is not None and self.resource_manager_id is not None:
-            out.emit(
+            self._emit(
+                out,
                 SlotRequestCancelled,
                 job_id=self.job_id,
                 slot_request_id=request.slot_request_id,
@@ -543,7 +551,8 @@ class SlotPool(Reducer):
         elif event.job_master_id not in (None, self.job_master_id):
             reason = f"JobMasterId {event.job_master_id} is not the leader's"
         if reason is not None:
-            out.emit(
+            self._emit(
+                out,
                 JobMasterRegistrationDeclined,
                 job_id=self.job_id,
                 resource_id=event.resource_id,
@@ -551,7 +560,8 @@ class SlotPool(Reducer):
             )
             return
         self.registered_task_managers[event.resource_id] = None
-        out.emit(
+        self._emit(
+            out,
             JobMasterRegistrationAccepted,
             job_id=self.job_id,
             job_master_id=self.job_master_id,
@@ -582,7 +592,8 @@ class SlotPool(Reducer):
     def _drop_slot(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
         """Remove a held slot, free it on its TaskExecutor and fail the request using it."""
         self._remove_held(slot, cause, out)
-        out.emit(
+        self._emit(
+            out,
             SlotFreeRequested,
             job_id=self.job_id,
             resource_id=slot.resource_id,
@@ -671,9 +682,9 @@ class SlotPool(Reducer):
             allocation_id=event.allocation_id,
         )
         if reason is None:
-            out.emit(SlotOfferAccepted, **common)
+            self._emit(out, SlotOfferAccepted, **common)
         else:
-            out.emit(SlotOfferRejected, **common, reason=reason)
+            self._emit(out, SlotOfferRejected, **common, reason=reason)
 
     def _fulfill_or_make_available(self, slot: AllocatedSlot, out: Decisions) -> None:
         """tryFulfillSlotRequestOrMakeAvailable: sent requests first, then stashed (SP-37)."""
@@ -708,7 +719,9 @@ class SlotPool(Reducer):
             return
         self._drop_slot(slot, event.cause, out)
         if not self.slots_of(slot.resource_id):
-            out.emit(LastSlotOfTaskManagerFreed, job_id=self.job_id, resource_id=slot.resource_id)
+            self._emit(
+                out, LastSlotOfTaskManagerFreed, job_id=self.job_id, resource_id=slot.resource_id
+            )
 
     # -- time ----------------------------------------------------------------------------
 
@@ -725,7 +738,8 @@ class SlotPool(Reducer):
         if self.batch_timeout_check_enabled:
             self._check_batch_requests(now, out)
         for resource_id in self.registered_task_managers:
-            out.emit(
+            self._emit(
+                out,
                 JobMasterHeartbeat,
                 job_id=self.job_id,
                 job_master_id=self.job_master_id,
@@ -782,13 +796,15 @@ class SlotPool(Reducer):
         ]
         for slot in idle:
             self._take_available(slot.allocation_id)
-            out.emit(
+            self._emit(
+                out,
                 IdleSlotTimedOut,
                 job_id=self.job_id,
                 resource_id=slot.resource_id,
                 allocation_id=slot.allocation_id,
             )
-            out.emit(
+            self._emit(
+                out,
                 SlotFreeRequested,
                 job_id=self.job_id,
                 resource_id=slot.resource_id,
