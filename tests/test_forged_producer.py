@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.projections.log.log_file import LogRecord
+from jobledger.projections.log.log_file import LogRecord, read_export
 from jobledger.projections.log.replay import foreign, replay, verify
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
@@ -20,6 +20,7 @@ from jobledger.schemas.types import JobStatus
 from jobledger.services.control.driver import ReducerDriver
 
 from .events import ANY, Clock
+from .golden_logs import LOGS
 from .jobs import vertex
 from .runtime_harness import RuntimeThread, append, wait_until_quiet
 
@@ -61,6 +62,34 @@ def test_the_slot_pools_decisions_are_its_job_masters_own_records():
     assert driver.refusal(rejected) is None
     assert driver.process(rejected) == []
     assert rejected.event_id not in driver.awaiting
+
+
+def test_a_pool_decision_recorded_in_its_job_masters_name_is_still_the_pools():
+    """A log written before the SlotPool decided in its own name stamps its decisions
+    `jobmaster`: read back (a service upgraded mid-job), such a record is the decision it
+    was, not a forgery; with any other field changed it is still refused."""
+    clock = Clock()
+    driver = ReducerDriver()
+    driver.process(clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1"))
+    [rejected] = driver.process(
+        clock(AllocationFailed, job_id="job-1", allocation_id="x", cause="lost")
+    )
+    old = rejected.model_copy(update={"producer": "jobmaster"})
+    tampered = old.model_copy(update={"reason": "something else"})
+
+    assert driver.refusal(tampered) == (
+        f"EventRejected {old.event_id!r} differs from the decision of that id the JobMaster "
+        "of job 'job-1' derived"
+    )
+    assert driver.refusal(old) is None
+
+
+def test_a_log_recorded_before_the_pool_had_its_own_name_verifies_clean():
+    records = list(read_export(LOGS / "slot-shortage.avro"))
+    stamped = {r.event.producer for r in records if isinstance(r.event, SlotRequested)}
+
+    assert stamped == {"jobmaster"}
+    assert verify(records)[1] is None
 
 
 def test_a_decision_names_its_reducer_and_its_cause_and_an_input_neither():

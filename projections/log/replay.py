@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.topics import TopicRole
-from jobledger.services.control.driver import DECIDING_PRODUCERS, PartitionedDriver, ReducerDriver
+from jobledger.services.control.driver import (
+    DECIDING_PRODUCERS,
+    PartitionedDriver,
+    ReducerDriver,
+    same_decision,
+)
 from jobledger.services.host.gc_policy import bulk_replay
 from jobledger.services.host.parallel import run_groups
 
@@ -163,7 +168,7 @@ def _verify(
             candidates = recorded.get(decision.event_id, [])
             if not candidates and not processed(record):
                 continue
-            if not any(found.event == decision for found in candidates):
+            if not any(same_decision(decision, found.event) for found in candidates):
                 found = candidates[0] if candidates else None
                 return matched, Divergence(
                     position(found or record), decision.event_id,
