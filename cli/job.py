@@ -194,16 +194,19 @@ def _check_operators(job: JobSubmitted) -> list[str]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    prefix = prefix_of(args)
+    serde = EventSerde(registry_url=args.schema_registry)
     try:
         graph, name = load_job_graph(args.jobgraph)
-        job = dispatcher.job_submitted(graph, PRODUCER, args.job_id, name)
+        checked = dispatcher.check_job_graph(graph, PRODUCER, serde, prefix, args.job_id, name)
+        job = checked.event
+        assert isinstance(job, JobSubmitted)
         warnings = _check_operators(job)
     except JobGraphRefused as exc:
         raise JobGraphRefused(f"{args.jobgraph}: {exc}") from None
     for warning in warnings:
         print(f"jobledger: warning: {warning}", file=sys.stderr)
-    bootstrap, prefix = bootstrap_of(args), prefix_of(args)
-    serde = EventSerde(registry_url=args.schema_registry)
+    bootstrap = bootstrap_of(args)
     watcher = JobWatcher(bootstrap, prefix, (job.job_id,), serde)
     try:
         watcher.catch_up(READ_TIMEOUT_S)
@@ -216,7 +219,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     finally:
         watcher.close()
     client = kafka.transactional_producer(bootstrap, PRODUCER)
-    events = dispatcher.submit(client, prefix, job, serde)
+    events = dispatcher.submit(client, prefix, checked, serde)
     subtasks = sum(v.parallelism for v in job.vertices)
     if args.output == "json":
         print(json.dumps({

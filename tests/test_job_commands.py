@@ -8,7 +8,7 @@ import json
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,8 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, JobStatus
-from jobledger.services.client.dispatcher import JobGraphRefused, job_submitted
+from jobledger.services.client import dispatcher
+from jobledger.services.client.dispatcher import JobGraphRefused, check_job_graph
 from jobledger.services.control.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
@@ -175,8 +176,13 @@ def _builder_module(tmp_path: Path, monkeypatch, body: str) -> str:
         ("def build():\n    return {}\n", "other", "has no function other"),
         ("import no_such_module_here\n", "build", "ModuleNotFoundError"),
         ("def build():\n    return {'job_name': object()}\n", "build", "not JSON data"),
+        (
+            "def build():\n    return {'job_name': 'x', 'vertices': [{'parallelism': 1e999}]}\n",
+            "build",
+            "not JSON data: the JobGraph.vertices[0].parallelism is inf, not a JSON number",
+        ),
     ],
-    ids=["returns-int", "raises", "no-function", "import-fails", "not-json-data"],
+    ids=["returns-int", "raises", "no-function", "import-fails", "not-json-data", "infinity"],
 )
 def test_a_bad_builder_is_one_line(body, function, message, tmp_path, monkeypatch, capsys):
     module = _builder_module(tmp_path, monkeypatch, body)
@@ -196,32 +202,86 @@ def test_neither_a_file_nor_a_builder_is_one_line(capsys):
 def test_a_builder_returns_the_json_form_or_a_jobsubmitted(tmp_path, monkeypatch):
     module = _builder_module(
         tmp_path, monkeypatch,
-        "import json\nfrom jobledger.services.client.dispatcher import job_submitted\n"
+        "import json\nfrom jobledger.schemas import EventSerde\n"
+        "from jobledger.services.client.dispatcher import check_job_graph\n"
         f"GRAPH = json.loads({json.dumps(json.dumps(GRAPH))})\n"
         "def as_dict():\n    return GRAPH\n"
-        "def as_event():\n    return job_submitted(GRAPH, 'builder', 'fixed-id')\n",
+        "def as_event():\n"
+        "    return check_job_graph(GRAPH, 'builder', EventSerde(), '', 'fixed-id').event\n",
     )  # fmt: skip
     from_dict, name = load_job_graph(f"{module}:as_dict")
     from_event, _ = load_job_graph(f"{module}:as_event")
     assert name == "as_dict"
-    one = job_submitted(from_dict, "cli", "job-1")
-    other = job_submitted(from_event, "cli", "job-1")
+    one = _checked(from_dict, "cli", "job-1")
+    other = _checked(from_event, "cli", "job-1")
     assert one.model_dump(exclude={"event_id", "event_time"}) == other.model_dump(
         exclude={"event_id", "event_time"}
     )
     assert (one.job_name, one.producer, len(one.vertices)) == ("count numbers", "cli", 2)
 
 
+def _checked(graph: Any, producer: str, job_id: str | None = None) -> JobSubmitted:
+    """The event of a JobGraph checked for no topic prefix."""
+    job = check_job_graph(graph, producer, EventSerde(), "", job_id).event
+    assert isinstance(job, JobSubmitted)
+    return job
+
+
 def test_the_submission_header_is_jobledgers_and_the_job_id_is_chosen_in_order():
     old = {**GRAPH, "type": "JobSubmitted", "event_id": "old", "producer": "jobmaster",
            "job_id": "from-file"}  # fmt: skip
-    assert job_submitted(old, "cli").job_id == "from-file"
-    assert job_submitted(old, "cli", "given").job_id == "given"
-    fresh = job_submitted(GRAPH, "cli")
+    assert _checked(old, "cli").job_id == "from-file"
+    assert _checked(old, "cli", "given").job_id == "given"
+    fresh = _checked(GRAPH, "cli")
     assert (len(fresh.job_id), fresh.producer) == (32, "cli")
-    assert job_submitted(old, "cli").event_id != "old"
+    assert _checked(old, "cli").event_id != "old"
     with pytest.raises(JobGraphRefused, match="job_name: Field required"):
-        job_submitted({"vertices": GRAPH["vertices"]}, "cli")
+        _checked({"vertices": GRAPH["vertices"]}, "cli")
+
+
+class _CountingSerde(EventSerde):
+    """An EventSerde that counts what it encodes, by event type."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: Counter[str] = Counter()
+
+    def encode(self, event: Event, topic: str) -> bytes:
+        self.encoded[event.type_name()] += 1
+        return super().encode(event, topic)
+
+
+class _RecordingProducer:
+    """What `dispatcher.submit` does with its producer, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def begin_transaction(self) -> None:
+        self.calls.append(("begin",))
+
+    def produce(self, topic: str, key: bytes, value: bytes, headers: dict[str, str]) -> None:
+        self.calls.append(("produce", topic, key, value, headers))
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append(("commit",))
+
+
+def test_a_jobgraph_is_encoded_once_and_its_checked_bytes_are_what_is_written():
+    serde = _CountingSerde()
+    checked = check_job_graph(GRAPH, "cli", serde, "p-", "job-1")
+    producer = _RecordingProducer()
+    events = dispatcher.submit(producer, "p-", checked, serde)  # type: ignore[arg-type]
+    assert serde.encoded == Counter(
+        JobSubmitted=1, JobMasterLeadershipGranted=1, ResourceManagerConnected=1
+    )
+    job_topic = topic_name(TopicRole.JOB, "p-")
+    assert [c[0] for c in producer.calls] == ["begin", "produce", "produce", "produce", "commit"]
+    assert producer.calls[1] == (
+        "produce", job_topic, b"job-1", checked.value, {"jobledger.type": "JobSubmitted"}
+    )  # fmt: skip
+    assert EventSerde().decode(checked.value, job_topic) == events[0] == checked.event
+    assert checked.value == EventSerde().encode(checked.event, job_topic)
 
 
 # -- over a real broker ---------------------------------------------------------------------

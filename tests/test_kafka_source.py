@@ -1,8 +1,7 @@
 """The `jobledger-kafka` PySpark data source against a real broker.
 
 What Spark reads must be exactly what a plain read_committed consumer reads, offset for offset,
-across restarts and rate limits; what it writes must arrive as given. Test data is written in
-transactions, as the runner writes.
+across restarts and rate limits. Test data is written in transactions, as the runner writes.
 """
 
 from __future__ import annotations
@@ -331,70 +330,6 @@ def test_starting_offsets_json_per_partition(
         if (r[0] == 0 and r[1] >= 2) or r[0] == 1
     ]
     assert flat(batches) == expected
-
-
-def test_stream_sink_writes_what_it_is_given(
-    spark: SparkSession, cluster: Cluster, tmp_path: Path
-) -> None:
-    source_topic = new_topic(cluster, "sink-in")
-    sink_topic = new_topic(cluster, "sink-out")
-    write_transaction(cluster.bootstrap, source_topic, records(0, "a", 4) + records(2, "a", 3))
-    query = (
-        source(spark, cluster.bootstrap, source_topic, startingOffsets="earliest")
-        .select("key", "value", "headers", "partition")
-        .writeStream.format(FORMAT)
-        .option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("topic", sink_topic)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
-
-    def payload(reads: list[Read]) -> list[tuple[Any, ...]]:
-        return [(r[0], r[1], r[2], r[3], r[4]) for r in reads]  # offsets agree: one txn each
-
-    assert payload(consumer_reads(cluster.bootstrap, sink_topic)) == payload(
-        consumer_reads(cluster.bootstrap, source_topic)
-    )
-
-
-@pytest.mark.parametrize("transactional", ["true", "false"])
-def test_batch_sink_takes_strings_and_a_topic_column(
-    spark: SparkSession, cluster: Cluster, transactional: str
-) -> None:
-    topics = [new_topic(cluster, "batch-a", 1), new_topic(cluster, "batch-b", 1)]
-    rows = [(topics[0], "k1", "one"), (topics[1], None, "two"), (topics[0], "k3", None)]
-    (
-        spark.createDataFrame(rows, "topic string, key string, value string")
-        .write.format(FORMAT)
-        .mode("append")
-        .option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("transactional", transactional)
-        .save()
-    )
-    got = {
-        topic: [(r[2], r[3]) for r in consumer_reads(cluster.bootstrap, topic)] for topic in topics
-    }
-    assert sorted(got[topics[0]], key=str) == sorted([(b"k1", b"one"), (b"k3", None)], key=str)
-    assert got[topics[1]] == [(None, b"two")]
-
-
-def test_sink_failure_fails_the_write(spark: SparkSession, cluster: Cluster) -> None:
-    topic = new_topic(cluster, "fail", 1)
-    df = spark.range(2).select(
-        F.lit(7).alias("partition"), F.col("id").cast("string").alias("value")
-    )
-    with pytest.raises(Exception, match="Unknown partition"):
-        (
-            df.write.format(FORMAT)
-            .mode("append")
-            .option("kafka.bootstrap.servers", cluster.bootstrap)
-            .option("topic", topic)
-            .save()
-        )
-    assert consumer_reads(cluster.bootstrap, topic) == []
 
 
 def test_register_picks_this_source_without_the_native_connector(spark: SparkSession) -> None:

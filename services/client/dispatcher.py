@@ -7,16 +7,18 @@ it when the Dispatcher starts the JobMaster) and that JobMaster's connection to 
 ResourceManager. Written apart, a JobGraph without its leader would stay CREATED forever.
 
 Invariants:
-- a JobGraph is checked before anything is written: the event model (field names and
-  types), the checks of every client input (`produce.check_line`: Avro-encodable, within the
-  size limit) and the ExecutionGraph it expands to (vertex ids, edges, cycles, parallelism),
-  so a JobGraph the JobMaster would refuse never reaches the log;
+- a JobGraph is checked before anything is written: JSON data, the event model (field names
+  and types), the checks of every client input (`produce.check_data`: Avro-encodable, within
+  the size limit) and the ExecutionGraph it expands to (vertex ids, edges, cycles,
+  parallelism), so a JobGraph the JobMaster would refuse never reaches the log;
+- it is converted once: the document to its event, the event to the Avro bytes its check
+  measured, which are the bytes written;
 - the header of the submission (event id, time, producer) is jobledger's, never the file's.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import time
 import uuid
 from typing import Any
@@ -33,8 +35,8 @@ from jobledger.schemas.jobs import (
 
 from ..control.execution_graph import ExecutionGraph, InvalidJobGraph
 from ..control.resource_manager import ResourceManagerConfig
-from ..kafka import append_events
-from .produce import RejectedLine, check_line
+from ..kafka import append_events, produce_encoded, produce_event
+from .produce import ReadyLine, RejectedLine, check_data
 
 JOB_GRAPH_FIELDS = tuple(f for f in JobSubmitted.model_fields if f not in Event.HEADER_FIELDS)
 """What a JobGraph document holds: the fields of `JobSubmitted` without the event header."""
@@ -49,13 +51,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def job_submitted(
-    graph: Any, producer: str, job_id: str | None = None, job_name: str | None = None
-) -> JobSubmitted:
-    """The `JobSubmitted` event of a JobGraph document (its JSON form, with or without
+def check_job_graph(
+    graph: Any,
+    producer: str,
+    serde: EventSerde,
+    prefix: str,
+    job_id: str | None = None,
+    job_name: str | None = None,
+) -> ReadyLine:
+    """The `JobSubmitted` of a JobGraph document (its JSON form, with or without
     `"type": "JobSubmitted"` and an old header, which is replaced), checked as the module
-    docstring says. `job_id` overrides the document's (none: a fresh 32-hex-digit id, as
-    Flink's JobID); `job_name` is used where the document has none."""
+    docstring says and encoded by `serde` for its topic under `prefix`: what `submit` writes.
+    `job_id` overrides the document's (none: a fresh 32-hex-digit id, as Flink's JobID);
+    `job_name` is used where the document has none."""
     if not isinstance(graph, dict):
         raise JobGraphRefused(f"a JobGraph is a JSON object, not {type(graph).__name__}")
     kind = graph.get("type", JobSubmitted.type_name())
@@ -65,20 +73,34 @@ def job_submitted(
     fields["job_id"] = job_id or fields.get("job_id") or uuid.uuid4().hex
     if job_name is not None:
         fields.setdefault("job_name", job_name)
-    try:
-        line = json.dumps({"type": JobSubmitted.type_name(), **fields})
-    except (TypeError, ValueError) as exc:  # a builder's dict holding something not JSON
-        raise JobGraphRefused(f"not JSON data: {exc}") from None
-    checked = check_line(1, line, producer, EventSerde(), "")
+    _check_json_data(fields, "the JobGraph")
+    checked = check_data(1, {"type": JobSubmitted.type_name(), **fields}, producer, serde, prefix)
     if isinstance(checked, RejectedLine):
         raise JobGraphRefused(checked.reason)
-    job = checked.event
-    assert isinstance(job, JobSubmitted)
+    assert isinstance(checked.event, JobSubmitted)
     try:
-        ExecutionGraph.build(job, lambda vertex, subtask, attempt: "")
+        ExecutionGraph.build(checked.event, lambda vertex, subtask, attempt: "")
     except InvalidJobGraph as exc:
         raise JobGraphRefused(f"invalid JobGraph: {exc}") from None
-    return job
+    return checked
+
+
+def _check_json_data(value: Any, at: str) -> None:
+    """Refuse what JSON cannot hold, which a builder's dict may (a parsed file never does): an
+    object, NaN or an infinity. Checked in place, as the document is not written out as JSON
+    and read back."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | None):  # bool is an int
+                raise JobGraphRefused(f"not JSON data: {at} has a {type(key).__name__} key")
+            _check_json_data(item, f"{at}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_data(item, f"{at}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise JobGraphRefused(f"not JSON data: {at} is {value}, not a JSON number")
+    elif not isinstance(value, str | int | float | None):  # bool is an int
+        raise JobGraphRefused(f"not JSON data: {at} is a {type(value).__name__}")
 
 
 def submission(job: JobSubmitted, producer: str) -> list[Event]:
@@ -98,10 +120,22 @@ def submission(job: JobSubmitted, producer: str) -> list[Event]:
     ]  # fmt: skip
 
 
-def submit(client: Producer, prefix: str, job: JobSubmitted, serde: EventSerde) -> list[Event]:
-    """Append the job's submission in one transaction; the events written."""
-    events = submission(job, job.producer)
-    append_events(client, prefix, events, serde)
+def submit(
+    client: Producer, prefix: str, job: ReadyLine | JobSubmitted, serde: EventSerde
+) -> list[Event]:
+    """Append the job's submission in one transaction; the events written. A JobGraph checked
+    by `check_job_graph` (for this `prefix`) goes as the bytes its check encoded; a
+    `JobSubmitted` built in code (a benchmark's, a test's) is encoded here."""
+    submitted = job.event if isinstance(job, ReadyLine) else job
+    events = submission(submitted, submitted.producer)
+    client.begin_transaction()
+    if isinstance(job, ReadyLine):
+        produce_encoded(client, job.topic, job.key, job.value, submitted.type_name())
+    else:
+        produce_event(client, prefix, submitted, serde)
+    for event in events[1:]:
+        produce_event(client, prefix, event, serde)
+    client.commit_transaction(30)
     return events
 
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
@@ -88,6 +89,14 @@ def check_line(
         data = json.loads(line, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError, or NaN / Infinity
         return RejectedLine(number, f"not JSON: {exc}")
+    return check_data(number, data, producer, serde, prefix)
+
+
+def check_data(
+    number: int, data: Any, producer: str, serde: EventSerde, prefix: str
+) -> ReadyLine | RejectedLine:
+    """`check_line` past the parsing: JSON data already parsed (a JobGraph document) as an
+    event ready to send, encoded once for its topic, or the reason it cannot be one."""
     if isinstance(data, dict):
         fill_header(data, producer)
     try:

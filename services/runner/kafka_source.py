@@ -1,10 +1,12 @@
-"""Kafka as a PySpark data source (`jobledger-kafka`) without the JVM Kafka connector.
+"""Kafka as a PySpark streaming source (`jobledger-kafka`) without the JVM Kafka connector.
 
 Spark's own `kafka` format needs the `spark-sql-kafka` jars, which a plain `pip install pyspark`
 lacks and which this project cannot fetch offline. This module speaks Kafka through
 confluent-kafka (already a dependency) behind PySpark 4's Python data source API, keeping the
 native connector's schema, option names and offset JSON so a query runs unchanged with either
-format; `register` says which one to use.
+format; `register` says which one to use. It only reads: the runner's tasks write with their
+own transactional producers (`task.py`), so what an attempt produces commits in one
+transaction with its FINISHED.
 
 Reading (`spark.readStream.format("jobledger-kafka")`):
 
@@ -38,21 +40,10 @@ writer is transactional, so an uncommitted read could see events of a transactio
 aborts. The latest offset of a partition is then its last stable offset. A position that has
 fallen off the log (retention) fails the read, as native's default `failOnDataLoss=true`.
 Offsets in the checkpoint are `{topic: {partition: next offset}}`, exactly native's form.
-
-Writing (`df.writeStream.format("jobledger-kafka")`, or `df.write.mode("append")` for a batch, as
-Python data sources know no `errorifexists`): `kafka.*` options configure the producer; columns
-`value` (binary or string, required), `key`, `topic` (unless the `topic` option is set, which
-wins), `partition` and `headers`, as native. Each Spark task writes its rows with its own producer
-in one Kafka transaction (`transactional`, default true; `kafka.transactional.id` sets the id
-prefix), committed before the task reports success: read_committed readers never see a failed
-task's rows, and a retried task fences its predecessor. Like native, a batch is at least
-once: a task that committed stays committed if a sibling fails. `transactional=false`
-produces and flushes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -69,19 +60,14 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
-from pyspark import TaskContext
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
     SimpleDataSourceStreamReader,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -92,7 +78,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -101,10 +86,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..kafka import CONNECT_TIMEOUT_S, ONE_REQUEST_IN_FLIGHT, PARTITIONER, connect
-
 if TYPE_CHECKING:
-    from pyspark.sql import Row, SparkSession
+    from pyspark.sql import SparkSession
 
 FORMAT = "jobledger-kafka"
 NATIVE_FORMAT = "kafka"
@@ -675,163 +658,8 @@ def _row(msg: Message, include_headers: bool) -> tuple:
     return row
 
 
-@dataclass(frozen=True)
-class SinkColumns:
-    """Positions of the sink's input columns, checked against the native sink's rules."""
-
-    value: int
-    key: int | None
-    topic: int | None
-    partition: int | None
-    headers: int | None
-
-    @classmethod
-    def of(cls, schema: StructType, topic_option: str | None) -> SinkColumns:
-        types: dict[str, DataType] = {f.name.lower(): f.dataType for f in schema.fields}
-        allowed: dict[str, tuple[DataType, ...]] = {
-            "value": (BinaryType(), StringType()),
-            "key": (BinaryType(), StringType()),
-            "topic": (StringType(),),
-            "partition": (IntegerType(),),
-            "headers": (HEADERS_TYPE,),
-        }
-        for name, accepted in allowed.items():
-            if name in types and _strip_nullability(types[name]) not in accepted:
-                raise ValueError(
-                    f"column {name} must be {' or '.join(t.simpleString() for t in accepted)}, "
-                    f"not {types[name].simpleString()}"
-                )
-        if "value" not in types:
-            raise ValueError("the sink needs a value column")
-        if "topic" not in types and not topic_option:
-            raise ValueError("the sink needs a topic column or the topic option")
-        position = {f.name.lower(): i for i, f in enumerate(schema.fields)}
-        return cls(
-            value=position["value"],
-            key=position.get("key"),
-            topic=None if topic_option else position.get("topic"),
-            partition=position.get("partition"),
-            headers=position.get("headers"),
-        )
-
-
-def _strip_nullability(data_type: DataType) -> DataType:
-    """Compare header types by shape: Spark marks fields non-null when it can prove it."""
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_strip_nullability(data_type.elementType))
-    if isinstance(data_type, StructType):
-        return StructType([StructField(f.name, _strip_nullability(f.dataType)) for f in data_type])
-    return data_type
-
-
-def _as_bytes(value: str | bytes | bytearray | None) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
-@dataclass(frozen=True)
-class KafkaCommitMessage(WriterCommitMessage):
-    """What a task wrote; its records are already committed to Kafka."""
-
-    records: int
-
-
-class _KafkaSink:
-    """The per-task write shared by the streaming and the batch writer."""
-
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self._topic = options.get("topic") or None
-        self._columns = SinkColumns.of(schema, self._topic)
-        # keys partitioned as Spark's native Kafka sink (Java's client) does; no record
-        # skipped after a refused write (ONE_REQUEST_IN_FLIGHT)
-        self._config: dict[str, Any] = {
-            "partitioner": PARTITIONER,
-            **ONE_REQUEST_IN_FLIGHT,
-            **_client_config(options),
-        }
-        self._transactional = _bool_option(options, "transactional", True)
-        # One id per task position: a retried task fences the attempt it replaces.
-        prefix = self._config.pop("transactional.id", None)
-        self._transactional_id_prefix = prefix or f"jobledger-spark-sink-{uuid.uuid4()}"
-
-    def write(self, iterator: Iterator[Row]) -> KafkaCommitMessage:
-        config = dict(self._config)
-        if self._transactional:
-            context = TaskContext.get()
-            task = context.partitionId() if context is not None else uuid.uuid4().hex
-            config["transactional.id"] = f"{self._transactional_id_prefix}-{task}"
-        failures: list[KafkaError] = []
-
-        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
-        producer = Producer(config)
-        if self._transactional:
-            connect(producer, CONNECT_TIMEOUT_S)
-            producer.init_transactions()
-            producer.begin_transaction()
-        records = 0
-        try:
-            for row in iterator:
-                self._produce(producer, row, on_delivery)
-                records += 1
-                if failures:
-                    raise KafkaException(failures[0])
-            # every delivery report first: a failed record must fail the write with its own
-            # error (Kafka then refuses the commit with a vaguer one)
-            if producer.flush() > 0:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "records left unsent"))
-            if failures:
-                raise KafkaException(failures[0])
-            if self._transactional:
-                producer.commit_transaction()
-        except BaseException:
-            if self._transactional:
-                _abort_quietly(producer)
-            raise
-        return KafkaCommitMessage(records)
-
-    def _produce(self, producer: Producer, row: Row, on_delivery: Any) -> None:
-        cols = self._columns
-        topic = self._topic if cols.topic is None else row[cols.topic]
-        if topic is None:
-            raise ValueError("a row has a null topic and the topic option is not set")
-        kwargs: dict[str, Any] = {
-            "value": _as_bytes(row[cols.value]),
-            "key": None if cols.key is None else _as_bytes(row[cols.key]),
-            "on_delivery": on_delivery,
-        }
-        if cols.partition is not None and row[cols.partition] is not None:
-            kwargs["partition"] = row[cols.partition]
-        if cols.headers is not None and row[cols.headers]:
-            kwargs["headers"] = [(h[0], _as_bytes(h[1])) for h in row[cols.headers]]
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                break
-            except BufferError:
-                producer.poll(0.1)  # the local queue is full: let deliveries drain it
-        producer.poll(0)
-
-
-def _abort_quietly(producer: Producer) -> None:
-    """Abort after a failure; the failure, not a failing abort, is what the task reports."""
-    with contextlib.suppress(KafkaException):
-        producer.abort_transaction(30)
-
-
-class KafkaStreamWriter(_KafkaSink, DataSourceStreamWriter):
-    """Streaming sink: every task commits its own rows, so the batch commit has nothing left."""
-
-
-class KafkaBatchWriter(_KafkaSink, DataSourceWriter):
-    """`df.write` sink, with the same per-task transactions as the streaming one."""
-
-
 class KafkaDataSource(DataSource):
-    """The `jobledger-kafka` format: a streaming reader plus streaming and batch writers."""
+    """The `jobledger-kafka` format: a streaming reader, nothing to write with."""
 
     @classmethod
     def name(cls) -> str:
@@ -857,14 +685,6 @@ class KafkaDataSource(DataSource):
         if schema != kafka_schema(options.include_headers):
             raise ValueError("the Kafka source has a fixed schema; do not set one")
         return options
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        return KafkaStreamWriter(self.options, schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
-        if overwrite:
-            raise ValueError("Kafka topics are append-only: use mode append")
-        return KafkaBatchWriter(self.options, schema)
 
 
 def native_kafka_available(spark: SparkSession) -> bool:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from confluent_kafka import KafkaException
 from pyspark.sql import DataFrame, SparkSession
@@ -66,6 +67,11 @@ once. A deployment waits for its acceptance, which follows it in the same partit
 MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
 accepted, so the oldest are forgotten past this many."""
+
+SEEN_WINDOW = 100_000
+"""Deployments remembered as read, the latest this many: a query started again from its
+checkpoint reads its last micro-batch again, deployments and their acceptances, and a
+deployment read twice must not run twice. A replay goes back one micro-batch, far fewer."""
 
 LEASE_JOURNAL = "jobledger-leased-ids.json"
 """The task producers' ids leased now (`ProducerLeases`), in the checkpoint directory."""
@@ -121,12 +127,50 @@ class RunnerConfig:
         object.__setattr__(self, "data_roots", roots)
 
 
+class Received(NamedTuple):
+    """A deployment as read: decoded for the driver's bookkeeping, and its record's bytes,
+    which go to the executor as they are and are decoded there, once. Encoding the decoded
+    deployment again cost more than decoding it, and shipping it pickled cost more than
+    shipping the bytes (a few hundred bytes of Avro against several times that pickled)."""
+
+    deployment: TaskDeploymentRequested
+    payload: bytes
+
+
+class RecentIds:
+    """The latest `limit` ids added, the oldest forgotten first, as the services' driver keeps
+    its `recent` input ids: a set of every id ever read would grow for the process's life.
+    An OrderedDict because dropping the oldest id of a plain dict rescans the deleted slots
+    at its front every time."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def add(self, item: str) -> bool:
+        """Remember `item`; False if it was among the latest already (nothing changes)."""
+        if item in self._ids:
+            return False
+        self._ids[item] = None
+        if len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+        return True
+
+
 @dataclass
 class Group:
     """The deployments of one job in one micro-batch: one Spark job."""
 
     name: str
     deployments: list[TaskDeploymentRequested]
+    payloads: list[bytes]
+    """The deployments' records, as read (`Received`), in the same order."""
     cancelled: set[str] = field(default_factory=set)
     batch_id: int = 0
     batch_started_ms: int = 0
@@ -177,8 +221,9 @@ class TaskRunner:
         self.lock = threading.Lock()
         # the driver's own reports; a restarted runner's producer fences what this left open
         self.producer = task.task_producer(config.bootstrap, f"{self.transactional_id}-driver")
-        self.seen: set[str] = set()
-        self.awaiting_acceptance: OrderedDict[str, TaskDeploymentRequested] = OrderedDict()
+        self.seen = RecentIds(SEEN_WINDOW)
+        """The attempts whose deployment was read (`SEEN_WINDOW`)."""
+        self.awaiting_acceptance: OrderedDict[str, Received] = OrderedDict()
         self.cancelled_before_acceptance: set[str] = set()
         self.groups: dict[str, Group] = {}
         self.group_of: dict[str, str] = {}
@@ -386,7 +431,7 @@ class TaskRunner:
     def _abandon(self, resource_id: str) -> None:
         """Cancel every attempt this runner holds for `resource_id`: waiting for its
         acceptance, or started."""
-        for attempt, d in list(self.awaiting_acceptance.items()):
+        for attempt, (d, _) in list(self.awaiting_acceptance.items()):
             if d.resource_id == resource_id:
                 del self.awaiting_acceptance[attempt]
                 self.cancelled_before_acceptance.discard(attempt)
@@ -428,7 +473,7 @@ class TaskRunner:
         """Deployments wait for their TaskExecutor's acceptance (`TaskSubmissionAccepted`,
         later on the same partition), so nothing the TaskExecutor refused ever runs; the
         accepted ones of each job go to Spark as one job."""
-        accepted: dict[str, list[TaskDeploymentRequested]] = {}
+        accepted: dict[str, list[Received]] = {}
         started = _now_ms()
         rows = batch.collect()
         read = _now_ms()
@@ -446,41 +491,42 @@ class TaskRunner:
             elif event.resource_id not in self.live:
                 continue  # deployed to an earlier instance, which the JobMasters fail
             elif isinstance(event, TaskDeploymentRequested):
-                if event.execution_attempt_id not in self.seen:
-                    self.seen.add(event.execution_attempt_id)
-                    self._await_acceptance(event)
+                if self.seen.add(event.execution_attempt_id):
+                    self._await_acceptance(Received(event, bytes(row.value)))
             elif isinstance(event, TaskSubmissionAccepted):
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
                 self._cancel_attempt(event.job_id, event.execution_attempt_id, accepted)
-        for job_id, batch_deployments in accepted.items():
-            group = Group(f"{job_id}/{batch_id}", batch_deployments, set(), batch_id, started, read)
+        for job_id, received in accepted.items():
+            deployments = [d for d, _ in received]
+            payloads = [payload for _, payload in received]
+            group = Group(
+                f"{job_id}/{batch_id}", deployments, payloads, set(), batch_id, started, read
+            )
             with self.lock:
                 self.groups[group.name] = group
-                for d in batch_deployments:
+                for d in deployments:
                     self.group_of[d.execution_attempt_id] = group.name
             self.pool.submit(self._run_group, group)
 
-    def _await_acceptance(self, deployment: TaskDeploymentRequested) -> None:
-        self.awaiting_acceptance[deployment.execution_attempt_id] = deployment
+    def _await_acceptance(self, received: Received) -> None:
+        self.awaiting_acceptance[received.deployment.execution_attempt_id] = received
         while len(self.awaiting_acceptance) > MAX_AWAITING_ACCEPTANCE:  # refused long ago
             attempt, _ = self.awaiting_acceptance.popitem(last=False)
             self.cancelled_before_acceptance.discard(attempt)
 
-    def _accept(
-        self, event: TaskSubmissionAccepted, accepted: dict[str, list[TaskDeploymentRequested]]
-    ) -> None:
-        deployment = self.awaiting_acceptance.pop(event.execution_attempt_id, None)
-        if deployment is None:
+    def _accept(self, event: TaskSubmissionAccepted, accepted: dict[str, list[Received]]) -> None:
+        received = self.awaiting_acceptance.pop(event.execution_attempt_id, None)
+        if received is None:
             return  # not deployed to this runner since it started, or accepted twice
         if event.execution_attempt_id in self.cancelled_before_acceptance:
             self.cancelled_before_acceptance.discard(event.execution_attempt_id)
-            self._report(deployment, ExecutionState.CANCELED)
+            self._report(received.deployment, ExecutionState.CANCELED)
             return
-        accepted.setdefault(deployment.job_id, []).append(deployment)
+        accepted.setdefault(received.deployment.job_id, []).append(received)
 
     def _cancel_attempt(
-        self, job_id: str, attempt: str, pending: dict[str, list[TaskDeploymentRequested]]
+        self, job_id: str, attempt: str, pending: dict[str, list[Received]]
     ) -> None:
         """Not started yet: never starts, and is reported CANCELED here. Started: its Spark
         job is cancelled once every task of that job is to be cancelled (cancelling is per
@@ -489,10 +535,10 @@ class TaskRunner:
             self.cancelled_before_acceptance.add(attempt)
             return
         queued = pending.get(job_id, [])
-        for d in queued:
-            if d.execution_attempt_id == attempt:
-                queued.remove(d)
-                self._report(d, ExecutionState.CANCELED)
+        for received in queued:
+            if received.deployment.execution_attempt_id == attempt:
+                queued.remove(received)
+                self._report(received.deployment, ExecutionState.CANCELED)
                 return
         with self.lock:
             group = self.groups.get(self.group_of.get(attempt, ""))
@@ -509,17 +555,16 @@ class TaskRunner:
     def _run_group(self, group: Group) -> None:
         sc = self.spark.sparkContext
         sc.setJobGroup(group.name, f"{len(group.deployments)} task(s)", interruptOnCancel=True)
-        payloads = [self.serde.encode(d, "") for d in group.deployments]
         # At most one Spark task per core: the cores, not the slots, bound how many run at
         # once, and a second wave of Spark tasks would pay a Spark task's cost again (a
         # Spark task costs more than a no-op deployment). Deployments keep their order
         # across the slices.
-        slices = min(len(payloads), sc.defaultParallelism)
+        slices = min(len(group.payloads), sc.defaultParallelism)
         settings = replace(self.settings, spark_job=group.name)
         self.gate.leases.begin(group.name)
         spark_job_started = _now_ms()
         try:
-            sc.parallelize(payloads, slices).mapPartitions(
+            sc.parallelize(group.payloads, slices).mapPartitions(
                 partial(task.run_tasks, settings)
             ).collect()
         except Exception as exc:

@@ -279,8 +279,9 @@ def _execute(
 
 
 def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterator[str]:
-    """One Spark task's share of a job's deployments, one after another (a Spark task costs
-    more than a no-op deployment), each started only if the driver's start gate says so.
+    """One Spark task's share of a job's deployments (their records as the driver read them,
+    decoded here once), one after another (a Spark task costs more than a no-op deployment),
+    each started only if the driver's start gate says so.
     Consecutive attempts with nothing to run (no operators, inputs or outputs) report their
     whole lives in one shared transaction: a commit per no-op attempt was most of its cost.
     They write with the Python worker's producer, leased to this task and kept for the
