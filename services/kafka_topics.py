@@ -101,12 +101,13 @@ def await_metadata(admin: AdminClient, topics: dict[str, int], timeout_s: float 
     Kafka answers CreateTopics once the controller has the topic, a moment before the broker
     serving it does, and makes its partitions known one by one: a client asking in between is
     told the topic, or a partition of it, does not exist, and a record produced to such a
-    partition is lost."""
+    partition is lost. A partition counts once it has a leader: one listed before its leader
+    is elected answers a ListOffsets with NOT_LEADER_OR_FOLLOWER."""
     deadline = time.monotonic() + timeout_s
     missing = set(topics)
     while missing:
         listed = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
-        missing = {t for t in missing if t not in listed or len(listed[t].partitions) < topics[t]}
+        missing = {t for t in missing if not _served(listed.get(t), topics[t])}
         if missing and time.monotonic() > deadline:
             raise KafkaException(
                 KafkaError(KafkaError._TIMED_OUT, f"topics not in metadata: {sorted(missing)}")
@@ -165,3 +166,10 @@ def group_members(bootstrap: str, group: str) -> int:
         if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
             return 0
         raise
+
+
+def _served(topic: Any, partitions: int) -> bool:
+    """Whether the topic's metadata lists at least `partitions` partitions, each led."""
+    if topic is None or len(topic.partitions) < partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
