@@ -137,8 +137,9 @@ class Cluster:
         self.runner.spark.sparkContext.setLogLevel("ERROR")
         progress("starting the runner's streaming query ...")
         self.runner.start()
-        progress(f"runner ready: TaskExecutor(s) {', '.join(self.runner.resource_ids)} with "
-                 f"{self.runner.slots} slots each")  # fmt: skip
+        executors = self.runner.task_executors
+        progress(f"runner ready: TaskExecutor(s) {', '.join(executors.resource_ids)} with "
+                 f"{executors.slots} slots each")  # fmt: skip
 
     def close(self) -> None:
         self.watcher.close()

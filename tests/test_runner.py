@@ -220,17 +220,19 @@ def registered(cluster, runner: TaskRunner, timeout_s: float = 60) -> None:
     """Play the ResourceManager's acceptance of the runner's registrations (no services run
     here) and wait until the runner has read it: it runs only what is accepted for an
     instance of its own that is registered."""
+    executors = runner.task_executors
     write(cluster, *[
         TaskManagerRegistrationAccepted(
             event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000),
             producer="resourcemanager", resource_id=rid, resource_manager_id="resourcemanager",
-            number_of_slots=runner.slots, resource_profile=profile(1.0, 1024), instance_id=instance,
+            number_of_slots=executors.slots, resource_profile=profile(1.0, 1024),
+            instance_id=instance,
         )
-        for rid, instance in runner.instances.items()
+        for rid, instance in executors.current().items()
     ])  # fmt: skip
     deadline = time.monotonic() + timeout_s
-    while runner.live != set(runner.resource_ids):
-        assert time.monotonic() < deadline, f"the runner never read its acceptance: {runner.live}"
+    while not executors.all_live():
+        assert time.monotonic() < deadline, "the runner never read its acceptance"
         time.sleep(0.05)
 
 

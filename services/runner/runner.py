@@ -19,10 +19,8 @@ and the few deployments it may see again report under the same event ids.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
-import uuid
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -36,8 +34,6 @@ from pyspark.sql import DataFrame, SparkSession
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
-    TaskManagerHeartbeat,
-    TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.tasks import (
@@ -46,12 +42,12 @@ from jobledger.schemas.tasks import (
     TaskSubmissionAccepted,
 )
 from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import ExecutionState, ResourceProfile, ResourceProfileKind
+from jobledger.schemas.types import ExecutionState
 
 from ..client_properties import java_properties
-from ..control.decisions import derived_id
 from ..kafka import TYPE_HEADER, append_events
 from . import checkpoint, task
+from .instances import TaskExecutorInstances
 from .kafka_source import FORMAT, register
 from .session import spark_session
 from .start_gate import StartGate
@@ -214,9 +210,10 @@ class TaskRunner:
             lease_url=self.gate.lease_url, transactional_id=f"{self.transactional_id}-task",
             data_roots=config.data_roots, client_properties=config.client_properties,
         )  # fmt: skip
-        slots = config.slots or self.spark.sparkContext.defaultParallelism
-        self.slots = max(1, slots)
-        self.resource_ids = [f"{config.runner_id}-{i}" for i in range(config.task_executors)]
+        slots = max(1, config.slots or self.spark.sparkContext.defaultParallelism)
+        self.task_executors = TaskExecutorInstances(
+            config.runner_id, config.task_executors, slots, task.PRODUCER
+        )
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="jobledger-task")
         self.lock = threading.Lock()
         # the driver's own reports; a restarted runner's producer fences what this left open
@@ -229,12 +226,6 @@ class TaskRunner:
         self.group_of: dict[str, str] = {}
         self.timings: deque[GroupTiming] = deque(maxlen=MAX_TIMINGS)
         """The last groups' timings, oldest first."""
-        self.instances: dict[str, str] = {}
-        """The current InstanceID of each TaskExecutor."""
-        self.earlier_instances: set[str] = set()
-        self.live: set[str] = set()
-        """TaskExecutors whose current instance's registration was accepted and whose
-        connection was not closed since: only their acceptances run."""
         self.failure: str | None = None
         """Why the runner stopped on its own (`RunnerStopped`), if it did."""
         self.stopping = threading.Event()
@@ -267,7 +258,8 @@ class TaskRunner:
         self._register()
         self.heartbeats.start()
         log.info("runner %s: %d TaskExecutor(s) x %d slots on %s", self.config.runner_id,
-                 len(self.resource_ids), self.slots, self.spark.sparkContext.master)  # fmt: skip
+                 len(self.task_executors.resource_ids), self.task_executors.slots,
+                 self.spark.sparkContext.master)  # fmt: skip
 
     def _start_query(self) -> None:
         topic = topic_name(TopicRole.TASK_EXECUTOR, self.config.prefix)
@@ -333,7 +325,7 @@ class TaskRunner:
             return
         self._start_query()
         if afresh:
-            self._start_over(self.resource_ids)
+            self._start_over(self.task_executors.resource_ids)
 
     def _fail(self, reason: str) -> None:
         """Stop on our own, from any thread (`stop` joins the query's): `await_termination`
@@ -371,60 +363,30 @@ class TaskRunner:
 
     def _register(self, resource_ids: list[str] | None = None) -> None:
         """Register the runner's TaskExecutors (all, or those named) at the ResourceManager,
-        each as a new instance holding no slot (its slot report is empty)."""
-        profile = ResourceProfile(
-            kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
-        )
-        now = _now_ms()
-        registrations = []
-        for rid in resource_ids or self.resource_ids:
-            with self.lock:
-                if rid in self.instances:
-                    self.earlier_instances.add(self.instances[rid])
-                self.instances[rid] = uuid.uuid4().hex
-                self.live.discard(rid)
-            registrations.append(TaskManagerRegistered(
-                event_id=derived_id(f"{rid}@{self.instances[rid]}", "registered"),
-                event_time=now, producer=task.PRODUCER, resource_id=rid,
-                address=socket.gethostname(), number_of_slots=self.slots,
-                resource_profile=profile, instance_id=self.instances[rid],
-            ))  # fmt: skip
-        self._emit(registrations)
+        each as a new instance holding no slot."""
+        self._emit(self.task_executors.register(resource_ids, _now_ms()))
 
     def _on_registration_accepted(self, event: TaskManagerRegistrationAccepted) -> None:
-        """Our current instance is registered: its acceptances run from here on. Another
-        instance accepted after ours, that this runner never made, is another process
-        registered under our TaskExecutor's id: two processes must not share one, so this
-        one stops (the one that registered last holds the slots)."""
-        rid = event.resource_id
-        if event.instance_id == self.instances.get(rid):
-            self.live.add(rid)
-            return
-        if rid in self.live and event.instance_id not in self.earlier_instances:
-            self._fail(
-                f"another process registered TaskExecutor {rid} (instance {event.instance_id}); "
-                f"stopping this runner (instance {self.instances[rid]}): give each runner its "
-                "own --runner-id"
-            )
+        refusal = self.task_executors.accepted(event)
+        if refusal is not None:
+            self._fail(refusal)
 
     def _on_connection_closed(self, event: TaskManagerConnectionClosed) -> None:
         """The ResourceManager lost this instance (silent past its heartbeat timeout, e.g.
         paused): the JobMasters failed its tasks, so what it still runs is cancelled, and it
-        registers again as a new instance, as Flink's TaskExecutor reconnects. A close for an
-        earlier instance is old news."""
-        rid = event.resource_id
-        if event.instance_id not in (None, self.instances.get(rid)):
+        registers again as a new instance, as Flink's TaskExecutor reconnects."""
+        if not self.task_executors.closed(event):
             return
         log.warning("the ResourceManager closed %s's connection (%s); cancelling its tasks and "
-                    "registering again as a new instance", rid, event.cause)  # fmt: skip
-        self._start_over([rid])
+                    "registering again as a new instance", event.resource_id,
+                    event.cause)  # fmt: skip
+        self._start_over([event.resource_id])
 
     def _start_over(self, resource_ids: list[str]) -> None:
         """The TaskExecutors start over as new instances: what their current instances hold
         (their tasks, which the JobMasters fail once the new ones register) is cancelled
         first, then they register again."""
         for rid in resource_ids:
-            self.live.discard(rid)
             self._abandon(rid)
         self._register(resource_ids)
 
@@ -451,15 +413,8 @@ class TaskRunner:
                 self._revive_query()
             except Exception as exc:  # tried again at the next heartbeat
                 log.error("could not start the runner's query again (%s)", _first_line(exc))
-            now = _now_ms()
             try:
-                self._emit([
-                    TaskManagerHeartbeat(
-                        event_id=derived_id(f"{rid}@{now}", "heartbeat"), event_time=now,
-                        producer=task.PRODUCER, resource_id=rid, instance_id=instance,
-                    )
-                    for rid, instance in list(self.instances.items())
-                ])  # fmt: skip
+                self._emit(self.task_executors.heartbeats(_now_ms()))
             except Exception:  # a broker hiccup: the next heartbeat tries again
                 log.exception("heartbeat failed")
 
@@ -482,13 +437,13 @@ class TaskRunner:
                 event = self.serde.decode(row.value, "")
             except DecodeError:
                 continue  # the services dead-letter what they cannot read
-            if getattr(event, "resource_id", None) not in self.resource_ids:
+            if getattr(event, "resource_id", None) not in self.task_executors.resource_ids:
                 continue
             if isinstance(event, TaskManagerRegistrationAccepted):
                 self._on_registration_accepted(event)
             elif isinstance(event, TaskManagerConnectionClosed):
                 self._on_connection_closed(event)
-            elif event.resource_id not in self.live:
+            elif not self.task_executors.is_live(event.resource_id):
                 continue  # deployed to an earlier instance, which the JobMasters fail
             elif isinstance(event, TaskDeploymentRequested):
                 if self.seen.add(event.execution_attempt_id):

@@ -1,0 +1,70 @@
+"""The runner's TaskExecutor instances (services/runner/instances.py): a new InstanceID per
+registration, live only once that instance is accepted, another process under the same id
+stops this runner, and a close of an earlier instance is old news."""
+
+from __future__ import annotations
+
+from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistrationAccepted
+from jobledger.services.runner.instances import TaskExecutorInstances
+
+from .events import Clock, profile
+
+
+def _accepted(clock: Clock, rid: str, instance: str) -> TaskManagerRegistrationAccepted:
+    return clock(TaskManagerRegistrationAccepted, resource_id=rid, instance_id=instance,
+                 resource_manager_id="rm", number_of_slots=2,
+                 resource_profile=profile(1.0, 1024))  # fmt: skip
+
+
+def test_each_registration_is_a_new_instance_live_only_once_accepted():
+    clock, executors = Clock(), TaskExecutorInstances("r", 2, slots=2, producer="runner")
+    first = executors.register(None, 10)
+    assert [(e.resource_id, e.number_of_slots, e.event_time) for e in first] == [
+        ("r-0", 2, 10), ("r-1", 2, 10),
+    ]  # fmt: skip
+    assert not executors.is_live("r-0")
+    assert executors.accepted(_accepted(clock, "r-0", first[0].instance_id)) is None
+    assert (executors.is_live("r-0"), executors.all_live()) == (True, False)
+
+    [again] = executors.register(["r-0"], 20)
+    assert again.instance_id != first[0].instance_id
+    assert not executors.is_live("r-0")
+    assert executors.current() == {"r-0": again.instance_id, "r-1": first[1].instance_id}
+
+
+def test_another_process_under_the_same_id_stops_this_runner_but_an_earlier_instance_does_not():
+    clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
+    [old] = executors.register(None, 1)
+    [new] = executors.register(None, 2)
+    assert executors.accepted(_accepted(clock, "r-0", new.instance_id)) is None
+    assert executors.accepted(_accepted(clock, "r-0", old.instance_id)) is None
+    said = executors.accepted(_accepted(clock, "r-0", "someone-elses"))
+    assert said == (
+        "another process registered TaskExecutor r-0 (instance someone-elses); stopping this "
+        f"runner (instance {new.instance_id}): give each runner its own --runner-id"
+    )
+
+
+def test_a_close_of_an_earlier_instance_is_old_news_and_of_the_current_one_ends_its_life():
+    clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
+    [old] = executors.register(None, 1)
+    [new] = executors.register(None, 2)
+    executors.accepted(_accepted(clock, "r-0", new.instance_id))
+
+    def closed(instance: str) -> TaskManagerConnectionClosed:
+        return clock(TaskManagerConnectionClosed, resource_id="r-0", instance_id=instance,
+                     resource_manager_id="rm", cause="heartbeat timed out")  # fmt: skip
+
+    assert executors.closed(closed(old.instance_id)) is False
+    assert executors.is_live("r-0")
+    assert executors.closed(closed(new.instance_id)) is True
+    assert not executors.is_live("r-0")
+
+
+def test_heartbeats_name_the_current_instances():
+    executors = TaskExecutorInstances("r", 2, slots=1, producer="runner")
+    registered = {e.resource_id: e.instance_id for e in executors.register(None, 1)}
+    beats = executors.heartbeats(50)
+    assert {(b.resource_id, b.instance_id, b.event_time, b.producer) for b in beats} == {
+        (rid, instance, 50, "runner") for rid, instance in registered.items()
+    }
