@@ -74,6 +74,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
         stopped = broker.stop()
         print(f"stopped {_describe(stopped)}" if stopped else "no broker was running")
         return 0
+    if args.topic_prefix is not None and not args.secure:
+        print("jobledger: --topic-prefix names the prefix the ACLs of --secure are for: give "
+              "--secure too", file=sys.stderr)  # fmt: skip
+        return 2
     prefix = kafka.resolve_prefix(args.topic_prefix) if args.secure else None
     if record is not None and args.secure and not record.secure:
         print(
