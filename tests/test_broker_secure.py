@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,12 +116,21 @@ def _transactional(config: dict[str, str], transactional_id: str) -> Producer:
 
 
 def _write(config: dict[str, str], transactional_id: str, topic: str) -> None:
-    """One committed record on `topic` under `transactional_id`, or the KafkaException."""
+    """One committed record on `topic` under `transactional_id`, or the KafkaException. A
+    record refused before it reached the broker (a topic the principal may not even
+    describe) fails the commit as `_INCONSISTENT`; its delivery report has the reason."""
+    failed: list[KafkaError] = []
     producer = _transactional(config, transactional_id)
     producer.init_transactions(30)
     producer.begin_transaction()
-    producer.produce(topic, key=b"k", value=b"v")
-    producer.commit_transaction(30)
+    producer.produce(topic, key=b"k", value=b"v", on_delivery=lambda e, _: e and failed.append(e))
+    try:
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        producer.poll(0)
+        if exc.args[0].code() == KafkaError._INCONSISTENT and failed:
+            raise KafkaException(failed[0]) from None
+        raise
 
 
 def _refusal(call: Callable[..., object], *args: object) -> str:
@@ -237,12 +247,14 @@ def test_only_runners_make_and_write_result_partitions(secured):
 
 def _connect_error(config: dict[str, str]) -> int:
     """The first error a client with `config` meets when it asks for metadata (its error
-    callback runs from `poll`)."""
+    callback runs from `poll`; a loaded machine may take seconds to refuse)."""
     errors: list[KafkaError] = []
     client = Producer({**config, "error_cb": errors.append, "log_level": 0})
     with pytest.raises(KafkaException):
         client.list_topics(timeout=3)
-    client.poll(1)
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        client.poll(0.2)
     assert errors, "the client was refused without saying why"
     return errors[0].code()
 
