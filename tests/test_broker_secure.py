@@ -329,3 +329,17 @@ def test_a_topic_prefix_without_secure_is_refused_in_one_line(tmp_path):
     assert refused.stderr.splitlines() == [
         "jobledger: --topic-prefix names the prefix the ACLs of --secure are for: give --secure too"
     ]
+
+
+def test_a_secure_storage_whose_passwords_are_gone_is_refused_in_one_line(tmp_path):
+    """Its SCRAM users were made from passwords no file holds any more: new ones would never
+    authenticate, so nothing starts and the user is told what to delete."""
+    data = tmp_path / "broker" / "kafka-data-secure"
+    data.mkdir(parents=True)
+    refused = cli(tmp_path, "broker", "--secure", "--detach", timeout=60)
+    assert (refused.returncode, refused.stdout) == (69, "")
+    assert refused.stderr.splitlines() == [
+        f"jobledger: {data} holds a secure broker's storage, but the passwords its users were "
+        f"made with ({tmp_path}/secure/credentials.json) are gone: delete {data} to start afresh"
+    ]
+    assert not (tmp_path / "secure").exists()

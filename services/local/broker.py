@@ -81,10 +81,10 @@ def log_path_of(port: int, workdir: Path) -> Path:
     return workdir / f"kafka-{port}.log"
 
 
-def data_dir(workdir: Path, cluster: bool, secrets: secure.Secrets | None) -> Path:
+def data_dir(workdir: Path, cluster: bool, secured: bool) -> Path:
     """Where a broker's storage is: a secure one's apart (see the module docstring)."""
     name = "kafka-cluster" if cluster else "kafka-data"
-    return workdir / (f"{name}-secure" if secrets else name)
+    return workdir / (f"{name}-secure" if secured else name)
 
 
 def spawn(
@@ -98,7 +98,7 @@ def spawn(
             f"port {port} on {LOOPBACK} is taken by another process: pick another with --port, "
             "or stop what listens there"
         )
-    data = data_dir(workdir, False, secrets)
+    data = data_dir(workdir, False, secrets is not None)
     proc = apache_kafka.spawn(port, data, log_path, detach, secrets)
     if proc.poll() is not None:
         raise BrokerError(f"{NAME} exited with {proc.returncode}; see {log_path}")
@@ -117,7 +117,7 @@ def spawn_nodes(
             "others with --port (the nodes listen on it and the ports after it)"
         )
     logs = [log_path_of(port, workdir) for port in ports]
-    data = data_dir(workdir, True, secrets)
+    data = data_dir(workdir, True, secrets is not None)
     return apache_kafka.spawn_cluster(ports, data, logs, detach, secrets)
 
 
@@ -165,7 +165,16 @@ def start(
     and record. With `secure_prefix`, secured: the property files are written and the ACLs
     granted for that topic prefix before anyone is told the broker is there."""
     workdir = home() / "broker"
-    secrets = secure.ensure_secrets() if secure_prefix is not None else None
+    secrets = None
+    if secure_prefix is not None:
+        data = data_dir(workdir, len(ports) > 1, True)
+        if data.exists() and not secure.credentials_path().is_file():
+            raise BrokerError(
+                f"{data} holds a secure broker's storage, but the passwords its users were "
+                f"made with ({secure.credentials_path()}) are gone: delete {data} to start "
+                "afresh"
+            )
+        secrets = secure.ensure_secrets()
     if len(ports) == 1:
         procs = [spawn(ports[0], workdir, detach, secrets)]
     else:

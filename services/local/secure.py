@@ -97,6 +97,11 @@ def secure_dir() -> Path:
     return home() / "secure"
 
 
+def credentials_path() -> Path:
+    """Every user's password: the one copy of what the storage's SCRAM users were made from."""
+    return secure_dir() / "credentials.json"
+
+
 def properties_path(principal: str) -> Path:
     return secure_dir() / f"{principal}.properties"
 
@@ -116,7 +121,7 @@ def ensure_secrets() -> Secrets:
     """Read the home's secrets, or make them (random passwords, a CA and a broker
     certificate) the first time."""
     folder = secure_dir()
-    path = folder / "credentials.json"
+    path = credentials_path()
     if path.is_file():
         passwords = json.loads(path.read_text())
     else:
