@@ -21,9 +21,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobledger.schemas.topics import TopicRole, topic_name, topic_specs
+from jobledger.services import client_properties
 from jobledger.services.kafka import SERVICES_GROUP_PREFIX
 from jobledger.services.local import apache_kafka, broker, secure, tls
 from jobledger.services.local.loopback import pid_alive
+
+from .test_broker_cli import REGISTERED
 
 pytestmark = pytest.mark.broker
 
@@ -43,15 +46,18 @@ class SecureBroker:
     def config(self, principal: str) -> dict[str, str]:
         """A principal's librdkafka settings, read back from its property file."""
         path = self.home / "secure" / f"{principal}.properties"
-        return dict(line.split("=", 1) for line in path.read_text().splitlines())
+        settings = dict(line.split("=", 1) for line in path.read_text().splitlines())
+        return {**settings, "bootstrap.servers": self.bootstrap}
 
 
-def cli(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def cli(
+    home: Path, *args: str, timeout: float = 240, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
     env.update(JOBLEDGER_HOME=str(home), JOBLEDGER_TOPIC_PREFIX=PREFIX)
     return subprocess.run(
         [sys.executable, "-m", "jobledger.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
     )  # fmt: skip
 
 
@@ -161,11 +167,11 @@ def test_every_secret_is_readable_by_its_owner_only_and_the_files_are_librdkafka
     assert {str(p): stat.S_IMODE(p.stat().st_mode) for p in secret} == {
         str(p): 0o600 for p in secret
     }
-    client = secured.config("client")
-    assert client == {
-        "bootstrap.servers": secured.bootstrap, "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "client",
-        "sasl.password": client["sasl.password"], "ssl.ca.location": str(folder / "ca.pem"),
+    written = client_properties.load([folder / "client.properties"], [])  # as `-F` reads it
+    assert written == {
+        "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "client", "sasl.password": written["sasl.password"],
+        "ssl.ca.location": str(folder / "ca.pem"),
     }  # fmt: skip
     passwords = {secured.config(p)["sasl.password"] for p in secure.PRINCIPALS}
     assert len(passwords) == 4 and all(len(p) == 48 for p in passwords)
@@ -184,6 +190,20 @@ def test_the_client_writes_an_input_topic_and_reads_it_back(secured):
         assert message is not None and message.error() is None and message.value() == b"v"
     finally:
         reader.close()
+
+
+def test_jobledger_s_own_commands_take_the_client_s_file(secured):
+    """`-F` (issue 31 item 1) with the file `--secure` wrote: `produce` and `tail` as
+    `client`."""
+    file = str(secured.home / "secure" / "client.properties")
+    where = ["--bootstrap", secured.bootstrap, "-F", file]
+    event = {**REGISTERED, "event_id": f"ev-{uuid.uuid4()}"}
+    produced = cli(secured.home, "produce", *where, stdin=json.dumps(event))
+    assert produced.returncode == 0, produced.stderr
+    tailed = cli(secured.home, "tail", "resourcemanager", "-o", "beginning", "-e",
+                 "--format", "event", *where)  # fmt: skip
+    assert tailed.returncode == 0, tailed.stderr
+    assert event in [json.loads(line) for line in tailed.stdout.splitlines()]
 
 
 def test_only_the_services_take_a_service_s_transactional_id(secured):

@@ -288,7 +288,7 @@ def wait_until_ready(
                 )
             time.sleep(0.1)
     bootstrap = ",".join(f"{LOOPBACK}:{p}" for p in (port, *(o[1] for o in others)))
-    client = secure.client_config(secrets, "admin", bootstrap) if secrets else {}
+    client = secure.client_config(secrets, "admin") if secrets else {}
     probe(bootstrap, deadline - time.monotonic(), replicas, client)
 
 

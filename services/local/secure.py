@@ -13,8 +13,9 @@ Principals. `admin`, `services`, `runner`, `client`: SCRAM users written into th
 `kafka-storage format --add-scram` before the first start (KIP-900: the brokers need theirs
 before any controller is up to take AlterUserScramCredentials), with random passwords kept in
 `credentials.json` (mode 0600) under `$JOBLEDGER_HOME/secure/`. Each principal gets a
-librdkafka property file there (`<principal>.properties`, mode 0600, key=value, what `kcat -F`
-reads).
+librdkafka property file there (`<principal>.properties`, mode 0600, key=value: what `kcat -F`
+and jobledger's own `-F` read). The files hold no `bootstrap.servers`: jobledger takes the
+address from `--bootstrap` and refuses it in a file, and the address can move between starts.
 
 ACLs (granted by `admin` after start, for one topic prefix P, `jobledger.` by default). Topic
 names are `P<role>` (schemas/topics.py) and result partitions `Presult.<job>...`
@@ -45,8 +46,8 @@ Alter. Every rule is ALLOW; what no rule allows is refused.
             Ptaskexecutor Pkvstate                           states, queryable state
   runner    topic Presult.*                       C A W R D  result partitions: only runners make,
                                                              grow and write them
-  runner    transactional ids jobledger-runner-P* W D        the driver's and the Spark tasks'
-            jobledger-spark-sink-*                           producers
+  runner    transactional id jobledger-runner-P*  W D        the driver's and the Spark tasks'
+                                                             producers
   runner    group jobledger-spark-*               R D        the Python Kafka source's readers
   client    topic P*                              R D        tail, job wait, replay, debugging
   client    topics Pjob Presourcemanager          W          submissions and other inputs
@@ -169,10 +170,9 @@ def format_arguments(made: Secrets) -> list[str]:
     ]
 
 
-def client_config(made: Secrets, principal: str, bootstrap: str) -> dict[str, str]:
+def client_config(made: Secrets, principal: str) -> dict[str, str]:
     """librdkafka settings of `principal` (what its property file holds)."""
     return {
-        "bootstrap.servers": bootstrap,
         "security.protocol": "SASL_SSL",
         "sasl.mechanisms": MECHANISM,
         "sasl.username": principal,
@@ -181,16 +181,13 @@ def client_config(made: Secrets, principal: str, bootstrap: str) -> dict[str, st
     }
 
 
-def write_properties(made: Secrets, bootstrap: str) -> list[Path]:
-    """One librdkafka property file per principal, mode 0600; rewritten at every start since
-    the bootstrap address may have moved."""
-    written = []
+def write_properties(made: Secrets) -> None:
+    """One librdkafka property file per principal, mode 0600 (written at every start, so a
+    file deleted or changed by hand comes back as the broker needs it)."""
     for principal in PRINCIPALS:
-        path = properties_path(principal)
-        settings = client_config(made, principal, bootstrap)
-        tls.write_private(path, "".join(f"{k}={v}\n" for k, v in settings.items()).encode())
-        written.append(path)
-    return written
+        settings = client_config(made, principal)
+        text = "".join(f"{key}={value}\n" for key, value in settings.items())
+        tls.write_private(properties_path(principal), text.encode())
 
 
 def acl_bindings(prefix: str) -> list[AclBinding]:
@@ -219,10 +216,8 @@ def acl_bindings(prefix: str) -> list[AclBinding]:
         ),
         ("runner", Resource.TOPIC, f"{prefix}result.", Pattern.PREFIXED,
          (op.CREATE, op.ALTER, op.WRITE, op.READ, op.DESCRIBE)),
-        *(
-            ("runner", Resource.TRANSACTIONAL_ID, tid, Pattern.PREFIXED, (op.WRITE, op.DESCRIBE))
-            for tid in (f"jobledger-runner-{prefix}", "jobledger-spark-sink-")
-        ),
+        ("runner", Resource.TRANSACTIONAL_ID, f"jobledger-runner-{prefix}", Pattern.PREFIXED,
+         (op.WRITE, op.DESCRIBE)),
         ("runner", Resource.GROUP, "jobledger-spark-", Pattern.PREFIXED, (op.READ, op.DESCRIBE)),
         ("client", Resource.TOPIC, prefix, Pattern.PREFIXED, (op.READ, op.DESCRIBE)),
         *(("client", Resource.TOPIC, t, Pattern.LITERAL, (op.WRITE,)) for t in inputs),
@@ -243,7 +238,7 @@ def grant(made: Secrets, bootstrap: str, prefix: str, timeout_s: float = 30.0) -
     """Create the ACLs for topic prefix `prefix` as `admin` (creating one that exists changes
     nothing); return how many there are."""
     bindings = acl_bindings(prefix)
-    admin = AdminClient(client_config(made, "admin", bootstrap))
+    admin = AdminClient({**client_config(made, "admin"), "bootstrap.servers": bootstrap})
     try:
         for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
             future.result()
