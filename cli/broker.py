@@ -8,8 +8,7 @@ import signal
 import sys
 
 from jobledger.services import kafka, kafka_topics
-from jobledger.services.home import home
-from jobledger.services.local import apache_kafka, broker
+from jobledger.services.local import apache_kafka, broker, secure
 
 from .options import bootstrap_of, positive_int, prefix_of
 
@@ -26,6 +25,16 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--port", type=positive_int,
         help=f"port (default {broker.DEFAULT_PORT}; --detach picks a free one if it is taken)",
+    )  # fmt: skip
+    p.add_argument(
+        "--secure", action="store_true",
+        help="TLS, SASL/SCRAM-SHA-512 with one principal per role (admin, services, runner, "
+        "client), ACLs; client property files under $JOBLEDGER_HOME/secure/",
+    )  # fmt: skip
+    p.add_argument(
+        "--topic-prefix",
+        help=f"with --secure: the topic prefix the ACLs are for (default: ${kafka.PREFIX_ENV}, "
+        "else jobledger.); on a running secure broker with --detach, grant them for it too",
     )  # fmt: skip
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--detach", action="store_true", help="start in the background and return")
@@ -58,14 +67,30 @@ def cmd_broker(args: argparse.Namespace) -> int:
     record = broker.read_record()
     if args.status:
         print(_describe(record) if record else "not running")
+        if record is not None and record.secure:
+            print(_properties_line())
         return 0 if record else 1
     if args.stop:
         stopped = broker.stop()
         print(f"stopped {_describe(stopped)}" if stopped else "no broker was running")
         return 0
+    if args.topic_prefix is not None and not args.secure:
+        print("jobledger: --topic-prefix names the prefix the ACLs of --secure are for: give "
+              "--secure too", file=sys.stderr)  # fmt: skip
+        return 2
+    prefix = kafka.resolve_prefix(args.topic_prefix) if args.secure else None
+    if record is not None and args.secure and not record.secure:
+        print(
+            f"jobledger: {_describe(record)} already, started without --secure: stop it first "
+            "with `jobledger broker --stop`, then start it with --secure",
+            file=sys.stderr,
+        )
+        return 1
     if record is not None and args.detach and args.port in (None, record.port):
-        print(_describe(record))
-        print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
+        if prefix is not None:
+            count = secure.grant(secure.ensure_secrets(), record.bootstrap, prefix)
+            print(f"granted {count} ACLs for topic prefix {prefix!r}", file=sys.stderr)
+        _announce(record)
         return 0
     if record is not None:
         print(
@@ -75,12 +100,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
         )
         return 1
     if args.detach:
-        record = broker.start_detached(args.port, args.nodes)
-        print(_describe(record))
-        print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}")
+        _announce(broker.start_detached(args.port, args.nodes, prefix))
         return 0
     return _run_broker_in_foreground(
-        broker.node_ports(args.port or broker.DEFAULT_PORT, args.nodes)
+        broker.node_ports(args.port or broker.DEFAULT_PORT, args.nodes), prefix
     )
 
 
@@ -89,19 +112,26 @@ def _describe(record: broker.BrokerRecord) -> str:
     return f"{record.name} listening on {record.bootstrap} (pid {pids}, log {record.log})"
 
 
-def _run_broker_in_foreground(ports: list[int]) -> int:
+def _properties_line() -> str:
+    files = ",".join(secure.PRINCIPALS)
+    return f"client properties (librdkafka, kcat -F): {secure.secure_dir()}/{{{files}}}.properties"
+
+
+def _announce(record: broker.BrokerRecord, tail: str = "") -> None:
+    """What a started broker tells its user: where it is, and for a secure one, the files
+    a client needs."""
+    print(_describe(record), flush=True)
+    if record.secure:
+        print(_properties_line(), flush=True)
+    print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}{tail}", flush=True)
+
+
+def _run_broker_in_foreground(ports: list[int], secure_prefix: str | None) -> int:
     nodes = f" ({len(ports)} nodes)" if len(ports) > 1 else ""
     where = ",".join(f"{broker.LOOPBACK}:{port}" for port in ports)
     print(f"starting {broker.NAME}{nodes} on {where} ...", flush=True)
-    workdir = home() / "broker"
-    if len(ports) == 1:
-        procs = [broker.spawn(ports[0], workdir, detach=False)]
-    else:
-        procs = broker.spawn_nodes(ports, workdir, detach=False)
-    record = broker.record_of(procs, ports, workdir)
-    broker.write_record(record)
-    print(_describe(record), flush=True)
-    print(f"export {kafka.BOOTSTRAP_ENV}={record.bootstrap}; Ctrl-C stops it", flush=True)
+    procs, record = broker.start(ports, False, secure_prefix)
+    _announce(record, "; Ctrl-C stops it")
     signal.signal(signal.SIGTERM, lambda *_: [proc.terminate() for proc in procs])
     try:
         return max(proc.wait() for proc in procs)

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from ..home import cache
+from . import secure, tls
 from .loopback import LOOPBACK, BrokerError, free_port, port_answers
 
 KAFKA_VERSION = "4.1.1"
@@ -151,19 +152,20 @@ def _classpath() -> str:
 
 def server_properties(
     port: int, controller_port: int, data: Path, node: int = 1, voters: str | None = None,
-    replicas: int = 1,
+    replicas: int = 1, secrets: secure.Secrets | None = None,
 ) -> str:  # fmt: skip
     """Node `node`, broker and controller, on loopback. Alone (no `voters`), every internal
     topic has one replica; in a cluster of `voters` (`id@host:port,...`), `replicas` of
     them, and a write (a transaction's state, a group's offsets) is committed once all but one
-    are in sync."""
+    are in sync. With `secrets`, secured as `secure.server_settings` says."""
     in_sync = str(max(1, replicas - 1))
+    listener = secure.LISTENER if secrets else "PLAINTEXT"
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(node),
         "controller.quorum.voters": voters or f"{node}@{LOOPBACK}:{controller_port}",
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "listeners": f"{listener}://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"{listener}://{LOOPBACK}:{port}",
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -181,6 +183,7 @@ def server_properties(
         "share.coordinator.state.topic.min.isr": in_sync,
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "1000",
+        **(secure.server_settings(secrets) if secrets else {}),
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -207,24 +210,35 @@ def random_cluster_id() -> str:
     ).stdout.strip().splitlines()[-1]  # fmt: skip
 
 
-def format_storage(data: Path, config: Path, cluster_id: str | None = None) -> None:
+def format_storage(
+    data: Path, config: Path, cluster_id: str | None = None,
+    secrets: secure.Secrets | None = None,
+) -> None:  # fmt: skip
     """Format the log folder once (KRaft refuses to start on unformatted storage); the nodes
-    of one cluster share its `cluster_id`."""
+    of one cluster share its `cluster_id`. With `secrets`, every principal's SCRAM credential
+    is written into the storage too: the brokers authenticate with them before any
+    controller could take a new one."""
     if (data / "log" / "meta.properties").is_file():
         return
     cluster_id = cluster_id or random_cluster_id()
+    scram = secure.format_arguments(secrets) if secrets else []
     done = subprocess.run(
-        _java_command(STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(config), heap="256m"),
+        _java_command(
+            STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(config), *scram, heap="256m"
+        ),
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise BrokerError(f"formatting {data} failed:\n{done.stdout}{done.stderr}")
 
 
-def spawn(port: int, data: Path, log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
+def spawn(
+    port: int, data: Path, log_path: Path, detach: bool, secrets: secure.Secrets | None = None
+) -> subprocess.Popen[bytes]:
     """Start the broker on loopback (formatting `data` on first use) and return once the
     readiness probe passes. The controller listens on a free port of its own, remembered in
-    `data` so a restarted broker finds its quorum where it left it."""
+    `data` so a restarted broker finds its quorum where it left it. With `secrets`, secured
+    (`secure.py`), and the probe runs as `admin`."""
     data.mkdir(parents=True, exist_ok=True)
     controller_file = data / "controller.port"
     if controller_file.is_file():
@@ -233,8 +247,8 @@ def spawn(port: int, data: Path, log_path: Path, detach: bool) -> subprocess.Pop
         controller_port = free_port()
         controller_file.write_text(str(controller_port))
     config = data / "server.properties"
-    config.write_text(server_properties(port, controller_port, data))
-    format_storage(data, config)
+    write_config(config, server_properties(port, controller_port, data, secrets=secrets))
+    format_storage(data, config, secrets=secrets)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -243,7 +257,7 @@ def spawn(port: int, data: Path, log_path: Path, detach: bool) -> subprocess.Pop
             start_new_session=detach,
         )  # fmt: skip
     try:
-        wait_until_ready(proc, port, log_path)
+        wait_until_ready(proc, port, log_path, secrets=secrets)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -251,9 +265,16 @@ def spawn(port: int, data: Path, log_path: Path, detach: bool) -> subprocess.Pop
     return proc
 
 
+def write_config(path: Path, text: str) -> None:
+    """A node's server.properties, readable by its owner only: a secure node's holds the
+    passwords of `admin` and `controller`."""
+    tls.write_private(path, text.encode())
+
+
 def wait_until_ready(
     proc: subprocess.Popen[bytes], port: int, log_path: Path, replicas: int = 1,
     others: tuple[tuple[subprocess.Popen[bytes], int, Path], ...] = (),
+    secrets: secure.Secrets | None = None,
 ) -> None:  # fmt: skip
     """Every node listening (`proc` on `port`, and `others`), then the probe passing."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -267,12 +288,14 @@ def wait_until_ready(
                 )
             time.sleep(0.1)
     bootstrap = ",".join(f"{LOOPBACK}:{p}" for p in (port, *(o[1] for o in others)))
-    probe(bootstrap, deadline - time.monotonic(), replicas)
+    client = secure.client_config(secrets, "admin") if secrets else {}
+    probe(bootstrap, deadline - time.monotonic(), replicas, client)
 
 
 def spawn_cluster(
-    ports: list[int], data: Path, log_paths: list[Path], detach: bool
-) -> list[subprocess.Popen[bytes]]:
+    ports: list[int], data: Path, log_paths: list[Path], detach: bool,
+    secrets: secure.Secrets | None = None,
+) -> list[subprocess.Popen[bytes]]:  # fmt: skip
     """A KRaft cluster of `len(ports)` nodes on loopback, each broker and controller (a
     quorum of all of them), internal topics replicated on three: started together (the
     controllers elect a leader among themselves), ready once a topic with a replica on every
@@ -303,11 +326,12 @@ def spawn_cluster(
             node = data / f"node-{n}"
             node.mkdir(exist_ok=True)
             config = node / "server.properties"
-            config.write_text(server_properties(port, controller, node, n, voters, replicas))
-            format_storage(node, config, cluster_id)
+            settings = server_properties(port, controller, node, n, voters, replicas, secrets)
+            write_config(config, settings)
+            format_storage(node, config, cluster_id, secrets)
             procs.append(start_node(data, n, log_path, detach))
         others = tuple(zip(procs[1:], ports[1:], log_paths[1:], strict=True))
-        wait_until_ready(procs[0], ports[0], log_paths[0], replicas, others)
+        wait_until_ready(procs[0], ports[0], log_paths[0], replicas, others, secrets)
     except BaseException:
         for proc in procs:
             proc.kill()
@@ -329,27 +353,33 @@ def start_node(data: Path, node: int, log_path: Path, detach: bool) -> subproces
         )  # fmt: skip
 
 
-def probe(bootstrap: str, timeout_s: float, replicas: int = 1) -> None:
-    """Create a topic, commit a transactional record and read it back with read_committed."""
+def probe(
+    bootstrap: str, timeout_s: float, replicas: int = 1, client: dict[str, str] | None = None
+) -> None:
+    """Create a topic, commit a transactional record and read it back with read_committed,
+    with the librdkafka settings `client` (a secure broker's `admin`)."""
     from confluent_kafka import KafkaException, TopicPartition
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     from .. import kafka
 
     topic = f"__jobledger_ready_{uuid.uuid4().hex[:8]}"
     timeout = max(5.0, timeout_s)
-    admin = kafka.admin_client(bootstrap, quiet=True)
+    client = {**(client or {}), "bootstrap.servers": bootstrap}
+    admin = AdminClient({**client, "log_level": 0})
     try:
         created = admin.create_topics([NewTopic(topic, 1, replicas)], operation_timeout=timeout)
         created[topic].result()
         # log_level 3: librdkafka's retries while the transaction coordinator loads are
         # expected here, not worth a warning on the user's terminal
-        producer = kafka.producer(bootstrap, topic, {"log_level": 3}, init_timeout_s=timeout)
+        producer = kafka.producer(
+            bootstrap, topic, {**client, "log_level": 3}, init_timeout_s=timeout
+        )
         producer.begin_transaction()
         producer.produce(topic, value=b"ready")
         producer.commit_transaction(timeout)
         consumer = kafka.read_committed_consumer(
-            bootstrap, topic, extra={"enable.partition.eof": False}
+            bootstrap, topic, extra={**client, "enable.partition.eof": False}
         )
         try:
             consumer.assign([TopicPartition(topic, 0, 0)])

@@ -6,6 +6,11 @@ partitions, which the services and the runner rely on. (The Java-free Tansu brok
 beside it once hung one demo run in about fifteen and could not fence a producer; Spark needs
 Java anyway, so it served no user of the main job and is gone.)
 
+`--secure` (`secure.py`) adds TLS, SCRAM principals per role and ACLs. A secure broker keeps
+its data apart from an insecure one's (`kafka-data-secure`, `kafka-cluster-secure`): storage
+formatted without the SCRAM users cannot serve it, and one formatted with them is no use
+without TLS and SASL.
+
 A broker started for the CLI is recorded in a state file so later commands (and
 `jobledger broker --stop`) find it; the record is trusted only while its process is alive and
 its port answers.
@@ -19,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..home import home
-from . import apache_kafka
+from . import apache_kafka, secure
 from .loopback import (
     LOOPBACK,
     BrokerError,
@@ -51,10 +56,13 @@ class BrokerRecord:
     log: str
     others: tuple[tuple[int, int], ...] = ()
     """The other nodes of a cluster: (pid, port) each."""
+    secure: bool = False
+    """Started with `--secure`: clients need the property files in `secure.secure_dir()`."""
 
     @property
     def name(self) -> str:
-        return f"{NAME}, {len(self.others) + 1} nodes," if self.others else NAME
+        name = f"{NAME}, {len(self.others) + 1} nodes," if self.others else NAME
+        return f"{name} secure (SASL_SSL, SCRAM-SHA-512, ACLs)," if self.secure else name
 
     @property
     def bootstrap(self) -> str:
@@ -73,7 +81,15 @@ def log_path_of(port: int, workdir: Path) -> Path:
     return workdir / f"kafka-{port}.log"
 
 
-def spawn(port: int, workdir: Path, detach: bool) -> subprocess.Popen[bytes]:
+def data_dir(workdir: Path, cluster: bool, secured: bool) -> Path:
+    """Where a broker's storage is: a secure one's apart (see the module docstring)."""
+    name = "kafka-cluster" if cluster else "kafka-data"
+    return workdir / (f"{name}-secure" if secured else name)
+
+
+def spawn(
+    port: int, workdir: Path, detach: bool, secrets: secure.Secrets | None = None
+) -> subprocess.Popen[bytes]:
     """Start Apache Kafka on loopback, its log (`log_path_of`) and data under `workdir`, and
     return once it is ready."""
     log_path = log_path_of(port, workdir)
@@ -82,13 +98,16 @@ def spawn(port: int, workdir: Path, detach: bool) -> subprocess.Popen[bytes]:
             f"port {port} on {LOOPBACK} is taken by another process: pick another with --port, "
             "or stop what listens there"
         )
-    proc = apache_kafka.spawn(port, workdir / "kafka-data", log_path, detach)
+    data = data_dir(workdir, False, secrets is not None)
+    proc = apache_kafka.spawn(port, data, log_path, detach, secrets)
     if proc.poll() is not None:
         raise BrokerError(f"{NAME} exited with {proc.returncode}; see {log_path}")
     return proc
 
 
-def spawn_nodes(ports: list[int], workdir: Path, detach: bool) -> list[subprocess.Popen[bytes]]:
+def spawn_nodes(
+    ports: list[int], workdir: Path, detach: bool, secrets: secure.Secrets | None = None
+) -> list[subprocess.Popen[bytes]]:
     """Start a KRaft cluster of one node per port on loopback (apache_kafka.spawn_cluster),
     its logs and data under `workdir`, and return once it is ready."""
     taken = [port for port in ports if not port_is_free(port)]
@@ -98,7 +117,8 @@ def spawn_nodes(ports: list[int], workdir: Path, detach: bool) -> list[subproces
             "others with --port (the nodes listen on it and the ports after it)"
         )
     logs = [log_path_of(port, workdir) for port in ports]
-    return apache_kafka.spawn_cluster(ports, workdir / "kafka-cluster", logs, detach)
+    data = data_dir(workdir, True, secrets is not None)
+    return apache_kafka.spawn_cluster(ports, data, logs, detach, secrets)
 
 
 def stop_child(proc: subprocess.Popen[bytes]) -> None:
@@ -138,18 +158,45 @@ def clear_record(pid: int) -> None:
         pass
 
 
-def start_detached(port: int | None = None, nodes: int = 1) -> BrokerRecord:
+def start(
+    ports: list[int], detach: bool, secure_prefix: str | None = None
+) -> tuple[list[subprocess.Popen[bytes]], BrokerRecord]:
+    """Start a broker (or a cluster, one node per port), record it, and return its processes
+    and record. With `secure_prefix`, secured: the property files are written and the ACLs
+    granted for that topic prefix before anyone is told the broker is there."""
+    workdir = home() / "broker"
+    secrets = None
+    if secure_prefix is not None:
+        data = data_dir(workdir, len(ports) > 1, True)
+        if data.exists() and not secure.credentials_path().is_file():
+            raise BrokerError(
+                f"{data} holds a secure broker's storage, but the passwords its users were "
+                f"made with ({secure.credentials_path()}) are gone: delete {data} to start "
+                "afresh"
+            )
+        secrets = secure.ensure_secrets()
+    if len(ports) == 1:
+        procs = [spawn(ports[0], workdir, detach, secrets)]
+    else:
+        procs = spawn_nodes(ports, workdir, detach, secrets)
+    record = record_of(procs, ports, workdir, secrets is not None)
+    try:
+        if secrets is not None and secure_prefix is not None:
+            secure.write_properties(secrets)
+            secure.grant(secrets, record.bootstrap, secure_prefix)
+    except BaseException:
+        terminate_all(record.pids, STOP_GRACE_S)
+        raise
+    write_record(record)
+    return procs, record
+
+
+def start_detached(
+    port: int | None = None, nodes: int = 1, secure_prefix: str | None = None
+) -> BrokerRecord:
     """Start a broker (or a cluster of `nodes`) that outlives this process, record it, and
     return the record."""
-    ports = node_ports(port, nodes)
-    workdir = home() / "broker"
-    if nodes == 1:
-        procs = [spawn(ports[0], workdir, detach=True)]
-    else:
-        procs = spawn_nodes(ports, workdir, detach=True)
-    record = record_of(procs, ports, workdir)
-    write_record(record)
-    return record
+    return start(node_ports(port, nodes), True, secure_prefix)[1]
 
 
 def node_ports(port: int | None, nodes: int) -> list[int]:
@@ -166,10 +213,11 @@ def node_ports(port: int | None, nodes: int) -> list[int]:
 
 
 def record_of(
-    procs: list[subprocess.Popen[bytes]], ports: list[int], workdir: Path
+    procs: list[subprocess.Popen[bytes]], ports: list[int], workdir: Path, secured: bool = False
 ) -> BrokerRecord:
     others = tuple((proc.pid, port) for proc, port in zip(procs[1:], ports[1:], strict=True))
-    return BrokerRecord(procs[0].pid, ports[0], str(log_path_of(ports[0], workdir)), others)
+    log = str(log_path_of(ports[0], workdir))
+    return BrokerRecord(procs[0].pid, ports[0], log, others, secured)
 
 
 def stop() -> BrokerRecord | None:

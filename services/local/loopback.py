@@ -51,9 +51,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+KILLED_GONE_S = 5.0
+"""How long a process SIGKILLed may take to be gone (its memory freed, its parent told)."""
+
+
 def terminate_all(pids: tuple[int, ...], grace_s: float) -> None:
     """SIGTERM to every one at once (the nodes of a cluster: stopped one after another, the
-    last ones wait for a quorum that is gone), then SIGKILL what is left after `grace_s`."""
+    last ones wait for a quorum that is gone), then SIGKILL what is left after `grace_s`, and
+    return once they are gone: the caller says "stopped" next, and a port or a data folder
+    still held would make a new start fail."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -64,6 +70,9 @@ def terminate_all(pids: tuple[int, ...], grace_s: float) -> None:
         if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILLED_GONE_S
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def terminate(pid: int, grace_s: float) -> None:

@@ -1,0 +1,365 @@
+"""`jobledger broker --secure`: started through the CLI, then used with confluent-kafka and
+nothing but the property files it wrote. Each refusal is shown next to the principal that is
+allowed the same thing, so a test cannot pass because nothing works."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jobledger.schemas.topics import TopicRole, topic_name, topic_specs
+from jobledger.services import client_properties
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX
+from jobledger.services.local import apache_kafka, broker, secure, tls
+from jobledger.services.local.loopback import pid_alive
+
+from .test_broker_cli import REGISTERED
+
+pytestmark = pytest.mark.broker
+
+PREFIX = "sec."
+
+
+@dataclass
+class SecureBroker:
+    home: Path
+    bootstrap: str
+    pids: list[int]
+    started: subprocess.CompletedProcess[str]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return cli(self.home, *args)
+
+    def config(self, principal: str) -> dict[str, str]:
+        """A principal's librdkafka settings, read back from its property file."""
+        path = self.home / "secure" / f"{principal}.properties"
+        settings = dict(line.split("=", 1) for line in path.read_text().splitlines())
+        return {**settings, "bootstrap.servers": self.bootstrap}
+
+
+def cli(
+    home: Path, *args: str, timeout: float = 240, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env.update(JOBLEDGER_HOME=str(home), JOBLEDGER_TOPIC_PREFIX=PREFIX)
+    return subprocess.run(
+        [sys.executable, "-m", "jobledger.cli", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def _consecutive_free_ports(n: int) -> int:
+    while True:
+        first = broker.free_port()
+        if first + n < 65536 and all(broker.port_is_free(first + i) for i in range(n)):
+            return first
+
+
+def _need_kafka(broker_kind: str) -> None:
+    if not apache_kafka.available():
+        reason = "Apache Kafka needs Java and `make kafka`"
+        if broker_kind == "kafka":
+            pytest.fail(f"the tests run on Apache Kafka, but the CLI cannot start it: {reason}")
+        pytest.skip(reason)
+
+
+def _start(home: Path, nodes: int) -> SecureBroker:
+    first = _consecutive_free_ports(nodes)
+    args = ["broker", "--secure", "--detach", "--port", str(first)]
+    started = cli(home, *args, *(["--nodes", str(nodes)] if nodes > 1 else []))
+    assert started.returncode == 0, started.stderr
+    recorded = json.loads((home / "broker.json").read_text())
+    pids = [recorded["pid"], *(pid for pid, _ in recorded["others"])]
+    bootstrap = ",".join(f"127.0.0.1:{first + n}" for n in range(nodes))
+    return SecureBroker(home, bootstrap, pids, started)
+
+
+def _stop(running: SecureBroker) -> None:
+    stopped = running.run("broker", "--stop")
+    assert stopped.stdout.startswith("stopped Apache Kafka"), stopped.stdout + stopped.stderr
+    assert not any(pid_alive(pid) for pid in running.pids), "a node outlived --stop"
+
+
+@pytest.fixture(scope="module")
+def secured(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """A secure broker started, stopped and started again on the same home, so every test
+    also shows that a restart keeps the SCRAM users (formatted into the storage once), the
+    certificates and the passwords, and grants the ACLs again without harm."""
+    _need_kafka(broker_kind)
+    home = tmp_path_factory.mktemp("secure-home")
+    first = _start(home, 1)
+    passwords = {p: first.config(p)["sasl.password"] for p in secure.PRINCIPALS}
+    _stop(first)
+    running = _start(home, 1)
+    try:
+        assert {p: running.config(p)["sasl.password"] for p in secure.PRINCIPALS} == passwords
+        admin = AdminClient({**running.config("admin"), "log_level": 0})
+        topics = [
+            NewTopic(topic_name(s.role, PREFIX), 1, 1, config=s.config) for s in topic_specs(1)
+        ]
+        for future in admin.create_topics(topics, operation_timeout=30).values():
+            future.result()
+        yield running
+    finally:
+        _stop(running)
+
+
+def _transactional(config: dict[str, str], transactional_id: str) -> Producer:
+    return Producer({**config, "transactional.id": transactional_id, "log_level": 0})
+
+
+def _write(config: dict[str, str], transactional_id: str, topic: str) -> None:
+    """One committed record on `topic` under `transactional_id`, or the KafkaException. A
+    record refused before it reached the broker (a topic the principal may not even
+    describe) fails the commit as `_INCONSISTENT`; its delivery report has the reason."""
+    failed: list[KafkaError] = []
+    producer = _transactional(config, transactional_id)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"v", on_delivery=lambda e, _: e and failed.append(e))
+    try:
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        producer.poll(0)
+        if exc.args[0].code() == KafkaError._INCONSISTENT and failed:
+            raise KafkaException(failed[0]) from None
+        raise
+
+
+def _refusal(call: Callable[..., object], *args: object) -> str:
+    """The name of the error `call(*args)` is refused with."""
+    with pytest.raises(KafkaException) as refused:
+        call(*args)
+    return refused.value.args[0].name()
+
+
+def test_start_says_secure_and_where_each_principal_s_property_file_is(secured):
+    files = f"{secured.home}/secure/{{admin,services,runner,client}}.properties"
+    for said in (secured.started.stdout, secured.run("broker", "--status").stdout):
+        assert said.splitlines()[0].startswith(
+            f"Apache Kafka secure (SASL_SSL, SCRAM-SHA-512, ACLs), listening on {secured.bootstrap}"
+        )
+        assert said.splitlines()[1] == f"client properties (librdkafka, kcat -F): {files}"
+
+
+def test_every_secret_is_readable_by_its_owner_only_and_the_files_are_librdkafka_s(secured):
+    folder = secured.home / "secure"
+    secret = [
+        *(folder / f"{p}.properties" for p in secure.PRINCIPALS),
+        folder / "credentials.json",
+        folder / "broker-keystore.pem",
+        *secured.home.glob("broker/*/server.properties"),
+    ]
+    assert len(secret) == 7
+    assert {str(p): stat.S_IMODE(p.stat().st_mode) for p in secret} == {
+        str(p): 0o600 for p in secret
+    }
+    written = client_properties.load([folder / "client.properties"], [])  # as `-F` reads it
+    assert written == {
+        "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "client", "sasl.password": written["sasl.password"],
+        "ssl.ca.location": str(folder / "ca.pem"),
+    }  # fmt: skip
+    passwords = {secured.config(p)["sasl.password"] for p in secure.PRINCIPALS}
+    assert len(passwords) == 4 and all(len(p) == 48 for p in passwords)
+
+
+def test_the_client_writes_an_input_topic_and_reads_it_back(secured):
+    job = topic_name(TopicRole.JOB, PREFIX)
+    _write(secured.config("client"), f"jobledger-cli-{uuid.uuid4()}", job)
+    reader = Consumer({
+        **secured.config("client"), "group.id": f"jobledger-reader-{uuid.uuid4()}",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+    })  # fmt: skip
+    try:
+        reader.assign([TopicPartition(job, 0, 0)])
+        message = reader.poll(30)
+        assert message is not None and message.error() is None and message.value() == b"v"
+    finally:
+        reader.close()
+
+
+def test_jobledger_s_own_commands_take_the_client_s_file(secured):
+    """`-F` (issue 31 item 1) with the file `--secure` wrote: `produce` and `tail` as
+    `client`."""
+    file = str(secured.home / "secure" / "client.properties")
+    where = ["--bootstrap", secured.bootstrap, "-F", file]
+    event = {**REGISTERED, "event_id": f"ev-{uuid.uuid4()}"}
+    produced = cli(secured.home, "produce", *where, stdin=json.dumps(event))
+    assert produced.returncode == 0, produced.stderr
+    tailed = cli(secured.home, "tail", "resourcemanager", "-o", "beginning", "-e",
+                 "--format", "event", *where)  # fmt: skip
+    assert tailed.returncode == 0, tailed.stderr
+    assert event in [json.loads(line) for line in tailed.stdout.splitlines()]
+
+
+def test_only_the_services_take_a_service_s_transactional_id(secured):
+    """`init_transactions` under a service's id would fence it (issue 31: it exits at once)."""
+    service_id = f"jobledger-{topic_name(TopicRole.RESOURCE_MANAGER, PREFIX)}-0"
+    for thief in ("client", "runner"):
+        producer = _transactional(secured.config(thief), service_id)
+        refusal = _refusal(producer.init_transactions, 30)
+        assert refusal == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", thief
+    _transactional(secured.config("services"), service_id).init_transactions(30)
+
+
+def test_only_the_services_write_dead_letters_and_snapshots(secured):
+    writers = {"client": "jobledger-cli-", "runner": f"jobledger-runner-{PREFIX}"}
+    for role in (TopicRole.DEAD_LETTER, TopicRole.SNAPSHOT):
+        topic = topic_name(role, PREFIX)
+        for writer, ids in writers.items():
+            config, transactional_id = secured.config(writer), f"{ids}{uuid.uuid4()}"
+            refusal = _refusal(_write, config, transactional_id, topic)
+            assert refusal == "TOPIC_AUTHORIZATION_FAILED", (writer, topic)
+        _write(secured.config("services"), f"jobledger-{PREFIX}test-{uuid.uuid4()}", topic)
+
+
+def test_only_the_services_join_their_consumer_group(secured):
+    """A member that never processes would hold every partition of the services (issue 31)."""
+    group = f"{SERVICES_GROUP_PREFIX}{PREFIX}"
+    job = topic_name(TopicRole.JOB, PREFIX)
+    seen = {}
+    for principal in ("client", "services"):
+        member = Consumer({
+            **secured.config(principal), "group.id": group, "log_level": 0,
+            "session.timeout.ms": 6000, "auto.offset.reset": "earliest",
+        })  # fmt: skip
+        try:
+            member.subscribe([job])
+            for _ in range(30):
+                message = member.poll(1)
+                if message is not None:
+                    seen[principal] = message.error().name() if message.error() else "joined"
+                    break
+                if member.assignment():
+                    seen[principal] = "joined"
+                    break
+        finally:
+            member.close()
+    assert seen == {"client": "GROUP_AUTHORIZATION_FAILED", "services": "joined"}
+
+
+def test_only_runners_make_and_write_result_partitions(secured):
+    result = f"{PREFIX}result.job-1.a.b"
+    client = AdminClient({**secured.config("client"), "log_level": 0})
+    refused = client.create_topics([NewTopic(result, 1, 1)])
+    assert _refusal(refused[result].result, 30) == "TOPIC_AUTHORIZATION_FAILED"
+    runner = AdminClient({**secured.config("runner"), "log_level": 0})
+    runner.create_topics([NewTopic(result, 1, 1)])[result].result(30)
+    _write(secured.config("runner"), f"jobledger-runner-{PREFIX}r1-task-0", result)
+    client_id = f"jobledger-cli-{uuid.uuid4()}"
+    refusal = _refusal(_write, secured.config("client"), client_id, result)
+    assert refusal == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def _connect_error(config: dict[str, str]) -> int:
+    """The first error a client with `config` meets when it asks for metadata (its error
+    callback runs from `poll`; a loaded machine may take seconds to refuse)."""
+    errors: list[KafkaError] = []
+    client = Producer({**config, "error_cb": errors.append, "log_level": 0})
+    with pytest.raises(KafkaException):
+        client.list_topics(timeout=3)
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        client.poll(0.2)
+    assert errors, "the client was refused without saying why"
+    return errors[0].code()
+
+
+def test_a_wrong_password_plaintext_and_another_ca_are_refused(secured, tmp_path):
+    client = secured.config("client")
+    assert _connect_error({**client, "sasl.password": "not-it"}) == KafkaError._AUTHENTICATION
+    plaintext = {"bootstrap.servers": secured.bootstrap}
+    assert _connect_error(plaintext) in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    tls.make_certificates(tmp_path / "other-ca.pem", tmp_path / "other-keystore.pem")
+    trusting_another = {**client, "ssl.ca.location": str(tmp_path / "other-ca.pem")}
+    assert _connect_error(trusting_another) == KafkaError._SSL
+
+
+def test_secure_on_a_broker_started_insecure_says_so_in_one_line(tmp_path):
+    """A recorded broker is trusted while its process lives and its port answers: this
+    process and a socket of its own stand in for one started without --secure."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        record = {"pid": os.getpid(), "port": port, "log": "x.log", "others": []}
+        (tmp_path / "broker.json").write_text(json.dumps(record))
+        refused = cli(tmp_path, "broker", "--secure", "--detach", timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"jobledger: Apache Kafka listening on 127.0.0.1:{port} (pid {os.getpid()}, log x.log) "
+        "already, started without --secure: stop it first with `jobledger broker --stop`, then "
+        "start it with --secure"
+    ]
+
+
+def test_three_secure_nodes_replicate_and_hold_the_acls(broker_kind, tmp_path):
+    """`--nodes 3 --secure`: the brokers replicate over SASL_SSL as `admin`, and the ACLs
+    hold on every node."""
+    _need_kafka(broker_kind)
+    running = _start(tmp_path, 3)
+    try:
+        assert running.started.stdout.startswith("Apache Kafka, 3 nodes, secure (")
+        admin = AdminClient({**running.config("admin"), "log_level": 0})
+        job = topic_name(TopicRole.JOB, PREFIX)
+        created = admin.create_topics([NewTopic(job, 3, 3, config={"min.insync.replicas": "2"})])
+        created[job].result(30)
+        described = admin.list_topics(job, timeout=30).topics[job].partitions.values()
+        assert all(sorted(p.replicas) == [1, 2, 3] for p in described)
+        _write(running.config("client"), f"jobledger-cli-{uuid.uuid4()}", job)
+        producer = _transactional(running.config("client"), f"jobledger-{job}-0")
+        refusal = _refusal(producer.init_transactions, 30)
+        assert refusal == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        _write(running.config("services"), f"jobledger-{job}-0", job)
+    finally:
+        _stop(running)
+
+
+def test_a_running_secure_broker_grants_the_acls_for_another_prefix_on_request(secured):
+    other = "other."
+    job = topic_name(TopicRole.JOB, other)
+    admin = AdminClient({**secured.config("admin"), "log_level": 0})
+    admin.create_topics([NewTopic(job, 1, 1)])[job].result(30)
+    client, transactional_id = secured.config("client"), f"jobledger-cli-{uuid.uuid4()}"
+    assert _refusal(_write, client, transactional_id, job) == "TOPIC_AUTHORIZATION_FAILED"
+    granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", other)
+    assert granted.returncode == 0, granted.stderr
+    count = len(secure.acl_bindings(other))
+    assert granted.stderr == f"granted {count} ACLs for topic prefix 'other.'\n"
+    _write(client, f"jobledger-cli-{uuid.uuid4()}", job)
+
+
+def test_a_topic_prefix_without_secure_is_refused_in_one_line(tmp_path):
+    refused = cli(tmp_path, "broker", "--topic-prefix", "x.", timeout=60)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.splitlines() == [
+        "jobledger: --topic-prefix names the prefix the ACLs of --secure are for: give --secure too"
+    ]
+
+
+def test_a_secure_storage_whose_passwords_are_gone_is_refused_in_one_line(tmp_path):
+    """Its SCRAM users were made from passwords no file holds any more: new ones would never
+    authenticate, so nothing starts and the user is told what to delete."""
+    data = tmp_path / "broker" / "kafka-data-secure"
+    data.mkdir(parents=True)
+    refused = cli(tmp_path, "broker", "--secure", "--detach", timeout=60)
+    assert (refused.returncode, refused.stdout) == (69, "")
+    assert refused.stderr.splitlines() == [
+        f"jobledger: {data} holds a secure broker's storage, but the passwords its users were "
+        f"made with ({tmp_path}/secure/credentials.json) are gone: delete {data} to start afresh"
+    ]
+    assert not (tmp_path / "secure").exists()
