@@ -363,3 +363,50 @@ def test_a_secure_storage_whose_passwords_are_gone_is_refused_in_one_line(tmp_pa
         f"made with ({tmp_path}/secure/credentials.json) are gone: delete {data} to start afresh"
     ]
     assert not (tmp_path / "secure").exists()
+
+
+def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured, tmp_path):
+    """Issue 31 item 1 end to end: the services, a runner (its Spark Kafka source, its tasks'
+    producers, its result partitions) and a client each talk SASL_SSL with SCRAM through
+    `-F` alone, and a job with a shuffle runs to FINISHED."""
+    prefix = f"e2e{uuid.uuid4().hex[:6]}."
+    granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
+    assert granted.returncode == 0, granted.stderr
+
+    def as_(principal: str) -> list[str]:
+        file = secured.home / "secure" / f"{principal}.properties"
+        return ["--bootstrap", secured.bootstrap, "--topic-prefix", prefix, "-F", str(file)]
+
+    created = secured.run("topics", "create", *as_("admin"))
+    assert created.returncode == 0, created.stderr
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env["JOBLEDGER_HOME"] = str(secured.home)
+    started = []
+    try:
+        for name, args in (
+            ("services", ["services", "run", *as_("services")]),
+            ("runner", ["runner", *as_("runner"), "--runner-id", "e2e", "--slots", "2",
+                        "--checkpoint", str(tmp_path / "checkpoint")]),
+        ):  # fmt: skip
+            log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
+            started.append(subprocess.Popen(
+                [sys.executable, "-m", "jobledger.cli", *args], stdout=log, stderr=log, env=env
+            ))  # fmt: skip
+        jobgraph = Path(__file__).resolve().parents[1] / "examples" / "jobgraph.json"
+        submitted = secured.run("job", "submit", str(jobgraph), *as_("client"), "-o", "json")
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = json.loads(submitted.stdout)["job_id"]
+        waited = secured.run("job", "wait", job_id, *as_("client"), "--timeout", "180")
+        logs = {p.name: p.read_text()[-2000:] for p in tmp_path.glob("*.log")}
+        finished = waited.stdout.startswith(f"job {job_id} FINISHED at ")
+        assert (waited.returncode, finished) == (0, True), (
+            waited.stdout + waited.stderr + json.dumps(logs, indent=1)
+        )
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
