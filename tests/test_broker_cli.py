@@ -126,6 +126,9 @@ BAD_LINES = [
     (json.dumps({"type": "DeadLettered", "source_topic": "t", "source_partition": 0,
                  "source_offset": 1, "reason": "r"}),
      "DeadLettered is written by the services only"),
+    (json.dumps({"type": "TimerFired", "scope": "JOB", "owner_id": "job-1",
+                 "event_time": 7_200_000}),
+     "TimerFired is written by the services only"),
 ]  # fmt: skip
 
 

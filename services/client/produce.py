@@ -1,11 +1,12 @@
 """`jobledger produce`: JSON lines in, Avro events on their topics out.
 
 Every line is checked before anything is sent: that it is JSON (no NaN or Infinity), a valid
-event, an input a client may append (not a decision the services write, no cause, no service's
-name as producer), encodable in Avro (every long fits 64 bits) and no larger than
-`MAX_EVENT_BYTES`. By default one bad line stops the whole file and nothing is written;
-`skip_invalid` writes the good lines and reports the bad ones. Sending goes in transactions of
-`CHUNK` events; if the broker fails part way, the report says exactly which lines were written.
+event, an input a client may append (not a decision or a clock's TimerFired, which the
+services write; no cause; no service's name as producer), encodable in Avro (every long fits
+64 bits) and no larger than `MAX_EVENT_BYTES`. By default one bad line stops the whole file
+and nothing is written; `skip_invalid` writes the good lines and reports the bad ones.
+Sending goes in transactions of `CHUNK` events; if the broker fails part way, the report says
+exactly which lines were written.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.json_form import event_from_dict
 from jobledger.schemas.model import MAX_EVENT_BYTES, SERVICE_PRODUCERS
 from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.timers import TimerFired
 
 from ..kafka import produce_encoded
 
 CHUNK = 1000
-SERVICE_ONLY = (DeadLettered, EventRejected)
-"""Events only the services write: a client that appends one forges a service's decision."""
+SERVICE_ONLY = (DeadLettered, EventRejected, TimerFired)
+"""Events only the services write: a client that appends one forges a service's decision, or
+moves time (time reaches the reducers only through the services' clock)."""
 
 
 @dataclass(frozen=True)
