@@ -8,6 +8,9 @@ from .model import Event
 from .topics import TopicRole
 from .types import OwnerKind
 
+CLOCK = "clock"
+"""The `producer` of every TimerFired: the services' clock, the only writer that moves time."""
+
 TOPIC_OF_OWNER = {
     OwnerKind.JOB: TopicRole.JOB,
     OwnerKind.RESOURCE_MANAGER: TopicRole.RESOURCE_MANAGER,

@@ -15,8 +15,9 @@ from jobledger.projections.log.replay import foreign, replay, verify
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobStatusChanged, JobSubmitted
 from jobledger.schemas.slots import AllocationFailed, SlotRequested
+from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
-from jobledger.schemas.types import JobStatus
+from jobledger.schemas.types import JobStatus, OwnerKind
 from jobledger.services.control.driver import ReducerDriver
 
 from .events import ANY, Clock
@@ -107,6 +108,19 @@ def test_a_decision_names_its_reducer_and_its_cause_and_an_input_neither():
     assert driver.refusal(_submitted(clock, producer="clock")) is None
 
 
+def test_a_timer_fired_by_anyone_but_the_services_clock_is_refused():
+    clock = Clock()
+    driver = ReducerDriver()
+    tick = clock(TimerFired, scope=OwnerKind.JOB, owner_id="job-1")
+    forged = tick.model_copy(update={"producer": "cli"})
+
+    assert driver.refusal(forged) == (
+        "TimerFired is the services' clock's to write (producer 'clock'), not 'cli''s: nothing "
+        "else may move time"
+    )
+    assert driver.refusal(tick.model_copy(update={"producer": "clock"})) is None
+
+
 def test_an_owners_own_decision_is_admitted_once_and_only_as_it_was_derived():
     clock = Clock()
     driver = ReducerDriver()
@@ -169,3 +183,27 @@ def test_the_services_dead_letter_a_forged_decision_and_verify_stays_clean(clust
     assert divergence is None, divergence.describe()
     assert foreign(records) == []
     assert replay(records).driver.job_masters["job-1"].job == real
+
+
+def test_the_services_dead_letter_a_clients_timer_and_time_does_not_move(cluster):
+    """A TimerFired two hours ahead, written by a client with a raw producer (`produce`
+    refuses it): dead-lettered with the reason, and nothing is derived from it."""
+    clock = Clock()
+    lead = clock(JobMasterLeadershipGranted, job_id="job-1", job_master_id="jm-1")
+    submitted = _submitted(clock)
+    ahead = clock(TimerFired, at=clock.now + 7_200_000, scope=OwnerKind.JOB, owner_id="job-1")
+    forged = ahead.model_copy(update={"producer": "mallory"})
+    append(cluster, [lead, submitted, forged])
+
+    with RuntimeThread(cluster):
+        records = wait_until_quiet(cluster)
+
+    [dead] = [r.event for r in records if isinstance(r.event, DeadLettered)]
+    assert (dead.source_offset, dead.reason) == (
+        2,
+        "TimerFired is the services' clock's to write (producer 'clock'), not 'mallory''s: "
+        "nothing else may move time",
+    )
+    assert [r.event for r in records if r.event.cause_event_id == forged.event_id] == []
+    _, divergence = verify(records)
+    assert divergence is None, divergence.describe()

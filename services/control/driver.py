@@ -17,6 +17,7 @@ from jobledger.schemas import Event
 from jobledger.schemas.cluster import TaskManagerRegistrationAccepted
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.rejections import EventRejected
+from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.topics import TopicRole
 
 from .job_master import JobMaster, JobMasterConfig
@@ -145,6 +146,11 @@ class ReducerDriver:
         and its cause, an input neither; and a record in an owner's name must be one that
         owner derived (its own decisions come back on its topic): anything else is a forgery
         that, believed, would be ignored live and taken for a lost decision by replay."""
+        if isinstance(event, TimerFired) and event.producer != CLOCK:
+            return (
+                f"TimerFired is the services' clock's to write (producer {CLOCK!r}), not "
+                f"{event.producer!r}'s: nothing else may move time"
+            )
         deciding = event.producer in DECIDING_PRODUCERS
         if deciding != (event.cause_event_id is not None):
             return (

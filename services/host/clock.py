@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from jobledger.schemas.timers import TOPIC_OF_OWNER, TimerFired
+from jobledger.schemas.timers import CLOCK, TOPIC_OF_OWNER, TimerFired
 from jobledger.schemas.topics import TopicRole
 
 from ..control.driver import ReducerDriver
@@ -38,7 +38,7 @@ def timers_fired(driver: ReducerDriver, role: TopicRole, now_ms: int) -> list[Ti
         TimerFired(
             event_id=uuid.uuid4().hex,
             event_time=now_ms,
-            producer="clock",
+            producer=CLOCK,
             scope=scope,
             owner_id=owner,
         )
