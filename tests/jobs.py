@@ -9,7 +9,7 @@ from jobledger.schemas import Event
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
-from jobledger.schemas.timers import TimerFired
+from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.types import (
     DistributionPattern,
     ExecutionState,
@@ -143,7 +143,10 @@ class JobCluster:
             self.run([report])
 
     def tick(self, at: int) -> list[Event]:
-        return self.run([self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB)])
+        """The services' clock firing the job's timers at `at` (in its name: the services
+        refuse a TimerFired anyone else writes)."""
+        tick = self.clock(TimerFired, at=at, scope=OwnerKind.JOB, owner_id=JOB)
+        return self.run([tick.model_copy(update={"producer": CLOCK})])
 
     def statuses(self) -> list[str]:
         return [e.to_status.value for e in self.log if e.type_name() == "JobStatusChanged"]
