@@ -114,7 +114,12 @@ def _describe(record: broker.BrokerRecord) -> str:
 
 def _properties_line() -> str:
     files = ",".join(secure.PRINCIPALS)
-    return f"client properties (librdkafka, kcat -F): {secure.secure_dir()}/{{{files}}}.properties"
+    folder = secure.secure_dir()
+    return (
+        f"client properties (librdkafka, kcat -F): {folder}/{{{files}}}.properties\n"
+        f"signing keys (--signing-key): {folder}/{{{files}}}.key; the services' keyring "
+        f"(services run --keyring): {secure.keyring_path()}"
+    )
 
 
 def _announce(record: broker.BrokerRecord, tail: str = "") -> None:

@@ -29,6 +29,7 @@ from . import (
     events,
     job,
     job_views,
+    keys,
     kvstate,
     replay,
     runner,
@@ -36,7 +37,7 @@ from . import (
     tail,
     ui,
 )
-from .options import CommandFailed, connection_options, use_client_properties
+from .options import CommandFailed, connection_options, use_client_settings
 
 
 def _version() -> str:
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_parsers(sub, common)
     job_views.add_parsers(job.add_parsers(sub, common), common)
     kvstate.add_parsers(sub, common)
+    keys.add_parsers(sub)
     runner.add_parsers(sub, common)
     cluster.add_parsers(sub, common)
     ui.add_parsers(sub, common)
@@ -92,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        use_client_properties(args)
+        use_client_settings(args)
         return args.func(args)
     except argparse.ArgumentTypeError as exc:
         getattr(args, "parser", parser).error(str(exc))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
-from jobledger.services import client_properties, kafka
+from jobledger.services import client_properties, kafka, signing
 from jobledger.services.configuration import Configuration, ConfigurationError
 from jobledger.services.local import broker
 
@@ -83,16 +83,25 @@ def connection_options(
         metavar="KEY=VALUE",
         help="a librdkafka client property, as kcat's -X (after the file's)",
     )
+    common.add_argument(
+        "--signing-key", type=Path, default=os.environ.get(signing.SIGNING_KEY_ENV),
+        metavar="FILE",
+        help="Ed25519 private key (PEM) that signs every record this command writes, on a "
+        f"cluster whose services check signatures (default: ${signing.SIGNING_KEY_ENV})",
+    )  # fmt: skip
     return common
 
 
-def use_client_properties(args: argparse.Namespace) -> None:
-    """Give the client properties of `-F`/`-X` to every Kafka client this command builds.
-    A property jobledger owns or librdkafka refuses stops the command in one line."""
+def use_client_settings(args: argparse.Namespace) -> None:
+    """Give the client properties of `-F`/`-X` to every Kafka client this command builds,
+    and `--signing-key` to every producer. A property jobledger owns or librdkafka refuses,
+    or a key that cannot be read, stops the command in one line."""
     files, pairs = getattr(args, "client_config", []), getattr(args, "client_property", [])
     try:
         kafka.use_client_properties(client_properties.load(files, pairs))
-    except client_properties.ClientPropertiesError as exc:
+        key = getattr(args, "signing_key", None)
+        signing.use_signing_key(signing.SigningKey.load(Path(key)) if key else None)
+    except (client_properties.ClientPropertiesError, signing.KeyFileError) as exc:
         raise CommandFailed(str(exc)) from exc
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobledger.services import kafka
+from jobledger.services import kafka, signing
 from jobledger.services.home import home
 
 from .logging_setup import configure_logging
@@ -25,7 +25,7 @@ from .options import (
     positive_float,
     positive_int,
     prefix_of,
-    use_client_properties,
+    use_client_settings,
 )
 
 
@@ -129,6 +129,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         checkpoint_mismatch=args.checkpoint_mismatch,
         client_properties=tuple(kafka.client_properties().items()),
+        signing_key=key.pem() if (key := signing.signing_key()) else None,
     )
     runner = TaskRunner(config)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
@@ -170,7 +171,7 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
     add_runner_arguments(parser, None)
     args = parser.parse_args(argv)
     try:
-        use_client_properties(args)
+        use_client_settings(args)
         return cmd_runner(args)
     except CommandFailed as exc:
         print(f"jobledger runner: {exc}", file=sys.stderr)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from jobledger.services import kafka
+from jobledger.services import kafka, signing
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 
 from .logging_setup import configure_logging
 from .options import (
+    CommandFailed,
     bootstrap_of,
     configuration_of,
     configuration_option,
@@ -51,6 +54,12 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--stop-deadline-s", type=non_negative_float, default=15.0,
         help="after SIGTERM, exit (code 3) if still running this long",
     )  # fmt: skip
+    c.add_argument(
+        "--keyring", type=Path, default=os.environ.get(signing.KEYRING_ENV), metavar="FILE",
+        help="accept only inputs signed by a key of this keyring (`jobledger keys`), each "
+        "written by a principal allowed to (default: $JOBLEDGER_KEYRING; none: believe "
+        "every writer)",
+    )  # fmt: skip
     registry_option(c)
     configuration_option(c)
     c.set_defaults(func=cmd_services_run)
@@ -58,6 +67,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def cmd_services_run(args: argparse.Namespace) -> int:
     configure_logging()
+    try:
+        keyring = signing.Keyring.load(args.keyring) if args.keyring else None
+    except signing.KeyFileError as exc:
+        raise CommandFailed(str(exc)) from exc
     config = RuntimeConfig(
         batch_size=args.batch_size,
         snapshot_every=args.snapshot_every,
@@ -69,6 +82,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
     runtime = ServiceRuntime(
         bootstrap_of(args), prefix_of(args), config,
         driver_factory=configuration_of(args).new_driver, registry_url=args.schema_registry,
+        keyring=keyring,
     )  # fmt: skip
     try:
         runtime.run()

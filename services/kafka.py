@@ -29,6 +29,8 @@ from confluent_kafka.admin import AdminClient
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.topics import DEFAULT_PREFIX, topic_name
 
+from . import signing
+
 BOOTSTRAP_ENV = "JOBLEDGER_BOOTSTRAP"
 PREFIX_ENV = "JOBLEDGER_TOPIC_PREFIX"
 REGISTRY_ENV = "JOBLEDGER_SCHEMA_REGISTRY"
@@ -161,24 +163,38 @@ def clock_skew(error: KafkaError, what: str) -> str:
     )
 
 
+class SigningProducer(Producer):
+    """A producer that knows whose key signs its records (`produce_encoded`)."""
+
+    signer: signing.SigningKey | None = None
+
+
+PROCESS_KEY: Any = object()
+"""`signer` of a producer that signs with the process's key (`signing.use_signing_key`)."""
+
+
 def producer(
     bootstrap: str,
     transactional_id: str,
     extra: dict[str, Any] | None = None,
     init_timeout_s: float = 60,
     init: bool = True,
-) -> Producer:
+    signer: signing.SigningKey | None = PROCESS_KEY,
+) -> SigningProducer:
     """Every producer of jobledger: transactional (its writes become visible atomically, and
     making it fences every earlier producer with the same id), idempotent, and partitioning
     keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
     (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger). Without
-    `init`, the caller runs `init_transactions` itself (to retry it)."""
-    made = Producer({
+    `init`, the caller runs `init_transactions` itself (to retry it). Its records are signed
+    with `signer`, by default the process's key (one process hosting several principals, the
+    demo's, gives each its own)."""
+    made = SigningProducer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
         **ONE_REQUEST_IN_FLIGHT,
         **RETRY_BACKOFF, **REQUEST_TIMEOUT, **_client_properties, **(extra or {}),
     })  # fmt: skip
+    made.signer = signing.signing_key() if signer is PROCESS_KEY else signer
     connect(made, init_timeout_s)
     if init:
         made.init_transactions(init_timeout_s)
@@ -199,22 +215,28 @@ def connect(producer: Producer, timeout_s: float) -> None:
 CONNECT_TIMEOUT_S = 5.0
 
 
-def transactional_producer(bootstrap: str, owner: str) -> Producer:
+def transactional_producer(
+    bootstrap: str, owner: str, signer: signing.SigningKey | None = PROCESS_KEY
+) -> SigningProducer:
     """A producer of its own for a client (`owner` names it in the transactional id): no
     other producer shares the id, so it fences nobody."""
-    return producer(bootstrap, f"jobledger-{owner}-{uuid.uuid4()}", init_timeout_s=30)
+    return producer(bootstrap, f"jobledger-{owner}-{uuid.uuid4()}", init_timeout_s=30,
+                    signer=signer)  # fmt: skip
 
 
-TYPE_HEADER = "jobledger.type"
-"""Every event record carries its type in this header, so a consumer can filter without
-decoding (and a person reading the topic with kcat sees what each record is)."""
+TYPE_HEADER = signing.TYPE_HEADER
 
 
 def produce_encoded(
     producer: Producer, topic: str, key: bytes, value: bytes, type_name: str
 ) -> None:
-    """Write one encoded event record: the one header policy of every writer."""
-    producer.produce(topic, key=key, value=value, headers={TYPE_HEADER: type_name})
+    """Write one encoded event record: the one header policy of every writer. A producer
+    with a signing key (`producer`) adds its signer and the record's signature."""
+    headers: dict[str, str | bytes] = {TYPE_HEADER: type_name}
+    signer = getattr(producer, "signer", None)
+    if signer is not None:
+        headers.update(signer.headers(topic, key, value, type_name))
+    producer.produce(topic, key=key, value=value, headers=headers)
 
 
 def produce_event(producer: Producer, prefix: str, event: Event, serde: EventSerde) -> None:

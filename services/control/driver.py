@@ -20,6 +20,7 @@ from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.topics import TopicRole
 
+from . import authorizer
 from .job_master import JobMaster, JobMasterConfig
 from .reducer import Reducer
 from .resource_manager import ResourceManager
@@ -80,6 +81,9 @@ class ReducerDriver:
     awaiting: dict[str, Event] = field(default_factory=dict)
     """Decisions an owner derived for itself, until their record comes back on its topic: a
     record that claims to be an owner's decision is one of these, or it is forged."""
+    submitters: dict[str, str] = field(default_factory=dict)
+    """Who submitted each job of this partition (on a cluster whose records are signed): the
+    principal that alone, with an admin, may cancel, rescale or lead it (`authorizer`)."""
 
     def fresh(self) -> ReducerDriver:
         """Empty reducers under this driver's configuration: a replay of the same log as
@@ -174,6 +178,46 @@ class ReducerDriver:
                 f"{_owner_name(role, key)} derived"
             )
         return None
+
+    def awaited(self, event: Event) -> bool:
+        """Whether `event` is a decision this partition's owner derived and awaits back: its
+        own record, which it knows better than any signature could tell."""
+        derived = self.awaiting.get(event.event_id)
+        return derived is not None and same_decision(derived, event)
+
+    def admit(self, event: Event, principal: str, role: str) -> str | None:
+        """Why `principal` (whose signature the record carries, of `role`) may not write
+        `event`, or None; a job submitted is bound to its submitter from then on."""
+        reason = self.refusal(event) or authorizer.refusal(
+            event, principal, role, self, event.producer in DECIDING_PRODUCERS
+        )
+        if reason is None and isinstance(event, JobSubmitted):
+            self.submitters.setdefault(event.job_id, principal)
+        return reason
+
+    # -- what the authorizer asks (authorizer.JobView) -----------------------------------
+
+    def submitter_of(self, job_id: str) -> str | None:
+        return self.submitters.get(job_id)
+
+    def has_leader(self, job_id: str) -> bool:
+        master = self.job_masters.get(job_id)
+        return master is not None and master.job_master_id is not None
+
+    def attempt_location(self, job_id: str, attempt_id: str) -> str | None:
+        master = self.job_masters.get(job_id)
+        found = master.graph.find(attempt_id) if master and master.graph else None
+        return found.current.resource_id if found else None
+
+    def job_locations(self, job_id: str) -> set[str]:
+        master = self.job_masters.get(job_id)
+        if master is None or master.graph is None:
+            return set()
+        return {
+            vertex.current.resource_id
+            for vertex in master.graph.execution_vertices()
+            if vertex.current.resource_id is not None
+        }
 
     def process(self, event: Event) -> list[Event]:
         """Reduce one event at its owner; its own decisions coming back are records only, and

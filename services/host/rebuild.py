@@ -35,18 +35,18 @@ PARALLEL_REBUILD_RECORDS = 20_000
 second of reducing: less than forking and sending the states back)."""
 
 Key = tuple[str, int]
-Admit = Callable[[str, int, bytes | None, ReducerDriver], tuple[Event | None, str | None]]
+Admit = Callable[[Message, ReducerDriver], tuple[Event | None, str | None]]
 
 
 class Tail(NamedTuple):
     """A partition to rebuild, as read: the state of its latest snapshot (a new one where
     there is none or it is refused), the offset that reflects, the committed offset, and the
-    values of the records in between."""
+    records in between (their values, and the headers that say who signed them)."""
 
     driver: ReducerDriver
     start: int
     end: int
-    values: list[bytes]
+    records: list[Message]
 
 
 @dataclass
@@ -87,14 +87,14 @@ class Rebuilder:
         if len(committed) < 2 or jobs < 2 or not parallel.can_fork():
             return {_key(tp): self.rebuild(tp, producers[_key(tp)]) for tp in committed}
         read = {_key(tp): self.read_tail(tp) for tp in committed}
-        if sum(len(tail.values) for tail in read.values()) < PARALLEL_REBUILD_RECORDS:
+        if sum(len(tail.records) for tail in read.values()) < PARALLEL_REBUILD_RECORDS:
             jobs = 1
 
         def reduce_group(keys: list[Key]) -> dict[Key, ReducerDriver]:
             return {key: self.reduce_tail(key, read[key]) for key in keys}
 
         try:
-            sizes = {key: len(tail.values) for key, tail in read.items()}
+            sizes = {key: len(tail.records) for key, tail in read.items()}
             drivers = parallel.run_groups(sizes, reduce_group, jobs)
         except parallel.ReplayWorkerFailed as exc:
             # a worker killed (out of memory, say) would kill it again at every start: go on
@@ -124,17 +124,15 @@ class Rebuilder:
             driver, start = found.driver, found.next_offset
         else:
             driver, start = self.driver_factory(), 0
-        values = [msg.value() for msg in
-                  self.read_range(committed.topic, committed.partition, start, end)]  # fmt: skip
-        return Tail(driver, start, end, values)
+        records = list(self.read_range(committed.topic, committed.partition, start, end))
+        return Tail(driver, start, end, records)
 
     def reduce_tail(self, key: Key, tail: Tail) -> ReducerDriver:
         """The tail's state after the records of partition `key` that a reducer may see (a
         refused record was dead-lettered live, and changes nothing here either)."""
-        topic, partition = key
         driver = tail.driver
-        for value in tail.values:
-            event, _ = self.admit(topic, partition, value, driver)
+        for record in tail.records:
+            event, _ = self.admit(record, driver)
             if event is not None:
                 driver.process(event)
         return driver
@@ -207,7 +205,7 @@ class Rebuilder:
     def _said(topic: str, partition: int, tail: Tail, how: str = "") -> None:
         log.info(
             "rebuilt %s/%d from %s + %d records%s", topic, partition,
-            f"snapshot@{tail.start}" if tail.start else "the beginning", len(tail.values), how,
+            f"snapshot@{tail.start}" if tail.start else "the beginning", len(tail.records), how,
         )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -41,6 +42,7 @@ from ..control.job_status import awaited_by_clients
 from ..control.partitioning import misrouted
 from ..kafka import SERVICES_GROUP_PREFIX
 from ..kafka_topics import partitions_of
+from ..signing import Keyring
 from . import snapshot
 from .clock import Clock, timers_fired
 from .errors import ServiceHalted, StopRequested, topic_gone
@@ -102,6 +104,13 @@ class ServiceRuntime:
     registry_url: str | None = None
     """A schema registry: decisions are written in the Confluent wire format, and inputs in
     it can be read (single-object encoded inputs are read either way)."""
+    keyring: Keyring | None = None
+    """Whose signatures to accept (`signing`): with one, every input must be signed by a key
+    of it and its signer allowed to write it (`control/authorizer.py`); without, anyone who
+    can write a topic is believed, as on a cluster nobody else uses."""
+    signing_key: Any = kafka.PROCESS_KEY
+    """The key that signs the services' decisions, timers and dead letters (by default the
+    process's: `signing.use_signing_key`)."""
 
     def __post_init__(self) -> None:
         self.serde = EventSerde(registry_url=self.registry_url)
@@ -126,13 +135,13 @@ class ServiceRuntime:
         self.health = HealthReport(self.config.health_interval_s)
         self.rebuilder = Rebuilder(
             self.bootstrap, self.group, self.prefix, self.roles, self.driver_factory,
-            self._admit_value, self._count_partitions, lambda: self.running,
+            self._admit, self._count_partitions, lambda: self.running,
             self.config.rebuild_silence_s,
         )  # fmt: skip
         self.writer = TransactionWriter(
             self.bootstrap, self.prefix, self.serde, self.consumer.consumer_group_metadata,
             topic_name(TopicRole.SNAPSHOT, self.prefix), self.rebuilder.snapshot_partition,
-            lambda: self.running, self.config.client_grace_s,
+            lambda: self.running, self.config.client_grace_s, self.signing_key,
         )  # fmt: skip
         self._partition_counts: dict[str, int] = {}
         """Partitions of each input topic, counted at the first assignment (where a key
@@ -347,8 +356,7 @@ class ServiceRuntime:
 
     def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
         """The input's decisions, or a dead letter if no reducer may see it."""
-        event, refusal = self._admit_value(msg.topic(), msg.partition(), msg.value(),
-                                           worker.driver)  # fmt: skip
+        event, refusal = self._admit(msg, worker.driver)
         if event is None:
             return [DeadLettered(
                 event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
@@ -359,19 +367,28 @@ class ServiceRuntime:
         worker.awaited |= awaited_by_clients(event)
         return worker.driver.process(event)
 
-    def _admit_value(
-        self, topic: str, partition: int, value: bytes | None, driver: ReducerDriver
-    ) -> tuple[Event | None, str | None]:
-        """The event of a record of `topic`/`partition`, or why no reducer may see it: not a
-        decodable event, not where its route puts it (another topic, or a partition its key
-        does not hash to), or a producer it may not claim (`ReducerDriver.refusal`)."""
+    def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, str | None]:
+        """The event of an input record, or why no reducer may see it: not a decodable event,
+        not where its route puts it (another topic, or a partition its key does not hash
+        to), or a producer it may not claim (`ReducerDriver.refusal`). With a keyring, also
+        a record no key of it signed, or whose signer may not write it
+        (`ReducerDriver.admit`); the owner's own decisions coming back are known by what
+        they are (the owner derived them), not by a signature."""
+        topic, partition = msg.topic(), msg.partition()
         try:
-            event = self.serde.decode(value, topic)
+            event = self.serde.decode(msg.value(), topic)
         except DecodeError as exc:
             return None, str(exc)
-        reason = misrouted(
-            event, self.roles[topic], partition, self._partition_counts[topic]
-        ) or driver.refusal(event)
+        reason = misrouted(event, self.roles[topic], partition, self._partition_counts[topic])
+        if reason is None and (self.keyring is None or driver.awaited(event)):
+            reason = driver.refusal(event)
+        elif reason is None:
+            signer = self.keyring.check(topic, msg.key(), msg.value(), msg.headers(),
+                                        msg.timestamp()[1])  # fmt: skip
+            if isinstance(signer, str):
+                reason = signer
+            else:
+                reason = driver.admit(event, signer.principal, signer.role)
         return (None, reason) if reason else (event, None)
 
     # -- committing ----------------------------------------------------------------------

@@ -63,13 +63,16 @@ class TransactionWriter:
     snapshot_partition: Callable[[int], int]
     running: Callable[[], bool]
     client_grace_s: float
+    signer: Any = kafka.PROCESS_KEY
+    """The key that signs the decisions (`kafka.producer`'s `signer`)."""
 
     def producer(self, topic: str, partition: int) -> Producer:
         """The partition's producer: its transactional id names the partition, so making it
         fences every earlier producer of the partition (another owner's, or a failed one).
         A broker that does not answer in time is waited for, said once a minute; a refusal
         for good stops the service in one line."""
-        made = kafka.producer(self.bootstrap, f"jobledger-{topic}-{partition}", init=False)
+        made = kafka.producer(self.bootstrap, f"jobledger-{topic}-{partition}", init=False,
+                              signer=self.signer)  # fmt: skip
         said = 0.0
         while True:
             try:

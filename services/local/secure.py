@@ -83,6 +83,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole, topic_name
 
 from ..home import home
 from ..kafka import SERVICES_GROUP_PREFIX
+from ..signing import Keyring, SigningKey
 from . import tls
 from .loopback import BrokerError
 
@@ -96,6 +97,33 @@ LISTENER = "SASL_SSL"
 
 def secure_dir() -> Path:
     return home() / "secure"
+
+
+def keyring_path() -> Path:
+    """The keyring `services run --keyring` is given (`signing.Keyring`)."""
+    return secure_dir() / "keyring.json"
+
+
+def signing_key_path(principal: str) -> Path:
+    return secure_dir() / f"{principal}.key"
+
+
+def ensure_signing_keys() -> Keyring:
+    """A signing key per principal (`<principal>.key`, mode 0600) and the keyring with their
+    public keys, made the first time; a key revoked by hand stays revoked, and a principal
+    whose every key is revoked or gone gets a new one."""
+    path = keyring_path()
+    keyring = Keyring.load(path) if path.is_file() else Keyring({})
+    for principal in PRINCIPALS:
+        key_file = signing_key_path(principal)
+        key = SigningKey.load(key_file) if key_file.is_file() else None
+        entry = keyring.entries.get(key.key_id) if key else None
+        if entry is None or entry.revoked_at_ms is not None:
+            key = SigningKey.generate()
+            tls.write_private(key_file, key.pem())
+            keyring.add(key, principal, principal)
+    keyring.save(path)
+    return keyring
 
 
 def credentials_path() -> Path:
@@ -158,6 +186,9 @@ def server_settings(made: Secrets) -> dict[str, str]:
         "ssl.truststore.location": str(made.ca),
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:admin;User:{CONTROLLER}",
+        # the broker dates each record: a revoked signing key cannot date its records before
+        # the revocation (`signing`'s keyring compares the two)
+        "log.message.timestamp.type": "LogAppendTime",
     }  # fmt: skip
 
 

@@ -117,6 +117,9 @@ class RunnerConfig:
     """The operator's Kafka client properties (`-F`/`-X`: SASL, TLS...), for the executors'
     clients and the Kafka source; the driver's own clients have them from the process
     (`kafka.use_client_properties`, which the command line calls with the same)."""
+    signing_key: bytes | None = None
+    """The runner principal's signing key (PEM) for the executors' records; the driver's own
+    sign with the process's key (`signing.use_signing_key`, set from the same file)."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -209,6 +212,7 @@ class TaskRunner:
             config.bootstrap, config.prefix, config.allowed_modules, self.gate.url,
             lease_url=self.gate.lease_url, transactional_id=f"{self.transactional_id}-task",
             data_roots=config.data_roots, client_properties=config.client_properties,
+            signing_key=config.signing_key,
         )  # fmt: skip
         slots = max(1, config.slots or self.spark.sparkContext.defaultParallelism)
         self.task_executors = TaskExecutorInstances(

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.types import ExecutionState, OperatorSpec
 
-from .. import kafka
+from .. import kafka, signing
 from ..control.decisions import derived_id
 from ..control.key_groups import compute_key_group_range_for_operator_index
 from . import kv_state, task_producers
@@ -79,6 +79,8 @@ class RunnerSettings:
     sources and `file` sinks may use; none: no file is read or written."""
     client_properties: tuple[tuple[str, str], ...] = ()
     """The operator's Kafka client properties (`-F`/`-X`), for the executors' clients."""
+    signing_key: bytes | None = None
+    """The runner principal's signing key (PEM), for the records the executors write."""
 
 
 _serde = EventSerde()
@@ -278,6 +280,12 @@ def _execute(
             pass
 
 
+@cache
+def _signing_key(pem: bytes | None) -> signing.SigningKey | None:
+    """The key of a PEM, read once per Python worker."""
+    return signing.SigningKey.from_pem(pem) if pem else None
+
+
 def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterator[str]:
     """One Spark task's share of a job's deployments (their records as the driver read them,
     decoded here once), one after another (a Spark task costs more than a no-op deployment),
@@ -287,6 +295,7 @@ def run_tasks(settings: RunnerSettings, deployments: Iterable[bytes]) -> Iterato
     They write with the Python worker's producer, leased to this task and kept for the
     worker's next task if this one ends clean (`task_producers.py`)."""
     kafka.use_client_properties(dict(settings.client_properties))
+    signing.use_signing_key(_signing_key(settings.signing_key))
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     held = task_producers.acquire(
