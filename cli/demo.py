@@ -28,6 +28,7 @@ from jobledger.projections.log.positions import log_order
 from jobledger.projections.log.replay import replay
 from jobledger.schemas import EventSerde
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
     JobEdge,
@@ -141,6 +142,10 @@ class Cluster:
         progress(f"runner ready: TaskExecutor(s) {', '.join(executors.resource_ids)} with "
                  f"{executors.slots} slots each")  # fmt: skip
 
+    def describe(self) -> str:
+        return (f"Spark {self.runner.spark.sparkContext.master}, Kafka read through the "
+                f"{self.runner.format!r} format")  # fmt: skip
+
     def close(self) -> None:
         self.watcher.close()
         self.runner.stop()
@@ -182,10 +187,12 @@ def read_counts(out: Path) -> Counter[str]:
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
         pipelined: bool = False, top: int = 10, timeout_s: float = 300,
         master: str = "local[*]", prefix: str | None = None,
-        picture: Path | None = None) -> int:  # fmt: skip
+        picture: Path | None = None, cluster_type: type = Cluster) -> int:  # fmt: skip
     """The demo; returns the exit status. Its topics are `prefix`'s (default: a fresh random
     one, so every run starts from an empty log). With `picture`, the job's timeline is also
-    drawn there as a Gantt chart (.svg, .png or .pdf)."""
+    drawn there as a Gantt chart (.svg, .png or .pdf). `cluster_type` runs the services and
+    the runner: `Cluster` in this process, `demo_secure.SecuredCluster` as principals of
+    their own."""
     if not text.is_file():
         raise FileNotFoundError(
             2, "no such file (the demo counts the words of a text file)", str(text)
@@ -197,10 +204,9 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
     # Slots are not cores: enough of them for both vertices at once (jobledger has no slot
     # sharing), which EAGER scheduling of the pipelined variant needs.
     # The runner may read the input's directory and write the output directory, nothing else.
-    cluster = Cluster(bootstrap, prefix, work / prefix.rstrip("."), slots=2 * parallelism,
-                      master=master, data_roots=(text.resolve().parent, out))  # fmt: skip
-    print(f"Spark {cluster.runner.spark.sparkContext.master}, Kafka read through the "
-          f"{cluster.runner.format!r} format")  # fmt: skip
+    cluster = cluster_type(bootstrap, prefix, work / prefix.rstrip("."), slots=2 * parallelism,
+                           master=master, data_roots=(text.resolve().parent, out))  # fmt: skip
+    print(cluster.describe())
     try:
         started = time.monotonic()
         job = wordcount_job(job_id, text.resolve(), out, parallelism, fail_once, pipelined)
@@ -232,6 +238,8 @@ def _print_results(
     """Everything the demo has to show, printed the moment the job ends; the exit status."""
     driver = replay(records).driver
     jm = driver.job_masters[job_id]
+    dead = sum(r.role is TopicRole.DEAD_LETTER for r in records)
+    print(f"{len(records) - dead} records in the log, {dead} dead-lettered")
     print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s after "
           f"{jm.restarts} restart{'' if jm.restarts == 1 else 's'}"
           + (f": {end.cause}" if end.cause else ""))  # fmt: skip

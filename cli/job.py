@@ -169,7 +169,7 @@ def _build(reference: str) -> Any:
     )
 
 
-def _check_operators(job: JobSubmitted) -> list[str]:
+def _check_operators(job: JobSubmitted, prefix: str) -> list[str]:
     """Refuse a chain no runner could run (an unknown operator, a missing config, a source
     out of place, a built-in function that does not exist) before anything is written: it
     failed only when its task ran, restarts later. What only the runner can tell (its
@@ -178,7 +178,7 @@ def _check_operators(job: JobSubmitted) -> list[str]:
     warnings = []
     for vertex in job.vertices:
         try:
-            check_shape(vertex.operators, bool(vertex.inputs))
+            check_shape(vertex.operators, bool(vertex.inputs), prefix)
             for spec in vertex.operators:
                 reference = spec.config.get("function", "")
                 if reference.startswith(f"{BUILTIN_FUNCTIONS}:"):
@@ -201,7 +201,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         checked = dispatcher.check_job_graph(graph, PRODUCER, serde, prefix, args.job_id, name)
         job = checked.event
         assert isinstance(job, JobSubmitted)
-        warnings = _check_operators(job)
+        warnings = _check_operators(job, prefix)
     except JobGraphRefused as exc:
         raise JobGraphRefused(f"{args.jobgraph}: {exc}") from None
     for warning in warnings:

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -107,6 +108,12 @@ def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--timeline", type=Path, metavar="FILE",
         help="also draw the job's attempts per slot over time (.svg, .png or .pdf)",
     )  # fmt: skip
+    c.add_argument(
+        "--secure", action="store_true",
+        help="on this home's secure broker (`broker --secure`, started if none runs), the "
+        "services and the runner each a process on its own principal and signing key, the "
+        "services checking every record's signature",
+    )  # fmt: skip
     c.set_defaults(func=cmd_demo_wordcount)
 
 
@@ -151,14 +158,23 @@ def cmd_runner(args: argparse.Namespace) -> int:
 
 
 def cmd_demo_wordcount(args: argparse.Namespace) -> int:
-    from .demo import run
+    from .demo import Cluster, run
+    from .demo_secure import SecuredCluster, secure_broker
 
     configure_logging(logging.WARNING)
+    prefix = args.topic_prefix or os.environ.get(kafka.PREFIX_ENV)
+    if args.secure:
+        if args.bootstrap or args.client_config or args.client_property or args.signing_key:
+            raise CommandFailed(
+                "--secure runs on this home's secure broker, as each role's own principal: "
+                "give no --bootstrap, -F, -X or --signing-key"
+            )
+        prefix = prefix or f"demo-{uuid.uuid4().hex[:8]}."
     return run(
-        args.file, bootstrap_of(args), home() / "demo",
-        prefix=args.topic_prefix or os.environ.get(kafka.PREFIX_ENV),
-        parallelism=args.parallelism, fail_once=args.fail_once, pipelined=args.pipelined,
-        top=args.top, timeout_s=args.timeout, master=args.master, picture=args.timeline,
+        args.file, secure_broker(prefix) if args.secure else bootstrap_of(args), home() / "demo",
+        prefix=prefix, parallelism=args.parallelism, fail_once=args.fail_once,
+        pipelined=args.pipelined, top=args.top, timeout_s=args.timeout, master=args.master,
+        picture=args.timeline, cluster_type=SecuredCluster if args.secure else Cluster,
     )  # fmt: skip
 
 

@@ -21,6 +21,8 @@ from jobledger.services.kafka import BOOTSTRAP_ENV
 from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import apache_kafka, broker
 
+from .secure_cluster import secured  # noqa: F401 (a session fixture two test modules share)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 

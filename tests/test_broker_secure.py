@@ -12,109 +12,28 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobledger.schemas.topics import TopicRole, topic_name, topic_specs
+from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.services import client_properties
 from jobledger.services.kafka import SERVICES_GROUP_PREFIX
-from jobledger.services.local import apache_kafka, broker, secure, tls
-from jobledger.services.local.loopback import pid_alive
+from jobledger.services.local import secure, tls
 
+from .secure_cluster import (
+    PREFIX,
+    cli,
+    need_kafka,
+    start_secure,
+    stop_secure,
+)
 from .test_broker_cli import REGISTERED
 
 pytestmark = pytest.mark.broker
-
-PREFIX = "sec."
-
-
-@dataclass
-class SecureBroker:
-    home: Path
-    bootstrap: str
-    pids: list[int]
-    started: subprocess.CompletedProcess[str]
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return cli(self.home, *args)
-
-    def config(self, principal: str) -> dict[str, str]:
-        """A principal's librdkafka settings, read back from its property file."""
-        path = self.home / "secure" / f"{principal}.properties"
-        settings = dict(line.split("=", 1) for line in path.read_text().splitlines())
-        return {**settings, "bootstrap.servers": self.bootstrap}
-
-
-def cli(
-    home: Path, *args: str, timeout: float = 240, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
-    env.update(JOBLEDGER_HOME=str(home), JOBLEDGER_TOPIC_PREFIX=PREFIX)
-    return subprocess.run(
-        [sys.executable, "-m", "jobledger.cli", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def _consecutive_free_ports(n: int) -> int:
-    while True:
-        first = broker.free_port()
-        if first + n < 65536 and all(broker.port_is_free(first + i) for i in range(n)):
-            return first
-
-
-def _need_kafka(broker_kind: str) -> None:
-    if not apache_kafka.available():
-        reason = "Apache Kafka needs Java and `make kafka`"
-        if broker_kind == "kafka":
-            pytest.fail(f"the tests run on Apache Kafka, but the CLI cannot start it: {reason}")
-        pytest.skip(reason)
-
-
-def _start(home: Path, nodes: int) -> SecureBroker:
-    first = _consecutive_free_ports(nodes)
-    args = ["broker", "--secure", "--detach", "--port", str(first)]
-    started = cli(home, *args, *(["--nodes", str(nodes)] if nodes > 1 else []))
-    assert started.returncode == 0, started.stderr
-    recorded = json.loads((home / "broker.json").read_text())
-    pids = [recorded["pid"], *(pid for pid, _ in recorded["others"])]
-    bootstrap = ",".join(f"127.0.0.1:{first + n}" for n in range(nodes))
-    return SecureBroker(home, bootstrap, pids, started)
-
-
-def _stop(running: SecureBroker) -> None:
-    stopped = running.run("broker", "--stop")
-    assert stopped.stdout.startswith("stopped Apache Kafka"), stopped.stdout + stopped.stderr
-    assert not any(pid_alive(pid) for pid in running.pids), "a node outlived --stop"
-
-
-@pytest.fixture(scope="module")
-def secured(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    """A secure broker started, stopped and started again on the same home, so every test
-    also shows that a restart keeps the SCRAM users (formatted into the storage once), the
-    certificates and the passwords, and grants the ACLs again without harm."""
-    _need_kafka(broker_kind)
-    home = tmp_path_factory.mktemp("secure-home")
-    first = _start(home, 1)
-    passwords = {p: first.config(p)["sasl.password"] for p in secure.PRINCIPALS}
-    _stop(first)
-    running = _start(home, 1)
-    try:
-        assert {p: running.config(p)["sasl.password"] for p in secure.PRINCIPALS} == passwords
-        admin = AdminClient({**running.config("admin"), "log_level": 0})
-        topics = [
-            NewTopic(topic_name(s.role, PREFIX), 1, 1, config=s.config) for s in topic_specs(1)
-        ]
-        for future in admin.create_topics(topics, operation_timeout=30).values():
-            future.result()
-        yield running
-    finally:
-        _stop(running)
 
 
 def _transactional(config: dict[str, str], transactional_id: str) -> Producer:
@@ -310,8 +229,8 @@ def test_secure_on_a_broker_started_insecure_says_so_in_one_line(tmp_path):
 def test_three_secure_nodes_replicate_and_hold_the_acls(broker_kind, tmp_path):
     """`--nodes 3 --secure`: the brokers replicate over SASL_SSL as `admin`, and the ACLs
     hold on every node."""
-    _need_kafka(broker_kind)
-    running = _start(tmp_path, 3)
+    need_kafka(broker_kind)
+    running = start_secure(tmp_path, 3)
     try:
         assert running.started.stdout.startswith("Apache Kafka, 3 nodes, secure (")
         admin = AdminClient({**running.config("admin"), "log_level": 0})
@@ -326,7 +245,7 @@ def test_three_secure_nodes_replicate_and_hold_the_acls(broker_kind, tmp_path):
         assert refusal == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
         _write(running.config("services"), f"jobledger-{job}-0", job)
     finally:
-        _stop(running)
+        stop_secure(running)
 
 
 def test_a_running_secure_broker_grants_the_acls_for_another_prefix_on_request(secured):
@@ -366,16 +285,19 @@ def test_a_secure_storage_whose_passwords_are_gone_is_refused_in_one_line(tmp_pa
 
 
 def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured, tmp_path):
-    """Issue 31 item 1 end to end: the services, a runner (its Spark Kafka source, its tasks'
-    producers, its result partitions) and a client each talk SASL_SSL with SCRAM through
-    `-F` alone, and a job with a shuffle runs to FINISHED."""
+    """Issue 31 items 1 and 3 end to end: the services, a runner (its Spark Kafka source, its
+    tasks' producers, its result partitions) and a client each talk SASL_SSL with SCRAM
+    through `-F` alone and sign with their own key; the services check every input against
+    the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered."""
     prefix = f"e2e{uuid.uuid4().hex[:6]}."
     granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
     assert granted.returncode == 0, granted.stderr
 
     def as_(principal: str) -> list[str]:
-        file = secured.home / "secure" / f"{principal}.properties"
-        return ["--bootstrap", secured.bootstrap, "--topic-prefix", prefix, "-F", str(file)]
+        folder = secured.home / "secure"
+        return ["--bootstrap", secured.bootstrap, "--topic-prefix", prefix,
+                "-F", str(folder / f"{principal}.properties"),
+                "--signing-key", str(folder / f"{principal}.key")]  # fmt: skip
 
     created = secured.run("topics", "create", *as_("admin"))
     assert created.returncode == 0, created.stderr
@@ -384,8 +306,9 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
     started = []
     try:
         for name, args in (
-            ("services", ["services", "run", *as_("services")]),
-            ("runner", ["runner", *as_("runner"), "--runner-id", "e2e", "--slots", "2",
+            ("services", ["services", "run", *as_("services"),
+                          "--keyring", str(secured.home / "secure" / "keyring.json")]),
+            ("runner", ["runner", *as_("runner"), "--slots", "2",
                         "--checkpoint", str(tmp_path / "checkpoint")]),
         ):  # fmt: skip
             log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
@@ -402,6 +325,10 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
         assert (waited.returncode, finished) == (0, True), (
             waited.stdout + waited.stderr + json.dumps(logs, indent=1)
         )
+        dead = secured.run("tail", "deadletter", "-o", "beginning", "-e", *as_("client"))
+        assert (dead.returncode, dead.stdout) == (0, ""), dead.stdout + dead.stderr
+        verified = secured.run("replay", "--verify", *as_("client"))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
     finally:
         for process in started:
             process.terminate()

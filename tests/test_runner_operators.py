@@ -28,6 +28,8 @@ from jobledger.services.runner.operators import (
     write_file_sink,
 )
 
+PREFIX = "jobledger."
+
 
 def op(name: str, **config: str) -> OperatorSpec:
     return OperatorSpec(name=name, config=config)
@@ -150,14 +152,14 @@ def test_file_sources_outside_the_data_roots_are_refused(root):
         with pytest.raises(OperatorError, match="is not under a data root of this runner"):
             list(open_source(spec, Subtask(0, 1), (root,)))
         with pytest.raises(OperatorError, match="is not under a data root of this runner"):
-            check_chain([spec], False, FunctionLoader(), (root,))
+            check_chain([spec], False, FunctionLoader(), PREFIX, (root,))
 
 
 def test_file_sinks_outside_the_data_roots_are_refused(root):
     for path in escapes(root):
         chain = [op("range", start="0", end="3"), op("file", path=path)]
         with pytest.raises(OperatorError, match="is not under a data root of this runner"):
-            check_chain(chain, False, FunctionLoader(), (root,))
+            check_chain(chain, False, FunctionLoader(), PREFIX, (root,))
         with pytest.raises(OperatorError, match="is not under a data root of this runner"):
             confined_path(chain[1], (root,))
 
@@ -167,7 +169,7 @@ def test_files_under_a_data_root_are_read_and_written(root, tmp_path):
     roots = (elsewhere, root)
     source = op("text_file", path=str(root / "sub" / ".." / "in.txt"))
     sink = op("file", path=str(root / "out" / "counts"))
-    check_chain([source, sink], False, FunctionLoader(), roots)
+    check_chain([source, sink], False, FunctionLoader(), PREFIX, roots)
     assert list(open_source(source, Subtask(0, 1), roots)) == ["a", "b"]
     assert confined_path(sink, roots) == root / "out" / "counts"
     (root / "inner-link").symlink_to(root / "in.txt")  # a symlink that stays inside is fine
@@ -180,7 +182,7 @@ def test_with_no_data_root_no_file_is_read_or_written(root):
         with pytest.raises(OperatorError, match="--data-root DIR"):
             confined_path(spec, ())
         with pytest.raises(OperatorError, match="--data-root DIR"):
-            check_chain([spec], spec.name == "file", FunctionLoader())
+            check_chain([spec], spec.name == "file", FunctionLoader(), PREFIX)
     with pytest.raises(OperatorError, match="--data-root DIR"):
         list(open_source(op("text_file", path=str(root / "in.txt")), Subtask(0, 1)))
 
@@ -211,11 +213,26 @@ def test_the_runner_resolves_its_data_roots_at_startup(root, tmp_path):
         ([op("count")], False, "must start with a source"),
         ([op("text_file", path="x")], True, "must be first in a vertex without inputs"),
         ([op("range", start="0", end="9"), op("range", start="0", end="9")], False, "first"),
+        (
+            [op("topic", topic="jobledger.job")],
+            True,
+            "'jobledger.job' is one of jobledger's own topics",
+        ),
+        ([op("topic", topic="jobledger.anything")], True, "jobledger's own topics"),
+        ([op("topic", topic="__consumer_offsets")], True, "Kafka's internal topics"),
     ],
 )
 def test_bad_chains_are_refused_before_anything_runs(chain, has_inputs, reason):
     with pytest.raises(OperatorError, match=reason):
-        check_chain(chain, has_inputs, FunctionLoader())
+        check_chain(chain, has_inputs, FunctionLoader(), PREFIX)
+
+
+def test_a_topic_sink_writes_any_topic_but_jobledger_s_own_under_any_prefix():
+    check_chain([op("topic", topic="wordcounts")], True, FunctionLoader(), PREFIX)
+    for own in ("deadletter", "result.job-1.a.b", "snapshot"):
+        with pytest.raises(OperatorError, match="jobledger's own topics"):
+            check_chain([op("topic", topic=own)], True, FunctionLoader(), "")
+    check_chain([op("topic", topic="jobs-out")], True, FunctionLoader(), "")
 
 
 def test_a_chain_is_cut_at_its_source_and_its_keyed_aggregation():

@@ -187,10 +187,10 @@ class ReducerDriver:
 
     def admit(self, event: Event, principal: str, role: str) -> str | None:
         """Why `principal` (whose signature the record carries, of `role`) may not write
-        `event`, or None; a job submitted is bound to its submitter from then on."""
-        reason = self.refusal(event) or authorizer.refusal(
-            event, principal, role, self, event.producer in DECIDING_PRODUCERS
-        )
+        `event`, or None: who may write it first (the reason names the writer), then what
+        `refusal` asks of anyone's. A job submitted is bound to its submitter from then on."""
+        deciding = event.producer in DECIDING_PRODUCERS
+        reason = authorizer.refusal(event, principal, role, self, deciding) or self.refusal(event)
         if reason is None and isinstance(event, JobSubmitted):
             self.submitters.setdefault(event.job_id, principal)
         return reason

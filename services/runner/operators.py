@@ -19,6 +19,7 @@ runner's hosts hold:
   dotted name, never a name the module merely imported (`from os import system as x`), a
   class or a builtin, even if listed. A module meant for the runner lists what jobs may call
   in `__all__`; the rest of it stays out of reach.
+- a `topic` sink never writes one of jobledger's own topics (`confined_topic`).
 - `text_file` sources and `file` sinks accept a path only if, once resolved (`..` and symlinks
   followed, on the host that opens it), it lies under one of the data roots the runner's
   operator configured (`--data-root DIR`, repeatable); with none, they are refused.
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.schemas.types import OperatorSpec
 
 BUILTIN_FUNCTIONS = "jobledger.services.runner.functions"
@@ -165,10 +167,33 @@ REQUIRED = {
 """The config each operator cannot run without."""
 
 
-def check_shape(chain: list[OperatorSpec], has_inputs: bool) -> None:
+def confined_topic(spec: OperatorSpec, prefix: str) -> str:
+    """The `topic` of a topic sink, if it is not one of jobledger's own: a job that wrote
+    into the log it is run by (its inputs, dead letters, snapshots, queryable state, result
+    partitions) could forge anything, as whoever runs it. Under a prefix, every topic named
+    with it is jobledger's. Which other topics the job may write is for Kafka's ACLs to say:
+    on a secured cluster, the runner's principal writes only where an ACL lets it."""
+    topic = _config(spec, "topic")
+    own = {topic_name(role, prefix) for role in TopicRole}
+    if (
+        topic in own
+        or topic.startswith(f"{prefix}result.")
+        or (prefix and topic.startswith(prefix))
+    ):
+        raise OperatorError(
+            f"topic: {topic!r} is one of jobledger's own topics (prefix {prefix!r}): a job "
+            "writes only topics of its own, never the log it runs by"
+        )
+    if topic.startswith("__"):
+        raise OperatorError(f"topic: {topic!r} is one of Kafka's internal topics")
+    return topic
+
+
+def check_shape(chain: list[OperatorSpec], has_inputs: bool, prefix: str) -> None:
     """Refuse what no runner could run, whatever its host: unknown names (with the nearest
     built-in), missing or malformed config, a source out of place, a function reference
-    that is no `module:function`. What `job submit` checks before anything is written."""
+    that is no `module:function`, a topic sink into jobledger's own topics (`prefix`). What
+    `job submit` checks before anything is written."""
     for position, spec in enumerate(chain):
         if spec.name not in BUILTINS:
             near = difflib.get_close_matches(spec.name, sorted(BUILTINS), n=1)
@@ -180,6 +205,8 @@ def check_shape(chain: list[OperatorSpec], has_inputs: bool) -> None:
             raise OperatorError(f"source {spec.name!r} must be first in a vertex without inputs")
         for key in REQUIRED.get(spec.name, ()):
             _config(spec, key)
+        if spec.name == "topic":
+            confined_topic(spec, prefix)
         if spec.name == "range":
             _int_config(spec, "start")
             _int_config(spec, "end")
@@ -208,11 +235,12 @@ def check_chain(
     chain: list[OperatorSpec],
     has_inputs: bool,
     loader: FunctionLoader,
+    prefix: str,
     data_roots: tuple[Path, ...] = (),
 ) -> None:
-    """Refuse a chain before anything runs: its shape (`check_shape`), then what this runner
-    allows: its functions and its paths."""
-    check_shape(chain, has_inputs)
+    """Refuse a chain before anything runs: its shape (`check_shape`, for topic prefix
+    `prefix`), then what this runner allows: its functions and its paths."""
+    check_shape(chain, has_inputs, prefix)
     for spec in chain:
         if spec.name in TRANSFORMS and (spec.name != "key_by" or "function" in spec.config):
             loader.load(_config(spec, "function"))

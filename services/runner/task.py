@@ -43,6 +43,7 @@ from .operators import (
     aggregate,
     check_chain,
     confined_path,
+    confined_topic,
     open_source,
     run_transforms,
     split_chain,
@@ -207,7 +208,7 @@ class TaskIO:
             path = confined_path(spec, self.settings.data_roots)
             write_file_sink(path, d.subtask_index, records)
             return
-        topic, producer = spec.config["topic"], self.output()
+        topic, producer = confined_topic(spec, self.settings.prefix), self.output()
         for record in records:
             key = to_json(record.key) if isinstance(record, Keyed) else None
             producer.produce(
@@ -357,7 +358,10 @@ def run_task(
     io = TaskIO(settings, deployment, producer, failures)
     loader = FunctionLoader(settings.allowed_modules)
     try:
-        check_chain(deployment.operators, bool(deployment.inputs), loader, settings.data_roots)
+        check_chain(
+            deployment.operators, bool(deployment.inputs), loader, settings.prefix,
+            settings.data_roots,
+        )  # fmt: skip
     except Exception as exc:
         io.report((ExecutionState.INITIALIZING, None), (ExecutionState.FAILED, _error(exc)))
         return ExecutionState.FAILED.value
