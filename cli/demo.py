@@ -238,11 +238,11 @@ def _print_results(
     """Everything the demo has to show, printed the moment the job ends; the exit status."""
     driver = replay(records).driver
     jm = driver.job_masters[job_id]
-    dead = sum(r.role is TopicRole.DEAD_LETTER for r in records)
-    print(f"{len(records) - dead} records in the log, {dead} dead-lettered")
     print(f"\njob {job_id} {end.to_status.value} in {elapsed:.1f} s after "
           f"{jm.restarts} restart{'' if jm.restarts == 1 else 's'}"
           + (f": {end.cause}" if end.cause else ""))  # fmt: skip
+    dead = sum(r.role is TopicRole.DEAD_LETTER for r in records)
+    print(f"{len(records) - dead} events in the log, {dead} of them dead-lettered")
     print("\ntimeline (seconds since submission):")
     print("\n".join(timeline(records, job_id)))
     if end.to_status is not JobStatus.FINISHED:

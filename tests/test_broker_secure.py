@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -337,3 +338,21 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
                 process.wait(60)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def test_the_fail_once_demo_runs_secured(secured, tmp_path):
+    """Issue 31 item 5: `demo wordcount --secure --fail-once` on the home's secure broker (the
+    session's, reused, its ACLs granted for the demo's prefix): the services and the runner
+    each on their own principal and key, every record signed and checked, none refused, the
+    failed attempt restarted, the counts exact."""
+    words = Path(__file__).resolve().parents[1] / "examples" / "words.txt"
+    done = cli(secured.home, "demo", "wordcount", str(words), "--secure", "--fail-once",
+               "--parallelism", "2", "--timeout", "240",
+               "--topic-prefix", f"demo{uuid.uuid4().hex[:6]}.", timeout=600)  # fmt: skip
+    printed = done.stdout
+    assert done.returncode == 0, f"{printed}\n--- stderr (end) ---\n{done.stderr[-4000:]}"
+    assert "SASL_SSL, signed records" in printed
+    assert re.search(r"^\d+ events in the log, 0 of them dead-lettered$", printed, re.M), printed
+    assert re.search(r"count\[\d\]#0 on runner-0/\d: .*FAILED", printed), printed
+    assert re.search(r"count\[\d\]#1 on runner-0/\d: .*FINISHED", printed), printed
+    assert "counts equal a plain Python count" in printed
