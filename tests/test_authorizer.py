@@ -17,6 +17,7 @@ from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OwnerKind
 from jobledger.services.control.authorizer import owns
+from jobledger.services.host import snapshot
 
 from .events import profile
 from .jobs import JM, JOB, JobCluster, vertex
@@ -164,4 +165,16 @@ def test_an_operator_input_is_an_admins(cluster):
     assert c.driver.admit(lost, "tm", "runner") == (
         "tm (runner) wrote TaskManagerLost: a runner writes only what its TaskExecutors and "
         "tasks say"
+    )
+
+
+def test_a_rebuilt_partition_remembers_who_submitted_its_jobs(cluster):
+    """The submitters travel in the partition's snapshot: an owner that starts from it
+    refuses what the first one refused."""
+    restored = snapshot.decode(snapshot.encode(snapshot.Snapshot(cluster.driver, 7)))
+    assert restored.driver.submitters == {JOB: "alice"}
+    cancel = cluster.clock(JobCancellationRequested, job_id=JOB)
+    assert restored.driver.admit(cancel, "mallory", "client") == (
+        f"mallory (client) wrote JobCancellationRequested for job {JOB}, submitted by alice: "
+        "only its submitter or an admin may"
     )

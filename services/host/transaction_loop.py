@@ -8,7 +8,9 @@ reader with `read_committed` sees every decision exactly once. A new owner rebui
 from the latest snapshot plus the tail of the log up to the committed offset before it
 processes anything new (`rebuild.py`). The clock (`clock.py`) appends TimerFired events to the
 owned partitions for the owners whose next deadline has come: time reaches the reducers only
-through the log, so replay fires every timeout where it fired live.
+through the log, so replay fires every timeout where it fired live. Given a keyring, every
+input must carry a signature of it and its signer be allowed to write it (`_admit`); what
+fails is dead-lettered in the same transaction, with the reason, and reaches no reducer.
 """
 
 from __future__ import annotations
