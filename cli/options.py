@@ -8,14 +8,19 @@ In a module of its own so that the runner's command line (`runner.py`, also run 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, start_http_server
 
 from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
 from jobledger.services import client_properties, kafka, signing
 from jobledger.services.configuration import Configuration, ConfigurationError
 from jobledger.services.local import broker
+
+log = logging.getLogger("jobledger.cli")
 
 
 class CommandFailed(Exception):
@@ -195,3 +200,36 @@ def at_option(parser: argparse.ArgumentParser) -> None:
 
 def position_of(args: argparse.Namespace) -> Position:
     return args.at or Position.parse("end")
+
+
+def metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port", type=metrics_address, metavar="[HOST:]PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST: 127.0.0.1 unless "
+        "given; off by default)",
+    )  # fmt: skip
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """`PORT` (on loopback) or `HOST:PORT`."""
+    host, _, port = text.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not [HOST:]PORT") from None
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError(f"port {number} is not 1-65535")
+    return host or "127.0.0.1", number
+
+
+def serve_metrics(address: tuple[str, int] | None, registry: CollectorRegistry) -> None:
+    """Serve `registry` at `address` in a thread of its own (none: nothing is served); a port
+    taken stops the command in one line."""
+    if address is None:
+        return
+    host, port = address
+    try:
+        start_http_server(port, host, registry)
+    except OSError as exc:
+        raise CommandFailed(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from exc
+    log.info("metrics at http://%s:%d/metrics", host, port)

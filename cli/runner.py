@@ -23,14 +23,17 @@ from .options import (
     CommandFailed,
     bootstrap_of,
     connection_options,
+    metrics_option,
     positive_float,
     positive_int,
     prefix_of,
+    serve_metrics,
     use_client_settings,
 )
 
 
 def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None) -> None:
+    metrics_option(p)
     p.add_argument(
         "--task-executors", type=positive_int, default=1, help="TaskExecutors to register"
     )
@@ -139,6 +142,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         signing_key=key.pem() if (key := signing.signing_key()) else None,
     )
     runner = TaskRunner(config)
+    serve_metrics(args.metrics_port, runner.metrics.registry)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     try:
         runner.start()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jobledger.services import kafka, signing
 from jobledger.services.host.errors import ServiceHalted
+from jobledger.services.host.metrics import ServiceMetrics
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 
 from .logging_setup import configure_logging
@@ -16,12 +17,14 @@ from .options import (
     bootstrap_of,
     configuration_of,
     configuration_option,
+    metrics_option,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
     prefix_of,
     registry_option,
+    serve_metrics,
 )
 
 Subparsers = argparse._SubParsersAction
@@ -60,6 +63,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "written by a principal allowed to (default: $JOBLEDGER_KEYRING; none: believe "
         "every writer)",
     )  # fmt: skip
+    metrics_option(c)
     registry_option(c)
     configuration_option(c)
     c.set_defaults(func=cmd_services_run)
@@ -82,8 +86,10 @@ def cmd_services_run(args: argparse.Namespace) -> int:
     runtime = ServiceRuntime(
         bootstrap_of(args), prefix_of(args), config,
         driver_factory=configuration_of(args).new_driver, registry_url=args.schema_registry,
-        keyring=keyring,
+        keyring=keyring, metrics=ServiceMetrics() if args.metrics_port else None,
     )  # fmt: skip
+    if runtime.metrics is not None:
+        serve_metrics(args.metrics_port, runtime.metrics.registry)
     try:
         runtime.run()
     except ServiceHalted:

@@ -138,6 +138,16 @@ class JobMaster(Reducer):
     def restarts(self) -> int:
         return self.scheduler.restarts
 
+    @property
+    @query
+    def full_restarts(self) -> int:
+        return self.scheduler.full_restarts
+
+    @query
+    def status_since(self, status: JobStatus) -> int | None:
+        """Event time the job last entered `status`; None if it never did."""
+        return self.scheduler.status_timestamps.get(status.value)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,

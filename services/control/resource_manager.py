@@ -132,6 +132,8 @@ class ResourceManager(Reducer):
     sort thousands of waiting ones per freed slot; entries no longer in `queue` are stale."""
     arrivals: int = 0
     registrations: int = 0
+    task_managers_lost: int = 0
+    """TaskExecutors lost so far (a heartbeat timed out, or an operator said so)."""
     free_slot_index: FreeSlotIndex = derived()
 
     producer: ClassVar[str] = PRODUCER
@@ -274,6 +276,7 @@ class ResourceManager(Reducer):
         is told it is gone, so its JobMaster fails the tasks on it; the instance's connection
         is closed."""
         te = self.task_executors.pop(resource_id)
+        self.task_managers_lost += 1
         self.free_slot_index.removed(te)
         jobs: list[str] = []
         for slot in te.slots:
@@ -471,6 +474,16 @@ class ResourceManager(Reducer):
         if r is None:
             return None
         return PendingSlotRequestInfo(r.job_id, r.slot_request_id, r.allocation_id, r.assigned)
+
+    @query
+    def lost(self) -> int:
+        """How many TaskExecutors were lost so far (heartbeat timeouts, operators)."""
+        return self.task_managers_lost
+
+    @query
+    def queued_requests(self) -> int:
+        """Slot requests waiting for a free slot (none picked for them yet)."""
+        return len(self.queue)
 
     @query
     def requests_queued_before(self, allocation_id: str) -> int:

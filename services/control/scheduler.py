@@ -95,6 +95,11 @@ class Scheduler:
     """Parallelism overrides of rescales, kept for every later incarnation."""
     rescaled: ExecutionGraph | None = None
     restarts: int = 0
+    full_restarts: int = 0
+    """Restarts that restarted every subtask (Flink's `fullRestarts`)."""
+    status_timestamps: dict[str, int] = field(default_factory=dict)
+    """When the job last entered each status: the event time of the input that moved it
+    (Flink's ExecutionGraph stateTimestamps), what `uptime` and `downtime` count from."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
@@ -113,6 +118,7 @@ class Scheduler:
         self.rescaled = None
         self.backoff = RestartBackoff(self.restart_strategy_of(job))
         self.restarts = 0
+        self.full_restarts = 0
         self.pending_restarts = []
         self.failure_cause = None
         self.status = JobStatus.INITIALIZING
@@ -151,6 +157,7 @@ class Scheduler:
             cause=cause,
         )  # fmt: skip
         self.status = target
+        self.status_timestamps[target.value] = out.cause.event_time
 
     def start_scheduling(self, job_master_id: str, out: Decisions) -> None:
         """startScheduling for the leader `job_master_id`: RUNNING, then slots for what the
@@ -410,6 +417,8 @@ class Scheduler:
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
             ))  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
+            if len(to_restart) == len(self.graph.execution_vertices()):
+                self.full_restarts += 1
             self._set_status(JobStatus.RESTARTING, self.failure_cause, out)
             self._cancel(to_restart, out)
         else:

@@ -29,6 +29,12 @@ class PartitionWorker:
     uncommitted_since: float | None = None
     """When the oldest input processed but not yet committed was processed (it derived
     nothing, so redoing it after a crash changes nothing)."""
+    committed_at: float = field(default_factory=time.monotonic)
+    """When its last transaction committed (or it was rebuilt)."""
+    rebuild_seconds: float = 0.0
+    """How long rebuilding it took when it was taken over."""
+    snapshot_bytes: int = 0
+    """Size of the last snapshot it wrote (0: none since it was taken over)."""
     awaited: bool = False
     """A record a client waits on (`job_status.awaited_by_clients`) was read and not yet
     committed past: commit at once, not after the idle interval."""

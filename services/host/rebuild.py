@@ -11,6 +11,7 @@ the replay's way).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,7 +36,17 @@ PARALLEL_REBUILD_RECORDS = 20_000
 second of reducing: less than forking and sending the states back)."""
 
 Key = tuple[str, int]
-Admit = Callable[[Message, ReducerDriver], tuple[Event | None, str | None]]
+
+
+class Refusal(NamedTuple):
+    """Why no reducer may see a record: one line, and which kind of reason it is
+    (`undecodable`, `misrouted`, `signature`, `refused`: what a dead-letter count is kept by)."""
+
+    kind: str
+    reason: str
+
+
+Admit = Callable[[Message, ReducerDriver], tuple[Event | None, Refusal | None]]
 
 
 class Tail(NamedTuple):
@@ -70,11 +81,12 @@ class Rebuilder:
 
     def rebuild(self, committed: TopicPartition, producer: Producer) -> PartitionWorker:
         """One partition, reduced in this process."""
+        started = time.monotonic()
         with bulk_replay():  # the snapshot's objects and the tail's, collected in bulk
             tail = self.read_tail(committed)
             driver = self.reduce_tail((committed.topic, committed.partition), tail)
         self._said(committed.topic, committed.partition, tail)
-        return self._worker(committed, driver, producer, tail)
+        return self._worker(committed, driver, producer, tail, time.monotonic() - started)
 
     def rebuild_all(
         self, committed: list[TopicPartition], producers: dict[Key, Producer]
@@ -84,6 +96,7 @@ class Rebuilder:
         and the states come back to this process. Short tails are reduced here: sending a
         state back costs more than reducing a few thousand records."""
         jobs = self.jobs()
+        started = time.monotonic()
         if len(committed) < 2 or jobs < 2 or not parallel.can_fork():
             return {_key(tp): self.rebuild(tp, producers[_key(tp)]) for tp in committed}
         read = {_key(tp): self.read_tail(tp) for tp in committed}
@@ -108,7 +121,9 @@ class Rebuilder:
         for tp in committed:
             tail = read[_key(tp)]
             self._said(tp.topic, tp.partition, tail, f" (processes: {jobs})")
-            workers[_key(tp)] = self._worker(tp, drivers[_key(tp)], producers[_key(tp)], tail)
+            workers[_key(tp)] = self._worker(
+                tp, drivers[_key(tp)], producers[_key(tp)], tail, time.monotonic() - started
+            )
         return workers
 
     def read_tail(self, committed: TopicPartition) -> Tail:
@@ -194,9 +209,11 @@ class Rebuilder:
             self.reader.close()
 
     def _worker(
-        self, tp: TopicPartition, driver: ReducerDriver, producer: Producer, tail: Tail
-    ) -> PartitionWorker:
+        self, tp: TopicPartition, driver: ReducerDriver, producer: Producer, tail: Tail,
+        seconds: float,
+    ) -> PartitionWorker:  # fmt: skip
         worker = PartitionWorker(self.roles[tp.topic], tp.partition, driver, producer, tail.end)
+        worker.rebuild_seconds = seconds
         if tail.start:
             worker.rebuilt_from_snapshot_at = tail.start
         return worker

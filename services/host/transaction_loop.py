@@ -49,8 +49,9 @@ from . import snapshot
 from .clock import Clock, timers_fired
 from .errors import ServiceHalted, StopRequested, topic_gone
 from .health import HealthReport
+from .metrics import ServiceMetrics
 from .partition_worker import PartitionWorker
-from .rebuild import Rebuilder
+from .rebuild import Rebuilder, Refusal
 from .stop_signals import on_stop_signal
 from .transactions import (
     SEND_OFFSETS_TIMEOUT_S,
@@ -110,6 +111,8 @@ class ServiceRuntime:
     """Whose signatures to accept (`signing`): with one, every input must be signed by a key
     of it and its signer allowed to write it (`control/authorizer.py`); without, anyone who
     can write a topic is believed, as on a cluster nobody else uses."""
+    metrics: ServiceMetrics | None = None
+    """Where the metrics go, if they are served (`services run --metrics-port`)."""
     signing_key: Any = kafka.PROCESS_KEY
     """The key that signs the services' decisions, timers and dead letters (by default the
     process's: `signing.use_signing_key`)."""
@@ -295,6 +298,11 @@ class ServiceRuntime:
         self._commit_idle(self.config.idle_commit_interval_s)
         self._tick_if_due()
         self.health.report_if_due(self.consumer, self.workers)
+        if self.metrics is not None and self.metrics.wanted():
+            self._commit_idle(0)  # every number is then what replay says at the commit
+            topics = {role: topic_name(role, self.prefix) for role in INPUT_ROLES}
+            self.metrics.answer(self.workers.values(), self.consumer, topics,
+                                int(time.time() * 1000))  # fmt: skip
         return sum(len(m) for m in batches.values())
 
     def _consumer_error(self, msg: Message) -> None:
@@ -360,16 +368,18 @@ class ServiceRuntime:
         """The input's decisions, or a dead letter if no reducer may see it."""
         event, refusal = self._admit(msg, worker.driver)
         if event is None:
+            if self.metrics is not None:
+                self.metrics.dead_letters.labels(refusal.kind).inc()
             return [DeadLettered(
                 event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
                 event_time=msg.timestamp()[1], producer="runtime", source_topic=msg.topic(),
                 source_partition=msg.partition(), source_offset=msg.offset(),
-                original_key=msg.key(), original_value=msg.value(), reason=str(refusal),
+                original_key=msg.key(), original_value=msg.value(), reason=refusal.reason,
             )]  # fmt: skip
         worker.awaited |= awaited_by_clients(event)
         return worker.driver.process(event)
 
-    def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, str | None]:
+    def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, Refusal | None]:
         """The event of an input record, or why no reducer may see it: not a decodable event,
         not where its route puts it (another topic, or a partition its key does not hash
         to), or a producer it may not claim (`ReducerDriver.refusal`). With a keyring, also
@@ -380,18 +390,19 @@ class ServiceRuntime:
         try:
             event = self.serde.decode(msg.value(), topic)
         except DecodeError as exc:
-            return None, str(exc)
+            return None, Refusal("undecodable", str(exc))
         reason = misrouted(event, self.roles[topic], partition, self._partition_counts[topic])
-        if reason is None and (self.keyring is None or driver.awaited(event)):
+        if reason is not None:
+            return None, Refusal("misrouted", reason)
+        if self.keyring is None or driver.awaited(event):
             reason = driver.refusal(event)
-        elif reason is None:
+        else:
             signer = self.keyring.check(topic, msg.key(), msg.value(), msg.headers(),
                                         msg.timestamp()[1])  # fmt: skip
             if isinstance(signer, str):
-                reason = signer
-            else:
-                reason = driver.admit(event, signer.principal, signer.role)
-        return (None, reason) if reason else (event, None)
+                return None, Refusal("signature", signer)
+            reason = driver.admit(event, signer.principal, signer.role)
+        return (None, Refusal("refused", reason)) if reason else (event, None)
 
     # -- committing ----------------------------------------------------------------------
 
@@ -424,8 +435,16 @@ class ServiceRuntime:
         seen inputs whose decisions were just thrown away, and going on from there would lose
         them. A fatal error (fenced: another instance owns the partition now) is raised."""
         producer = worker.producer
+        started = time.monotonic()
         try:
             self.writer.commit(producer, worker.partition, unit)
+            worker.committed_at = time.monotonic()
+            if self.metrics is not None:
+                role = worker.role.value
+                self.metrics.commit_seconds.labels(role).observe(worker.committed_at - started)
+                self.metrics.decisions.labels(role).inc(
+                    sum(e.cause_event_id is not None for e in unit.decisions)
+                )
             return True
         except Wedged:
             log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
@@ -510,6 +529,7 @@ class ServiceRuntime:
         """The worker's state as snapshot records; the count starts again (a transaction that
         fails rebuilds the worker, and its count with it)."""
         data = snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset))
+        worker.snapshot_bytes = len(data)
         records = snapshot.chunk_records(f"{topic}/{worker.partition}", worker.next_offset, data)
         worker.since_snapshot = 0
         worker.last_snapshot = time.monotonic()

@@ -49,6 +49,7 @@ from ..kafka import TYPE_HEADER, append_events
 from . import checkpoint, task
 from .instances import TaskExecutorInstances
 from .kafka_source import FORMAT, register
+from .metrics import RunnerMetrics
 from .session import spark_session
 from .start_gate import StartGate
 from .task_producers import ProducerLeases
@@ -229,6 +230,8 @@ class TaskRunner:
         self.groups: dict[str, Group] = {}
         self.group_of: dict[str, str] = {}
         self.timings: deque[GroupTiming] = deque(maxlen=MAX_TIMINGS)
+        self.metrics = RunnerMetrics()
+        """Served by `jobledger runner --metrics-port`."""
         """The last groups' timings, oldest first."""
         self.failure: str | None = None
         """Why the runner stopped on its own (`RunnerStopped`), if it did."""
@@ -467,6 +470,7 @@ class TaskRunner:
                 for d in deployments:
                     self.group_of[d.execution_attempt_id] = group.name
             self.pool.submit(self._run_group, group)
+        self.metrics.micro_batch_seconds.observe((_now_ms() - started) / 1000)
 
     def _await_acceptance(self, received: Received) -> None:
         self.awaiting_acceptance[received.deployment.execution_attempt_id] = received
@@ -542,10 +546,12 @@ class TaskRunner:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
             self.gate.leases.end(group.name, fence=False)
+            ended = _now_ms()
             self.timings.append(GroupTiming(
                 group.name, group.deployments[0].job_id, group.batch_id, group.batch_started_ms,
-                group.batch_read_ms, spark_job_started, _now_ms(),
+                group.batch_read_ms, spark_job_started, ended,
             ))  # fmt: skip
+            self.metrics.spark_job_seconds.observe((ended - spark_job_started) / 1000)
             self.gate.forget(d.execution_attempt_id for d in group.deployments)
             with self.lock:
                 self.groups.pop(group.name, None)
