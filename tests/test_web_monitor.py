@@ -301,3 +301,60 @@ def test_a_subtask_or_attempt_that_does_not_exist_is_a_404(fail_once, path, says
     response = fail_once.get(f"/jobs/{JOB}/vertices/count/{path}")
     assert response.status_code == 404
     assert says in response.json()["errors"][0]
+
+
+# -- Flink's metric endpoints (issue 34 item 3) ----------------------------------------------
+
+
+def test_the_jobmanager_s_metrics_are_listed_then_answered_as_flink_does(fail_once):
+    assert ok(fail_once, "/jobmanager/metrics") == [
+        {"id": "numRegisteredTaskManagers"}, {"id": "taskSlotsTotal"},
+        {"id": "taskSlotsAvailable"}, {"id": "numPendingSlotRequests"},
+        {"id": "numLostTaskManagers"}, {"id": "numRunningJobs"},
+    ]  # fmt: skip
+    wanted = "numRegisteredTaskManagers,taskSlotsTotal,numRunningJobs,noSuchMetric"
+    assert ok(fail_once, "/jobmanager/metrics", get=wanted) == [
+        {"id": "numRegisteredTaskManagers", "value": "1"}, {"id": "taskSlotsTotal", "value": "8"},
+        {"id": "numRunningJobs", "value": "0"},
+    ]  # fmt: skip
+
+
+def test_a_job_s_metrics_at_any_point_of_its_log(fail_once):
+    wanted = "numRestarts,fullRestarts,uptime,downtime,runningState,restartingState"
+    assert ok(fail_once, f"/jobs/{JOB}/metrics", get=wanted, at=RESTARTING) == [
+        {"id": "uptime", "value": "0"}, {"id": "downtime", "value": "35"},
+        {"id": "numRestarts", "value": "1"}, {"id": "fullRestarts", "value": "0"},
+        {"id": "runningState", "value": "0"}, {"id": "restartingState", "value": "1"},
+    ]  # fmt: skip
+    assert ok(fail_once, f"/jobs/{JOB}/metrics", get="uptime", at="job/0@60") == [
+        {"id": "uptime", "value": "11238"}
+    ]
+    assert ok(fail_once, f"/jobs/{JOB}/metrics", get="numRestarts,uptime,finishedState") == [
+        {"id": "uptime", "value": "-1"}, {"id": "numRestarts", "value": "4"},
+        {"id": "finishedState", "value": "1"},
+    ]  # fmt: skip
+
+
+def test_task_manager_metrics_aggregated_and_one_by_one(fail_once):
+    assert ok(fail_once, "/taskmanagers/metrics", get="taskSlotsTotal") == [
+        {"id": "taskSlotsTotal", "min": 8.0, "max": 8.0, "avg": 8.0, "sum": 8.0, "skew": 0.0}
+    ]
+    assert ok(fail_once, "/taskmanagers/metrics", get="taskSlotsAvailable", agg="min,sum",
+              taskmanagers="runner-0,runner-9") == [
+        {"id": "taskSlotsAvailable", "min": 8.0, "sum": 8.0}
+    ]  # fmt: skip
+    assert ok(fail_once, "/taskmanagers/runner-0/metrics", get="taskSlotsTotal") == [
+        {"id": "taskSlotsTotal", "value": "8"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("/jobs/nope/metrics", "no job 'nope' as of end (284 records); jobs: " + JOB),
+        ("/taskmanagers/nope/metrics", "no TaskManager 'nope' as of end"),
+    ],
+)
+def test_metrics_of_what_the_log_does_not_hold_are_a_404(fail_once, path, error):
+    response = fail_once.get(path)
+    assert (response.status_code, response.json()) == (404, {"errors": [error]})

@@ -36,6 +36,7 @@ from ..debugging.history import UnknownJob, history
 from ..debugging.slots import slot_report
 from ..log.log_file import LogRecord
 from ..log.positions import FORMS, Position, PositionError, cut
+from . import metrics
 from . import rest_messages as messages
 from .archived_execution_graph import ClusterArchive, UnknownVertex, archive
 from .cluster_overview import cluster_overview
@@ -248,7 +249,7 @@ def _route(app: FastAPI, archives: Archives) -> Callable[..., Callable[[Callable
 
     def get(
         path: str, summary: str, links: dict[str, dict[str, str]] | None = None,
-        model: type[BaseModel] | None = None,
+        model: Any = None, exclude_none: bool = False,
     ):  # fmt: skip
         ok = {"description": "the answer, with the offsets it reflects (`as-of`)"}
         if links:
@@ -256,7 +257,10 @@ def _route(app: FastAPI, archives: Archives) -> Callable[..., Callable[[Callable
                 operation: {"operationId": operation, "parameters": parameters}
                 for operation, parameters in links.items()
             }
-        route = app.get(path, summary=summary, responses={200: ok, **ERRORS}, response_model=model)
+        route = app.get(
+            path, summary=summary, responses={200: ok, **ERRORS}, response_model=model,
+            response_model_exclude_none=exclude_none,
+        )  # fmt: skip
 
         def serve(endpoint: Callable) -> Callable:
             @functools.wraps(endpoint)
@@ -277,6 +281,7 @@ def _job_links(jobid: str) -> dict[str, dict[str, str]]:
 
 def _flink_routes(app: FastAPI, archives: Archives) -> None:
     get = _route(app, archives)
+    _metric_routes(get, archives)  # before /taskmanagers/{taskmanagerid}, which would take it
 
     @get(
         "/overview", "TaskManagers, slots and jobs by status (Flink's ClusterOverview)",
@@ -382,6 +387,43 @@ def _flink_routes(app: FastAPI, archives: Archives) -> None:
     )  # fmt: skip
     def taskmanager(taskmanagerid: str, at: At = None) -> dict[str, Any]:
         return task_manager(archives.at(at), taskmanagerid)
+
+
+Get = Annotated[
+    str | None, Query(description="comma-separated metric ids to answer with their values")
+]
+
+
+def _metric_routes(get: Callable, archives: Archives) -> None:
+    """Flink's metric endpoints (`metrics.py`): JSON arrays, as Flink answers them."""
+    values = list[metrics.MetricValue]
+
+    @get("/jobmanager/metrics", "the cluster's metrics (Flink's JobManager scope)",
+         model=values, exclude_none=True)  # fmt: skip
+    def jobmanager_metrics(at: At = None, get: Get = None) -> list[dict[str, Any]]:
+        return metrics.jobmanager_metrics(archives.at(at), get)
+
+    @get("/jobs/{jobid}/metrics", "a job's metrics: uptime, downtime, restarts, states",
+         model=values, exclude_none=True)  # fmt: skip
+    def job_metrics(jobid: JobId, at: At = None, get: Get = None) -> list[dict[str, Any]]:
+        return metrics.job_metrics(archives.at(at), jobid, get)
+
+    @get(
+        "/taskmanagers/metrics", "metrics aggregated over TaskManagers (agg: min,max,avg,sum,"
+        "skew; taskmanagers: ids, default all)", model=list[metrics.AggregatedMetric],
+        exclude_none=True,
+    )  # fmt: skip
+    def task_managers_metrics(
+        at: At = None, get: Get = None, agg: str | None = None, taskmanagers: str | None = None
+    ) -> list[dict[str, Any]]:
+        return metrics.task_managers_metrics(archives.at(at), get, agg, taskmanagers)
+
+    @get("/taskmanagers/{taskmanagerid}/metrics", "a TaskManager's metrics", model=values,
+         exclude_none=True)  # fmt: skip
+    def task_manager_metrics(
+        taskmanagerid: str, at: At = None, get: Get = None
+    ) -> list[dict[str, Any]]:
+        return metrics.task_manager_metrics(archives.at(at), taskmanagerid, get)
 
 
 def _jobledger_routes(app: FastAPI, archives: Archives, log: Log) -> None:
