@@ -66,7 +66,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    records = log_source.log_records(args, None)
+    records = log_source.log_records(args, None, provenance=True)
     with open(args.file, "wb") as out:
         count = write_export(records, out)
     print(f"exported {count} records to {args.file}", file=sys.stderr)
