@@ -70,18 +70,23 @@ def reducers_of(args: argparse.Namespace) -> Callable[[], ReducerDriver]:
     return configuration_of(args).new_driver
 
 
-def log_records(args: argparse.Namespace, from_file: Path | None) -> list[LogRecord]:
+def log_records(
+    args: argparse.Namespace, from_file: Path | None, provenance: bool = False
+) -> list[LogRecord]:
     """The log, from an exported file or from the broker (undecodable records reported),
     read under the bulk collection policy: every record read stays alive, and the collector
-    walking them all again and again cost half the reading of a million."""
+    walking them all again and again cost half the reading of a million. Signed records
+    keep their `provenance` only if asked (to export or check them): a signed log read with
+    it held a third more memory, and a signed export replayed a tenth slower."""
     if from_file is not None:
         with bulk_replay():
-            return list(progress(read_export(from_file), f"reading {from_file}"))
+            return list(progress(read_export(from_file, provenance), f"reading {from_file}"))
     consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
     try:
         with bulk_replay():
             records = list(progress(read_log(
                 consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
+                provenance,
             ), "reading the log"))  # fmt: skip
     finally:
         consumer.close()

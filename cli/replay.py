@@ -14,12 +14,20 @@ from pathlib import Path
 from jobledger.projections.debugging.tables import state_table
 from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.projections.log.positions import Position, cut, log_order
-from jobledger.projections.log.replay import foreign, position, verify
+from jobledger.projections.log.replay import (
+    SignatureCheck,
+    SignatureRefused,
+    foreign,
+    position,
+    verify,
+)
 from jobledger.services.host.parallel import default_jobs
+from jobledger.services.signing import KeyFileError, Keyring
 
 from . import log_source
 from .log_source import processed_by, reducers_of, replayed
 from .options import (
+    CommandFailed,
     at_option,
     configuration_option,
     epoch_ms,
@@ -60,13 +68,18 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--verify", action="store_true",
         help="re-derive every decision and report the first that differs from the log",
     )  # fmt: skip
+    p.add_argument(
+        "--keyring", type=Path, metavar="FILE",
+        help="with --verify: also check the signature of every input the services admitted "
+        "against this keyring (`jobledger keys`), and report the first refused",
+    )  # fmt: skip
     registry_option(p)
     configuration_option(p)
     p.set_defaults(func=cmd_replay, parser=p)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    records = log_source.log_records(args, None)
+    records = log_source.log_records(args, None, provenance=True)
     with open(args.file, "wb") as out:
         count = write_export(records, out)
     print(f"exported {count} records to {args.file}", file=sys.stderr)
@@ -74,13 +87,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.keyring is not None and not args.verify:
+        raise argparse.ArgumentTypeError("--keyring checks signatures as --verify replays: "
+                                         "give --verify too")  # fmt: skip
     if args.verify:
+        signatures = SignatureCheck(_keyring(args.keyring)) if args.keyring else None
         # the services' committed offsets before the records: a decision is written in the
         # transaction that commits its input, so every input committed by now has its
         # decisions in what is read next, and one committed while the log is read (whose
         # decisions may be past what was read) still counts as pending
         processed = processed_by(args)
-        return _verify(args, log_source.log_records(args, args.file), processed)
+        records = log_source.log_records(args, args.file, provenance=signatures is not None)
+        return _verify(args, records, processed, signatures)
     records = log_source.log_records(args, args.file)
     if args.at is not None and (args.count is not None or args.until_time is not None):
         raise argparse.ArgumentTypeError("--at, --count and --until-time: give one of them")
@@ -98,10 +116,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keyring(path: Path) -> Keyring:
+    try:
+        return Keyring.load(path)
+    except KeyFileError as exc:
+        raise CommandFailed(str(exc)) from exc
+
+
 def _verify(
-    args: argparse.Namespace, records: list[LogRecord], processed: Callable[[LogRecord], bool]
+    args: argparse.Namespace,
+    records: list[LogRecord],
+    processed: Callable[[LogRecord], bool],
+    signatures: SignatureCheck | None,
 ) -> int:
-    matched, divergence = verify(records, reducers_of(args), processed=processed)
+    matched, divergence = verify(records, reducers_of(args), processed, signatures)
     waiting = sum(not processed(r) for r in records)
     if waiting:
         print(f"{waiting} input(s) not yet consumed by the services; their decisions "
@@ -112,8 +140,12 @@ def _verify(
               "cause that is no input of the log: written by something other than the "
               "services, and taken as an input")  # fmt: skip
     if divergence is None:
-        print(f"verified {matched} decisions: no difference")
+        checked = f" and the signatures of {signatures.checked} inputs" if signatures else ""
+        print(f"verified {matched} decisions{checked}: no difference")
         return 0
+    if isinstance(divergence, SignatureRefused):
+        print(divergence.describe())
+        return 1
     print(f"first difference after {matched} matching decisions:")
     print(divergence.describe())
     return 1

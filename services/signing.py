@@ -56,6 +56,9 @@ decoding (and a person reading the topic with kcat sees what each record is)."""
 SIGNER_HEADER = "jobledger.signer"
 SIGNATURE_HEADER = "jobledger.signature"
 SIGNED_PREFIX = b"jobledger-record-v1"
+UNSIGNED = f"unsigned record (no {SIGNER_HEADER}/{SIGNATURE_HEADER} header)"
+"""Why a record with no signature is refused (`Keyring.check`; `replay --verify --keyring`
+says it of an input exported without one)."""
 ROLES = ("admin", "services", "runner", "client")
 """The principals' roles, as `jobledger broker --secure` makes one SCRAM user of each."""
 SIGNING_KEY_ENV = "JOBLEDGER_SIGNING_KEY"
@@ -199,7 +202,7 @@ class Keyring:
             return f"two {SIGNER_HEADER} or {SIGNATURE_HEADER} headers: which one signed it?"
         signer_id, signature = found.get(SIGNER_HEADER), found.get(SIGNATURE_HEADER)
         if signer_id is None or signature is None:
-            return f"unsigned record (no {SIGNER_HEADER}/{SIGNATURE_HEADER} header)"
+            return UNSIGNED
         named = signer_id.decode(errors="replace")
         entry = self.entries.get(named)
         if entry is None:

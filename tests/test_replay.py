@@ -170,8 +170,8 @@ def test_verify_on_a_live_cluster_never_reports_a_decision_written_while_it_read
     append(live_cluster, [registered])
     read_before_the_services_decide = cli_log.log_records
 
-    def log_records_then_the_services_decide(args, file):
-        records = read_before_the_services_decide(args, file)
+    def log_records_then_the_services_decide(args, file, provenance=False):
+        records = read_before_the_services_decide(args, file, provenance)
         with RuntimeThread(live_cluster):
             decided = processed_by_services(live_cluster.bootstrap, live_cluster.prefix)
             deadline = time.monotonic() + 60

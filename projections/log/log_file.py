@@ -2,7 +2,8 @@
 
 An export holds, per record, where it was in the log (topic role, partition, offset, broker
 timestamp) and the event itself as a branch of a union of every event schema, so the schemas
-travel in the file and it replays with no broker and no registry.
+travel in the file and it replays with no broker and no registry; and, for a signed record,
+what its signature is checked against (`provenance.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from jobledger.services.kafka import SERVICES_GROUP_PREFIX, read_committed_consu
 from jobledger.services.kafka_reads import read_topics
 from jobledger.services.kafka_topics import committed_offsets
 
+from .provenance import AVRO_FIELD, Provenance, provenance_of
+
 LOG_ROLES = (
     TopicRole.JOB,
     TopicRole.RESOURCE_MANAGER,
@@ -54,6 +57,9 @@ class LogRecord:
     offset: int
     timestamp: int
     event: Event
+    provenance: Provenance | None = None
+    """What the record's signature is over, if it is signed and was read with it (`read_log`
+    with `provenance`, an export of such records)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,12 @@ class SkippedRecord:
 
 
 def read_log(
-    consumer: Consumer, prefix: str, serde: EventSerde
+    consumer: Consumer, prefix: str, serde: EventSerde, provenance: bool = True
 ) -> Iterator[LogRecord | SkippedRecord]:
     """Every record of the log's topics up to their current end, in offset order per
-    partition, partitions in a stable order (topic role, partition)."""
+    partition, partitions in a stable order (topic role, partition); each signed one with its
+    `provenance` unless told not to (a reader that checks no signature need not hold every
+    record's value twice)."""
     roles = {topic_name(role, prefix): role for role in LOG_ROLES}
     messages = sorted(
         read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
@@ -78,12 +86,14 @@ def read_log(
     )
     for msg in messages:
         role = roles[msg.topic()]
+        value = msg.value()
         try:
-            event = serde.decode(msg.value(), msg.topic())
+            event = serde.decode(value, msg.topic())
         except DecodeError as exc:
             yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
             continue
-        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
+        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event,
+                        provenance_of(msg, value) if provenance else None)  # fmt: skip
 
 
 def processed_by_services(bootstrap: str, prefix: str) -> Callable[[LogRecord], bool]:
@@ -111,20 +121,25 @@ def _event_union() -> list[Any]:
     return inline_named_types([record_schema(cls) for cls in EVENT_TYPES], named)
 
 
-def export_schema() -> dict[str, Any]:
-    """The file's schema: where the record was, and the event as a union of every event."""
+def export_schema(provenance: bool = True) -> dict[str, Any]:
+    """The file's schema: where the record was, the event as a union of every event, and the
+    provenance of a signed record (without `provenance`: the schema of exports written before
+    records were signed)."""
+    fields: list[dict[str, Any]] = [
+        {"name": "role", "type": "string"},
+        {"name": "partition", "type": "int"},
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": "long"},
+        {"name": "event", "type": _event_union()},
+    ]
+    if provenance:
+        fields.append(AVRO_FIELD)
     return {
         "type": "record",
         "name": "LogRecord",
         "namespace": "jobledger.export",
         "doc": "One record of a jobledger log and its place in it.",
-        "fields": [
-            {"name": "role", "type": "string"},
-            {"name": "partition", "type": "int"},
-            {"name": "offset", "type": "long"},
-            {"name": "timestamp", "type": "long"},
-            {"name": "event", "type": _event_union()},
-        ],
+        "fields": fields,
     }
 
 
@@ -137,12 +152,14 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
         nonlocal count
         for record in records:
             count += 1
+            signed = record.provenance
             yield {
                 "role": record.role.value,
                 "partition": record.partition,
                 "offset": record.offset,
                 "timestamp": record.timestamp,
                 "event": (record.event.full_name(), record.event.model_dump()),
+                "provenance": None if signed is None else signed.packed,
             }
 
     writer(out, schema, rows(), codec="deflate")
@@ -154,19 +171,24 @@ class ExportUnreadable(ValueError):
 
 
 @cache
-def _current_fingerprint() -> bytes:
-    return schema_fingerprint(parse_schema(export_schema()))
+def _fingerprints_read_as_written() -> frozenset[bytes]:
+    """Today's schema, and today's events before exports held provenance: a row of either is
+    today's record as it is (`record_of` takes a missing provenance for none)."""
+    return frozenset(
+        schema_fingerprint(parse_schema(export_schema(provenance))) for provenance in (True, False)
+    )
 
 
-def read_export(path: Path) -> Iterator[LogRecord]:
-    """The records of an export written by `write_export`; ExportUnreadable (naming the file
+def read_export(path: Path, provenance: bool = True) -> Iterator[LogRecord]:
+    """The records of an export written by `write_export`, each signed one with its
+    `provenance` unless told not to (as `read_log`); ExportUnreadable (naming the file
     and what is wrong) for anything else, and OSError if it cannot be opened. An export
     written by an earlier version is read into today's events by Avro schema resolution
-    (fields added since take their defaults); one written with today's schema is read as it
-    is, resolution costing three times the reading."""
+    (fields added since take their defaults); one written with today's schema, or today's
+    but for the provenance, is read as it is, resolution costing three times the reading."""
     with ExportFile(path) as export:
         for rows in export.blocks():
-            yield from export.records(rows)
+            yield from export.records(rows, provenance)
 
 
 class ExportFile:
@@ -192,7 +214,8 @@ class ExportFile:
             blocks = block_reader(self._file, return_record_name=True,
                                   return_record_name_override=True)  # fmt: skip
             self.writer_schema = blocks.writer_schema
-            if schema_fingerprint(parse_schema(blocks.writer_schema)) != _current_fingerprint():
+            written = schema_fingerprint(parse_schema(blocks.writer_schema))
+            if written not in _fingerprints_read_as_written():
                 self._file.seek(0)
                 blocks = block_reader(self._file, reader_schema=export_schema(),
                                       return_record_name=True,
@@ -225,10 +248,12 @@ class ExportFile:
         with self._unreadable():
             yield from block
 
-    def records(self, rows: Iterable[dict[str, Any]]) -> Iterator[LogRecord]:
+    def records(
+        self, rows: Iterable[dict[str, Any]], provenance: bool = True
+    ) -> Iterator[LogRecord]:
         with self._unreadable():
             for row in rows:  # resolution is checked as the first record is read
-                yield record_of(row)
+                yield record_of(row, provenance)
 
     @contextmanager
     def _unreadable(self) -> Iterator[None]:
@@ -249,14 +274,17 @@ class ExportFile:
             ) from exc
 
 
-def record_of(row: dict[str, Any]) -> LogRecord:
-    """A row of an export as the record it is; ValueError for a topic no log holds (its
-    place in the log would be unknown: `positions.log_order` orders LOG_ROLES only)."""
+def record_of(row: dict[str, Any], provenance: bool = True) -> LogRecord:
+    """A row of an export as the record it is (without its `provenance`, if told); ValueError
+    for a topic no log holds (its place in the log would be unknown: `positions.log_order`
+    orders LOG_ROLES only)."""
     name, data = row["event"]
     cls = EVENTS_BY_NAME[name.rsplit(".", 1)[-1]]
     role = TopicRole(row["role"])
     if role not in LOG_ROLES:
         raise ValueError(f"a record of topic role {role.value!r}, which is no part of a log")
+    signed = row.get("provenance") if provenance else None
     return LogRecord(
-        role, row["partition"], row["offset"], row["timestamp"], event_from_avro_dict(cls, data)
-    )
+        role, row["partition"], row["offset"], row["timestamp"], event_from_avro_dict(cls, data),
+        None if signed is None else Provenance(signed),
+    )  # fmt: skip

@@ -6,6 +6,10 @@ it derives are already in the log, so replay does not feed them back. A record t
 dead-lettered (the dead letter names its topic, partition and offset) reached no reducer live
 and reaches none here. Partitions are independent, so any order that keeps each partition's
 offsets in order rebuilds the same state.
+
+`verify` re-derives every decision; given a keyring, it also checks, offline, the signature of
+every input the services admitted, as they checked it live (`SignatureCheck`). Plain replay
+checks no signature: what the services admitted they had checked already.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from jobledger.services.control.driver import (
 )
 from jobledger.services.host.gc_policy import bulk_replay
 from jobledger.services.host.parallel import run_groups
+from jobledger.services.signing import UNSIGNED, Keyring
 
 from .log_file import LogRecord
 
@@ -133,26 +138,67 @@ class Divergence:
         )
 
 
+@dataclass(frozen=True)
+class SignatureRefused:
+    """An input the services admitted whose signature the keyring refuses."""
+
+    where: str
+    reason: str
+    """`Keyring.check`'s."""
+
+    def describe(self) -> str:
+        return f"{self.where}: admitted, but the keyring refuses its signature: {self.reason}"
+
+
+@dataclass
+class SignatureCheck:
+    """The signature of each input the services admitted, checked against `keyring` as the
+    services check it live (`transaction_loop.ServiceRuntime._admit`): every one but an
+    owner's own decision coming back to it, which its owner knows by what it is. A record the
+    services dead-lettered changed nothing and is not checked; one they have not consumed yet
+    they have not judged yet."""
+
+    keyring: Keyring
+    checked: int = 0
+    """How many signatures held."""
+
+    def refusal(self, record: LogRecord, owner: ReducerDriver | None) -> SignatureRefused | None:
+        """Why `record`, about to reach `owner` (its partition's driver, None before its
+        first record), should not have, or None."""
+        if owner is not None and owner.awaited(record.event):
+            return None
+        signed = record.provenance
+        reason = UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
+        if reason is not None:
+            return SignatureRefused(position(record), reason)
+        self.checked += 1
+        return None
+
+
 def verify(
     records: Iterable[LogRecord],
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
     processed: Callable[[LogRecord], bool] = lambda _: True,
-) -> tuple[int, Divergence | None]:
-    """Re-derive every decision; returns how many matched, and the first divergence if any.
+    signatures: SignatureCheck | None = None,
+) -> tuple[int, Divergence | SignatureRefused | None]:
+    """Re-derive every decision; returns how many matched, and the first divergence if any
+    (with `signatures`, the first admitted input whose signature is refused, if it comes
+    first).
 
     `processed` says whether the services have consumed an input yet (its offset is below
     their group's committed offset): a decision of an input still waiting for them is not
     missing, only not due yet, and is not a divergence."""
     log = list(records)
     with bulk_replay():
-        return _verify(log, driver_factory, processed)
+        return _verify(log, driver_factory, processed, signatures)
 
 
 def _verify(
     log: list[LogRecord],
     driver_factory: Callable[[], ReducerDriver],
     processed: Callable[[LogRecord], bool],
-) -> tuple[int, Divergence | None]:
+    signatures: SignatureCheck | None,
+) -> tuple[int, Divergence | SignatureRefused | None]:
     admitted = list(_inputs(log))
     recorded: dict[str, list[LogRecord]] = {}
     for r in log:
@@ -161,6 +207,11 @@ def _verify(
     derived_ids: set[str] = set()
     matched = 0
     for record in admitted:
+        if signatures is not None and processed(record):
+            owner = driver.drivers.get((record.role, record.partition))
+            refused = signatures.refusal(record, owner)
+            if refused is not None:
+                return matched, refused
         for decision in driver.process(record.role, record.partition, record.event):
             derived_ids.add(decision.event_id)
             # ids derive from the cause's id, which a client chose: two inputs with one id
