@@ -32,6 +32,7 @@ from jobledger.services.signing import (
     TYPE_HEADER,
     UNSIGNED,
     Keyring,
+    Signer,
     SigningKey,
 )
 
@@ -39,8 +40,12 @@ from .golden_logs import LOGS
 
 SERDE = EventSerde()
 SERVICES, ALICE, BOB = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
-"""The services' key signs the reducers' decisions, alice's every other input; bob's signs
-what a test gives him."""
+TM = SigningKey.generate()
+"""The services' key signs the reducers' decisions; the runner `tm`'s what TaskExecutor tm-0
+says; alice's (a client) the job's submission; bob's (an admin) the second leadership grant,
+and what a test gives him."""
+TASK_EXECUTOR_SAYS = {"TaskManagerRegistered", "TaskExecutionStateChanged",
+                      "JobMasterRegistrationRequested"}  # fmt: skip
 
 
 def signed(record: LogRecord, key: SigningKey | None) -> LogRecord:
@@ -66,8 +71,16 @@ def own_decision(record: LogRecord) -> bool:
 def log() -> list[LogRecord]:
     """The stale-leader golden log as a cluster whose writers all sign writes it."""
     records = list(read_export(LOGS / "stale-leader.avro"))
-    return [signed(r, SERVICES if r.event.producer in DECIDING_PRODUCERS else ALICE)
-            for r in records]  # fmt: skip
+    second_grant = [r for r in records if r.event.type_name() == "JobMasterLeadershipGranted"][1]
+    return [signed(r, writer_of(r, second_grant)) for r in records]
+
+
+def writer_of(record: LogRecord, second_grant: LogRecord) -> SigningKey:
+    if record.event.producer in DECIDING_PRODUCERS:
+        return SERVICES
+    if record.event.type_name() in TASK_EXECUTOR_SAYS:
+        return TM
+    return BOB if record is second_grant else ALICE
 
 
 @pytest.fixture
@@ -75,7 +88,8 @@ def keyring(tmp_path) -> Path:
     keys = Keyring({})
     keys.add(SERVICES, "services", "services")
     keys.add(ALICE, "alice", "client")
-    keys.add(BOB, "bob", "client")
+    keys.add(BOB, "bob", "admin")
+    keys.add(TM, "tm", "runner")
     path = tmp_path / "keyring.json"
     keys.save(path)
     return path
@@ -190,8 +204,8 @@ def _unsigned(log: list[LogRecord]) -> tuple[list[LogRecord], LogRecord]:
 
 
 def _revoked(log: list[LogRecord]) -> tuple[list[LogRecord], LogRecord]:
-    """The log with bob signing the first input and the second leadership grant: his key was
-    revoked between them (`keyring`, below, revokes it just before the grant)."""
+    """The log with bob (an admin) signing the first input and the second leadership grant:
+    his key was revoked between them (`keyring`, below, revokes it just before the grant)."""
     i = at(log, "JobMasterLeadershipGranted", 1)
     bobs = {0, i}
     assert not own_decision(log[0])
@@ -222,6 +236,22 @@ def test_the_first_admitted_input_the_keyring_refuses_is_one_line_naming_it(
         f"{position(refused)}: admitted, but the keyring refuses its signature: "
         + reason.format(alice=ALICE.key_id, bob=BOB.key_id, revoked=revoked,
                         timestamp=refused.timestamp)
+    ])  # fmt: skip
+
+
+def test_an_admitted_input_its_signer_may_not_write_is_one_line_naming_it(
+    log, keyring, tmp_path, capsys
+):
+    """The authorizer runs offline as live, the job's submitter bound by the log: a client
+    that grants a new leader to a job that has one should have been refused."""
+    i = at(log, "JobMasterLeadershipGranted", 1)
+    seized = [*log[:i], signed(log[i], ALICE), *log[i + 1 :]]
+    job = log[i].event.job_id
+    assert replay_verify(capsys, exported(seized, tmp_path / "s.avro"),
+                         "--keyring", str(keyring)) == (1, [
+        f"{position(log[i])}: admitted, but its signer may not write it: alice (client) wrote "
+        f"JobMasterLeadershipGranted for job {job}, which has a leader: leadership is granted "
+        "only by the submission or an admin"
     ])  # fmt: skip
 
 
@@ -309,7 +339,7 @@ def test_records_read_from_the_broker_keep_what_their_signature_is_over(cluster,
             topic_name(event.route()[0], cluster.prefix), event.route()[1].encode(),
             SERDE.encode(event, written.topic),
         )  # fmt: skip
-        assert provenance.check(keys, by_id[event.event_id].timestamp) is None
+        assert provenance.check(keys, by_id[event.event_id].timestamp) == Signer("alice", "client")
     assert [by_id[e.event_id].provenance for e in events[4:]] == [None, None]
     export = tmp_path / "log.avro"
     status = main(["export", str(export), "--bootstrap", cluster.bootstrap,

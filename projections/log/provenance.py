@@ -17,7 +17,13 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import Message
 
-from jobledger.services.signing import SIGNATURE_HEADER, SIGNER_HEADER, TYPE_HEADER, Keyring
+from jobledger.services.signing import (
+    SIGNATURE_HEADER,
+    SIGNER_HEADER,
+    TYPE_HEADER,
+    Keyring,
+    Signer,
+)
 
 SIGNATURE_HEADERS = frozenset({SIGNER_HEADER, SIGNATURE_HEADER})
 """A record with one of these is signed (or claims to be) and keeps its provenance."""
@@ -74,10 +80,9 @@ class Provenance:
         return SignedRecord(topic.decode(), key, value,
                             tuple((name.decode(), header) for name, header in pairs))  # fmt: skip
 
-    def check(self, keyring: Keyring, timestamp_ms: int) -> str | None:
-        """Why the keyring refuses this record appended at `timestamp_ms`, or None."""
-        signer = keyring.check(*self.record(), timestamp_ms)
-        return signer if isinstance(signer, str) else None
+    def check(self, keyring: Keyring, timestamp_ms: int) -> Signer | str:
+        """Who signed this record appended at `timestamp_ms`, or why the keyring refuses it."""
+        return keyring.check(*self.record(), timestamp_ms)
 
 
 ABSENT = 0xFFFF_FFFF

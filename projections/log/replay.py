@@ -140,20 +140,26 @@ class Divergence:
 
 @dataclass(frozen=True)
 class SignatureRefused:
-    """An input the services admitted whose signature the keyring refuses."""
+    """An input the services admitted that they should have refused: its signature is not the
+    keyring's, or its signer may not write it."""
 
     where: str
     reason: str
-    """`Keyring.check`'s."""
+    """`Keyring.check`'s, or `ReducerDriver.admit`'s."""
+    signed: bool = False
+    """The signature held; the signer may not write it."""
 
     def describe(self) -> str:
+        if self.signed:
+            return f"{self.where}: admitted, but its signer may not write it: {self.reason}"
         return f"{self.where}: admitted, but the keyring refuses its signature: {self.reason}"
 
 
 @dataclass
 class SignatureCheck:
     """The signature of each input the services admitted, checked against `keyring` as the
-    services check it live (`transaction_loop.ServiceRuntime._admit`): every one but an
+    services check it live (`transaction_loop.ServiceRuntime._admit`), and whether its signer
+    may write it (`ReducerDriver.admit`, with the submitters the log binds): every one but an
     owner's own decision coming back to it, which its owner knows by what it is. A record the
     services dead-lettered changed nothing and is not checked; one they have not consumed yet
     they have not judged yet."""
@@ -162,15 +168,18 @@ class SignatureCheck:
     checked: int = 0
     """How many signatures held."""
 
-    def refusal(self, record: LogRecord, owner: ReducerDriver | None) -> SignatureRefused | None:
-        """Why `record`, about to reach `owner` (its partition's driver, None before its
-        first record), should not have, or None."""
-        if owner is not None and owner.awaited(record.event):
+    def refusal(self, record: LogRecord, owner: ReducerDriver) -> SignatureRefused | None:
+        """Why `record`, about to reach `owner` (its partition's driver), should not have, or
+        None."""
+        if owner.awaited(record.event):
             return None
         signed = record.provenance
-        reason = UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
+        signer = UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
+        if isinstance(signer, str):
+            return SignatureRefused(position(record), signer)
+        reason = owner.admit(record.event, signer.principal, signer.role)
         if reason is not None:
-            return SignatureRefused(position(record), reason)
+            return SignatureRefused(position(record), reason, signed=True)
         self.checked += 1
         return None
 
@@ -208,8 +217,7 @@ def _verify(
     matched = 0
     for record in admitted:
         if signatures is not None and processed(record):
-            owner = driver.drivers.get((record.role, record.partition))
-            refused = signatures.refusal(record, owner)
+            refused = signatures.refusal(record, driver.driver_of(record.role, record.partition))
             if refused is not None:
                 return matched, refused
         for decision in driver.process(record.role, record.partition, record.event):

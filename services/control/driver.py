@@ -309,11 +309,15 @@ class PartitionedDriver:
     factory: Callable[[], ReducerDriver] = ReducerDriver
     drivers: dict[tuple[TopicRole, int], ReducerDriver] = field(default_factory=dict)
 
-    def process(self, role: TopicRole, partition: int, event: Event) -> list[Event]:
+    def driver_of(self, role: TopicRole, partition: int) -> ReducerDriver:
+        """The reducers of one input partition, made on its first record."""
         driver = self.drivers.get((role, partition))
         if driver is None:
             driver = self.drivers[(role, partition)] = self.factory()
-        return driver.process(event)
+        return driver
+
+    def process(self, role: TopicRole, partition: int, event: Event) -> list[Event]:
+        return self.driver_of(role, partition).process(event)
 
     def merged(self) -> ReducerDriver:
         view = self.factory()
