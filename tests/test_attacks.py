@@ -340,8 +340,10 @@ def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(clu
         ("INITIALIZING", "CREATED"), ("CREATED", "RUNNING"), ("RUNNING", "FINISHED"),
     ]  # fmt: skip
     assert {e.job_master_id for e in story if isinstance(e, JobMasterLeadershipGranted)} == {jm}
-    verified = c.secured.run("replay", "--verify", *c.as_("client"))
+    keyring = str(c.secured.home / "secure" / "keyring.json")
+    verified = c.secured.run("replay", "--verify", "--keyring", keyring, *c.as_("client"))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.strip().endswith("inputs: no difference"), verified.stdout
 
 
 def test_kafka_refuses_what_signatures_cannot_stop(cluster):
