@@ -100,8 +100,8 @@ class ComponentStopped(RuntimeError):
 
 
 @dataclass
-class Cluster:
-    """Services and runner of one demo run, in this process."""
+class DemoCluster:
+    """Where one demo run's services and runner work, and with what."""
 
     bootstrap: str
     prefix: str
@@ -110,6 +110,11 @@ class Cluster:
     master: str = "local[*]"
     data_roots: tuple[Path, ...] = ()
     """The runner's `--data-root`s: the files the demo's job may read and write."""
+
+
+@dataclass
+class Cluster(DemoCluster):
+    """Services and runner of one demo run, in this process."""
 
     def __post_init__(self) -> None:
         create_topics(self.bootstrap, self.prefix, partitions=4)

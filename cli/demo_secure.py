@@ -16,7 +16,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from jobledger.projections.log.job_results import JobWatcher
 from jobledger.projections.log.log_file import LogRecord, read_events
@@ -27,7 +26,7 @@ from jobledger.services.client.dispatcher import submit
 from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import broker, secure
 
-from .demo import ComponentStopped, progress
+from .demo import ComponentStopped, DemoCluster, progress
 from .options import CommandFailed
 
 
@@ -60,15 +59,8 @@ def _as(principal: str) -> None:
 
 
 @dataclass
-class SecuredCluster:
+class SecuredCluster(DemoCluster):
     """Services and runner of one secured demo run, each a process; this one the client."""
-
-    bootstrap: str
-    prefix: str
-    work: Path
-    slots: int | None = None
-    master: str = "local[*]"
-    data_roots: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         _as("admin")
