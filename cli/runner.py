@@ -58,7 +58,12 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
         help="when the checkpoint does not fit the log (another cluster, topics created again, "
         "offsets past their end): move it aside and start from the log's current end, or exit 1",
     )  # fmt: skip
-    p.add_argument("--runner-id", default="runner", help="prefix of the TaskExecutors' ids")
+    p.add_argument(
+        "--runner-id", default="runner",
+        help="prefix of the TaskExecutors' ids; where the services check signatures, the "
+        "signing principal's name or one starting with it and a dash (a runner principal "
+        "speaks only for the TaskExecutors it owns)",
+    )  # fmt: skip
     p.add_argument(
         "--heartbeat-interval", type=positive_float, default=10.0, metavar="SECONDS",
         help="how often the TaskExecutors beat (default: 10, Flink's heartbeat.interval; keep "
