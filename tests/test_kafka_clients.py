@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from jobledger.services import kafka, kafka_reads
 
@@ -19,12 +19,12 @@ def test_every_producer_is_transactional_one_request_at_a_time_and_retries_soon(
     of a job waited that long for a commit of ~15 ms (`kafka.RETRY_BACKOFF`)."""
     made: list[dict] = []
 
-    class Noted(Producer):
+    class Noted(kafka.SigningProducer):
         def __init__(self, config: dict) -> None:
             made.append(dict(config))
             super().__init__(config)
 
-    monkeypatch.setattr(kafka, "Producer", Noted)
+    monkeypatch.setattr(kafka, "SigningProducer", Noted)
     kafka.producer(kafka_bootstrap, "clients-test", extra={"linger.ms": 1}).close()
     kafka.transactional_producer(kafka_bootstrap, "clients-test").close()
     assert len(made) == 2
