@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -146,10 +146,15 @@ def partition_families(
         topic = topics[worker.role]
         key = [topic, str(worker.partition)]
         tp = TopicPartition(topic, worker.partition)
-        _, high = consumer.get_watermark_offsets(tp, cached=True)
-        [position] = consumer.position([tp])
-        read = position.offset if position.offset >= 0 else worker.next_offset
-        lag.add_metric(key, max(0, high - read) if high >= 0 else 0)
+        try:
+            _, high = consumer.get_watermark_offsets(tp, cached=True)
+            [position] = consumer.position([tp])
+        except KafkaException:  # nothing fetched for it yet: its lag is not known, not 0
+            high = -1
+        else:
+            read = position.offset if position.offset >= 0 else worker.next_offset
+        if high >= 0:
+            lag.add_metric(key, max(0, high - read))
         age.add_metric(key, now - worker.committed_at)
         rebuild.add_metric(key, worker.rebuild_seconds)
         snapshot.add_metric(key, worker.snapshot_bytes)

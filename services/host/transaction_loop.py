@@ -299,11 +299,20 @@ class ServiceRuntime:
         self._tick_if_due()
         self.health.report_if_due(self.consumer, self.workers)
         if self.metrics is not None and self.metrics.wanted():
-            self._commit_idle(0)  # every number is then what replay says at the commit
-            topics = {role: topic_name(role, self.prefix) for role in INPUT_ROLES}
-            self.metrics.answer(self.workers.values(), self.consumer, topics,
-                                int(time.time() * 1000))  # fmt: skip
+            self._answer_metrics(self.metrics)
         return sum(len(m) for m in batches.values())
+
+    def _answer_metrics(self, metrics: ServiceMetrics) -> None:
+        """Answer a scrape from the reducers, once what was processed is committed (every
+        number is then what replay says at the commit). A metric that cannot be computed is
+        an error to log, never a reason to stop deciding: the scrape is served the last
+        answer, with its age."""
+        self._commit_idle(0)
+        topics = {role: topic_name(role, self.prefix) for role in INPUT_ROLES}
+        try:
+            metrics.answer(self.workers.values(), self.consumer, topics, int(time.time() * 1000))
+        except Exception:
+            log.exception("could not compute the metrics; the last ones are served")
 
     def _consumer_error(self, msg: Message) -> None:
         """A deleted input topic stops the service: its partitions' history is gone."""
