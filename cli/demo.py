@@ -230,9 +230,11 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
             print(f"timeline picture: {picture}")
         return _print_results(records, job_id, end, elapsed, text, out, bootstrap, prefix, top)
     finally:
-        progress("shutting down the runner and the services")
         stopping = time.monotonic()
-        cluster.close()
+        try:
+            progress("shutting down the runner and the services")
+        finally:  # a reader gone (a closed pipe) still leaves nothing running behind
+            cluster.close()
         progress(f"stopped in {time.monotonic() - stopping:.1f} s")
 
 

@@ -72,16 +72,21 @@ class SecuredCluster(DemoCluster):
         self.client = kafka.transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
         self.work.mkdir(parents=True, exist_ok=True)
         roots = [arg for root in self.data_roots for arg in ("--data-root", str(root))]
-        self.processes = {
-            "services": self._start("services", ["services", "run", "--timer-interval-ms",
-                                                 "500", "--keyring", str(secure.keyring_path())]),
-            "runner": self._start("runner", [
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            self.processes["services"] = self._start("services", [
+                "services", "run", "--timer-interval-ms", "500",
+                "--keyring", str(secure.keyring_path()),
+            ])  # fmt: skip
+            self.processes["runner"] = self._start("runner", [
                 "runner", "--master", self.master, "--checkpoint", str(self.work / "checkpoint"),
                 *(["--slots", str(self.slots)] if self.slots else []), *roots,
-            ]),
-        }  # fmt: skip
-        progress("services and runner started, each as its own principal, signing what it "
-                 f"writes; their logs: {self.work}/{{services,runner}}.log")  # fmt: skip
+            ])  # fmt: skip
+            progress("services and runner started, each as its own principal, signing what "
+                     f"it writes; their logs: {self.work}/{{services,runner}}.log")  # fmt: skip
+        except BaseException:  # no cluster for the caller to close: stop what was started
+            self.close()
+            raise
 
     def _start(self, principal: str, args: list[str]) -> subprocess.Popen[bytes]:
         connection = [
