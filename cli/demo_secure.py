@@ -45,10 +45,7 @@ def secure_broker(prefix: str) -> str:
             "demo with --secure again"
         )
     else:
-        made = secure.ensure_secrets()
-        secure.write_properties(made)
-        secure.ensure_signing_keys()
-        secure.grant(made, record.bootstrap, prefix)
+        secure.provision(secure.ensure_secrets(), record.bootstrap, prefix)
     return record.bootstrap
 
 

@@ -182,9 +182,7 @@ def start(
     record = record_of(procs, ports, workdir, secrets is not None)
     try:
         if secrets is not None and secure_prefix is not None:
-            secure.write_properties(secrets)
-            secure.ensure_signing_keys()
-            secure.grant(secrets, record.bootstrap, secure_prefix)
+            secure.provision(secrets, record.bootstrap, secure_prefix)
     except BaseException:
         terminate_all(record.pids, STOP_GRACE_S)
         raise

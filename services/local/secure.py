@@ -83,12 +83,13 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole, topic_name
 
 from ..home import home
 from ..kafka import SERVICES_GROUP_PREFIX
-from ..signing import Keyring, SigningKey
+from ..signing import ROLES, Keyring, SigningKey
 from . import tls
 from .loopback import BrokerError
 
-PRINCIPALS = ("admin", "services", "runner", "client")
-"""One SCRAM user per role of DESIGN.md's trust boundaries; `admin` is a super user."""
+PRINCIPALS = ROLES
+"""One SCRAM user per role of DESIGN.md's trust boundaries (named as the role its signing key
+has in the keyring); `admin` is a super user."""
 CONTROLLER = "controller"
 """The KRaft controllers' PLAIN user, on the CONTROLLER listener only; a super user."""
 MECHANISM = "SCRAM-SHA-512"
@@ -219,6 +220,14 @@ def write_properties(made: Secrets) -> None:
         settings = client_config(made, principal)
         text = "".join(f"{key}={value}\n" for key, value in settings.items())
         tls.write_private(properties_path(principal), text.encode())
+
+
+def provision(made: Secrets, bootstrap: str, prefix: str) -> None:
+    """What a running secure broker's home needs for topic prefix `prefix`: every principal's
+    property file and signing key, the keyring, and the ACLs."""
+    write_properties(made)
+    ensure_signing_keys()
+    grant(made, bootstrap, prefix)
 
 
 def acl_bindings(prefix: str) -> list[AclBinding]:
