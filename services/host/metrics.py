@@ -99,14 +99,15 @@ class ServiceMetrics:
         return self._wanted.is_set()
 
     def answer(
-        self, workers: Iterable[PartitionWorker], consumer: Consumer, prefix_topics: dict,
+        self, workers: Iterable[PartitionWorker], consumer: Consumer, topics: dict,
         now_ms: int,
     ) -> None:  # fmt: skip
         """Compute the reducers' and the partitions' numbers (in the loop's thread, with
-        everything processed committed) and hand them to the waiting scrape."""
+        everything processed committed; `topics`: role -> topic name) and hand them to the
+        waiting scrape."""
         self._wanted.clear()
         answer = families(reducer_metrics(workers, now_ms))
-        answer += partition_families(workers, consumer, prefix_topics)
+        answer += partition_families(workers, consumer, topics)
         with self._answered:
             self._answer, self._answered_at = answer, time.monotonic()
             self._answered.notify_all()

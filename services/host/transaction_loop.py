@@ -308,7 +308,7 @@ class ServiceRuntime:
         an error to log, never a reason to stop deciding: the scrape is served the last
         answer, with its age."""
         self._commit_idle(0)
-        topics = {role: topic_name(role, self.prefix) for role in INPUT_ROLES}
+        topics = {role: topic for topic, role in self.roles.items()}
         try:
             metrics.answer(self.workers.values(), self.consumer, topics, int(time.time() * 1000))
         except Exception:
