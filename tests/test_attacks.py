@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.cluster import TaskManagerRegistered
@@ -45,13 +52,9 @@ from jobledger.schemas.tasks import (
 from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind
+from jobledger.services import kafka
 from jobledger.services.client.dispatcher import now_ms, submission
-from jobledger.services.kafka import (
-    PARTITIONER,
-    SERVICES_GROUP_PREFIX,
-    SigningProducer,
-    produce_event,
-)
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, produce_event
 from jobledger.services.signing import SigningKey
 
 from .events import ANY
@@ -82,15 +85,15 @@ class Writer:
 
     def __post_init__(self) -> None:
         ids = {"client": "jobledger-cli-", "runner": f"jobledger-runner-{self.prefix}"}
-        self.producer = SigningProducer({
-            **self.secured.config(self.principal), "log_level": 0,
-            "transactional.id": f"{ids[self.principal]}{uuid.uuid4()}",
-            "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
-            "on_delivery": lambda error, msg: error is None and self.delivered.append(
-                (msg.topic(), msg.partition(), msg.offset())),
-        })  # fmt: skip
-        self.producer.signer = self.key
-        self.producer.init_transactions(30)
+        config = self.secured.config(self.principal)
+        self.producer = kafka.producer(
+            config.pop("bootstrap.servers"), f"{ids[self.principal]}{uuid.uuid4()}",
+            extra={**config, "log_level": 0, "on_delivery": self._delivered}, signer=self.key,
+        )  # fmt: skip
+
+    def _delivered(self, error: object, msg: Message) -> None:
+        if error is None:
+            self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
 
     def write(self, *events: Event) -> list[tuple[str, int, int]]:
         self.delivered.clear()
