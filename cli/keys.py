@@ -63,10 +63,7 @@ def _load(path: Path, must_exist: bool) -> signing.Keyring:
         if must_exist:
             raise CommandFailed(f"no keyring at {path} (make one with `jobledger keys new`)")
         return signing.Keyring({})
-    try:
-        return signing.Keyring.load(path)
-    except signing.KeyFileError as exc:
-        raise CommandFailed(str(exc)) from exc
+    return signing.Keyring.load(path)
 
 
 def cmd_new(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from jobledger.services.kafka import BrokerUnreachable
 from jobledger.services.kafka_topics import TopicNotFound
 from jobledger.services.local.loopback import BrokerError
 from jobledger.services.runner.kv_state import KvStateLookupError
+from jobledger.services.signing import KeyFileError
 
 from . import (
     broker,
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (
         ExportUnreadable, PositionError, ReplayWorkerFailed, TopicNotFound, UnknownJob,
         UnknownTarget, TimeoutError, CommandFailed, JobGraphRefused, KvStateLookupError,
+        KeyFileError,
     ) as exc:  # fmt: skip
         return _fail(str(exc))
     except OSError as exc:

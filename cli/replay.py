@@ -22,12 +22,11 @@ from jobledger.projections.log.replay import (
     verify,
 )
 from jobledger.services.host.parallel import default_jobs
-from jobledger.services.signing import KeyFileError, Keyring
+from jobledger.services.signing import Keyring
 
 from . import log_source
 from .log_source import processed_by, reducers_of, replayed
 from .options import (
-    CommandFailed,
     at_option,
     configuration_option,
     epoch_ms,
@@ -91,7 +90,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError("--keyring checks signatures as --verify replays: "
                                          "give --verify too")  # fmt: skip
     if args.verify:
-        signatures = SignatureCheck(_keyring(args.keyring)) if args.keyring else None
+        signatures = SignatureCheck(Keyring.load(args.keyring)) if args.keyring else None
         # the services' committed offsets before the records: a decision is written in the
         # transaction that commits its input, so every input committed by now has its
         # decisions in what is read next, and one committed while the log is read (whose
@@ -114,13 +113,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         print(state_table(result, upto))
     return 0
-
-
-def _keyring(path: Path) -> Keyring:
-    try:
-        return Keyring.load(path)
-    except KeyFileError as exc:
-        raise CommandFailed(str(exc)) from exc
 
 
 def _verify(

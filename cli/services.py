@@ -13,7 +13,6 @@ from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRunti
 
 from .logging_setup import configure_logging
 from .options import (
-    CommandFailed,
     bootstrap_of,
     configuration_of,
     configuration_option,
@@ -71,10 +70,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def cmd_services_run(args: argparse.Namespace) -> int:
     configure_logging()
-    try:
-        keyring = signing.Keyring.load(args.keyring) if args.keyring else None
-    except signing.KeyFileError as exc:
-        raise CommandFailed(str(exc)) from exc
+    keyring = signing.Keyring.load(args.keyring) if args.keyring else None
     config = RuntimeConfig(
         batch_size=args.batch_size,
         snapshot_every=args.snapshot_every,
