@@ -243,7 +243,10 @@ def main() -> int:
         prefix = f"e2e-{uuid.uuid4().hex[:8]}."
         cluster = Cluster(bootstrap, prefix, work, slots=max(args.parallelism))
         try:
-            time_job(cluster, 1)  # warm-up: Python workers, producers, consumer fetch sessions
+            # warm-up, as Flink's MiniCluster is warmed (one job of P=1 and one of the largest
+            # P): Python workers, producers, consumer fetch sessions
+            for p in sorted({1, max(args.parallelism)}):
+                time_job(cluster, p)
             runs = {
                 p: [time_job(cluster, p) for _ in range(args.repeats)] for p in args.parallelism
             }

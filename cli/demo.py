@@ -124,8 +124,11 @@ class Cluster(DemoCluster):
         self.serde = EventSerde()
         self.watcher = JobWatcher(self.bootstrap, self.prefix, serde=self.serde)
         self.client = transactional_producer(self.bootstrap, f"demo-{uuid.uuid4().hex[:8]}")
+        # the batch size `services run` has: at 200, a P=128 job's offers and deployments
+        # (256 records) were decided in two transactions, and the runner often read their
+        # acceptances in two micro-batches, each starting a Spark job (bench/e2e.py)
         self.services = ServiceRuntime(
-            self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500, batch_size=200)
+            self.bootstrap, self.prefix, RuntimeConfig(timer_interval_ms=500)
         )
         self.services_thread = threading.Thread(
             target=self.services.run, args=(False,), daemon=True

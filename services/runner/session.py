@@ -43,6 +43,10 @@ DEFAULT_CONF = {
     # into place (atomic on a local disk); what it gives up is the atomic refusal to replace
     # an existing batch file, checked just before the rename instead, which only matters to
     # two queries writing one checkpoint at once, a mistake either way.
+    # The JVM talks to Python workers over a socket; over TCP a task's input waited ~40 ms
+    # on it (Nagle's algorithm meeting delayed ACKs: `bench/e2e.py`, a no-op Python job 84 ms
+    # against 43 ms over a Unix domain socket), which every Spark job running tasks paid.
+    "spark.python.unix.domain.socket.enabled": "true",
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
