@@ -126,15 +126,24 @@ them. One at a time, the refused write is sent again before anything after it. I
 measurable here (a 200k-record result, transactions over 9 partitions)."""
 
 
-RETRY_BACKOFF = {"retry.backoff.ms": 10}
+RETRY_BACKOFF = {"retry.backoff.ms": 2}
 """A transaction begun right after the last one committed (the next decisions of a partition,
 the commit past an awaited record read back) finds the coordinator still writing the last
 one's markers: it refuses the new transaction's offsets or partitions as CONCURRENT_TRANSACTIONS
 until it is done, a few milliseconds later. librdkafka retries after `retry.backoff.ms`, 100 ms
 by default: a transaction with offsets right after another took ~100 ms instead of ~15 ms here,
-on most hops of a job. Java's producer retries that refusal after 20 ms. The backoff doubles
+on most hops of a job. At 10 ms, `send_offsets_to_transaction` alone still took 13-17 ms of
+each such transaction, at 2 ms 5 (bench/e2e.py's hops, issue 33); Java's producer retries that
+refusal after 20 ms. The backoff doubles
 from this on each retry of one request (librdkafka's `retry.backoff.max.ms`, 1 s), so a broker
 that keeps refusing is not asked much more often than before."""
+
+
+NO_LINGER = {"linger.ms": 0}
+"""A transaction's records become visible at its commit, whenever they were sent, and the
+commit waits for them: a record lingering (librdkafka's default, 5 ms) was sent only when
+the commit flushed it, after the offsets, so a transaction of decisions took up to ~10 ms more
+than one of offsets only (bench/e2e.py, issue 33); sent at once, the write overlaps them."""
 
 
 REQUEST_TIMEOUT = {"socket.timeout.ms": 5_000}
@@ -184,15 +193,15 @@ def producer(
     """Every producer of jobledger: transactional (its writes become visible atomically, and
     making it fences every earlier producer with the same id), idempotent, and partitioning
     keys as Java's client does, one request in flight (ONE_REQUEST_IN_FLIGHT), retrying soon
-    (RETRY_BACKOFF). `extra` adds librdkafka settings (a delivery callback, a linger). Without
-    `init`, the caller runs `init_transactions` itself (to retry it). Its records are signed
-    with `signer`, by default the process's key (one process hosting several principals, the
-    demo's, gives each its own)."""
+    (RETRY_BACKOFF), sending at once (NO_LINGER). `extra` adds librdkafka settings (a delivery
+    callback, a linger). Without `init`, the caller runs `init_transactions` itself (to retry
+    it). Its records are signed with `signer`, by default the process's key (one process
+    hosting several principals, the demo's, gives each its own)."""
     made = SigningProducer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
         **ONE_REQUEST_IN_FLIGHT,
-        **RETRY_BACKOFF, **REQUEST_TIMEOUT, **_client_properties, **(extra or {}),
+        **RETRY_BACKOFF, **NO_LINGER, **REQUEST_TIMEOUT, **_client_properties, **(extra or {}),
     })  # fmt: skip
     made.signer = signing.signing_key() if signer is PROCESS_KEY else signer
     connect(made, init_timeout_s)

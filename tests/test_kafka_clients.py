@@ -16,7 +16,8 @@ def test_every_producer_is_transactional_one_request_at_a_time_and_retries_soon(
 ):
     """A transaction begun right after the last committed is refused until the coordinator
     has written the last one's markers: retried after librdkafka's default 100 ms, most hops
-    of a job waited that long for a commit of ~15 ms (`kafka.RETRY_BACKOFF`)."""
+    of a job waited that long for a commit of ~15 ms, and at 10 ms `send_offsets_to_transaction`
+    took 13-17 ms of it (`kafka.RETRY_BACKOFF`)."""
     made: list[dict] = []
 
     class Noted(kafka.SigningProducer):
@@ -28,8 +29,9 @@ def test_every_producer_is_transactional_one_request_at_a_time_and_retries_soon(
     kafka.producer(kafka_bootstrap, "clients-test", extra={"linger.ms": 1}).close()
     kafka.transactional_producer(kafka_bootstrap, "clients-test").close()
     assert len(made) == 2
+    assert [config["linger.ms"] for config in made] == [1, 0]  # sent at once unless asked
     for config in made:
-        assert config["retry.backoff.ms"] == 10
+        assert config["retry.backoff.ms"] == 2
         assert config["max.in.flight.requests.per.connection"] == 1
         assert config["enable.idempotence"] is True
         assert config["transactional.id"].startswith("jobledger-clients-test-") or (
