@@ -5,10 +5,11 @@ in the same run.
     python bench/e2e.py [--parallelism 1 8 32 128] [--repeats 3] [--bootstrap HOST:PORT]
 
 jobledger's figure is the time from committing JobSubmitted to reading the job's FINISHED
-JobStatusChanged; Flink's is submitJob to its job result (bench/flink_minicluster.py). The
-Spark micro-batch floor (a record produced to a topic until a foreachBatch of a streaming
-query over it sees it, same source and trigger as the runner) is printed as its own figure:
-every job waits for at least one micro-batch.
+JobStatusChanged; Flink's is submitJob to its job result (bench/flink_minicluster.py). Both
+are warmed up first with one job of P=1 and one of the largest P. The Spark micro-batch floor
+(a record produced to a topic until a foreachBatch of a streaming query over it sees it, same
+source and trigger as the runner) is printed as its own figure: every job waits for at least
+one micro-batch.
 
 Where jobledger's time goes is printed per parallelism as a table of hops, medians over the
 repeats. After each job its records are read back from the topics: a hop ends when the last
