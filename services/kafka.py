@@ -132,11 +132,11 @@ the commit past an awaited record read back) finds the coordinator still writing
 one's markers: it refuses the new transaction's offsets or partitions as CONCURRENT_TRANSACTIONS
 until it is done, a few milliseconds later. librdkafka retries after `retry.backoff.ms`, 100 ms
 by default: a transaction with offsets right after another took ~100 ms instead of ~15 ms here,
-on most hops of a job. At 10 ms, `send_offsets_to_transaction` alone still took 13-17 ms of
-each such transaction, at 2 ms 5 (bench/e2e.py's hops, issue 33); Java's producer retries that
-refusal after 20 ms. The backoff doubles
-from this on each retry of one request (librdkafka's `retry.backoff.max.ms`, 1 s), so a broker
-that keeps refusing is not asked much more often than before."""
+on most hops of a job; at 10 ms, `send_offsets_to_transaction` alone still took 13-17 ms of
+such a transaction, at 2 ms ~5 (issue 33). Java's producer retries that refusal after 20 ms.
+The backoff doubles from this on each retry of one request (librdkafka's
+`retry.backoff.max.ms`, 1 s), so a broker that keeps refusing is not asked much more often
+than before."""
 
 
 NO_LINGER = {"linger.ms": 0}

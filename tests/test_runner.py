@@ -98,6 +98,9 @@ def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, tex
     assert status == 0, printed
     assert counted(tmp_path) == plain_count(text)
     assert "counts equal a plain Python count" in printed
+    written = list(tmp_path.glob("*/checkpoint/**/*"))
+    assert any(path.parent.name == "commits" for path in written), written
+    assert not [p for p in written if p.suffix == ".crc"], "checksum files beside the checkpoint's"
     lookup = re.search(r"queryable state 'word-counts'\['(.+?)'\]: .* -> (\d+)$", printed, re.M)
     assert lookup and int(lookup[2]) == plain_count(text)[lookup[1]]
     timeline = [line for line in printed.splitlines() if re.match(r"\s+\w+\[\d+\]#\d+ on ", line)]
