@@ -48,8 +48,8 @@ def shapes(spark):
                reader(read_on_driver).foreach(lambda row: None))  # fmt: skip
 
 
-def first_line(error: BaseException | str) -> str:
-    return str(error).strip().splitlines()[0]
+def first_line(error: BaseException | None) -> str:
+    return str(error).strip().partition("\n")[0]
 
 
 def main() -> int:

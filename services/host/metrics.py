@@ -151,11 +151,11 @@ def partition_families(
             _, high = consumer.get_watermark_offsets(tp, cached=True)
             [position] = consumer.position([tp])
         except KafkaException:  # nothing fetched for it yet: its lag is not known, not 0
-            high = -1
+            pass
         else:
-            read = position.offset if position.offset >= 0 else worker.next_offset
-        if high >= 0:
-            lag.add_metric(key, max(0, high - read))
+            if high >= 0:
+                read = position.offset if position.offset >= 0 else worker.next_offset
+                lag.add_metric(key, max(0, high - read))
         age.add_metric(key, now - worker.committed_at)
         rebuild.add_metric(key, worker.rebuild_seconds)
         snapshot.add_metric(key, worker.snapshot_bytes)
