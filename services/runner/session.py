@@ -14,13 +14,9 @@ test suite exercises both Kafka paths.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 import time
-from functools import cache
 from pathlib import Path
 
 import pyspark
@@ -43,8 +39,6 @@ DEFAULT_CONF = {
     # The JVM talks to Python workers over a socket; over TCP a task's input waited ~40 ms
     # on it (Nagle's algorithm meeting delayed ACKs: `bench/e2e.py`, a no-op Python job 84 ms
     # against 43 ms over a Unix domain socket), which every Spark job running tasks paid.
-    # Such a socket takes no secret, unlike the TCP one: who may connect is decided by where
-    # it is (`socket_conf`).
     "spark.python.unix.domain.socket.enabled": "true",
     # The checkpoint's files on a local disk are written without Hadoop's checksum files
     # (ChecksumFileSystem writes a `.crc` beside each and renames both): writing a batch's
@@ -90,27 +84,6 @@ def cluster_conf(master: str) -> dict[str, str]:
     return {PACKAGES: kafka_connector_package()}
 
 
-SOCKET_DIR = "spark.python.unix.domain.socket.dir"
-
-
-def socket_conf(master: str) -> dict[str, str]:
-    """Where a local master's Python sockets go: a directory only this user may enter
-    (`private_socket_dir`), so nobody else can reach them whatever the umask (in the temporary
-    directory, Spark's default, a socket is as open as the umask leaves it). A standalone
-    master's executors may run on other hosts, where no such directory exists: Spark's
-    default stays."""
-    return {} if is_standalone(master) else {SOCKET_DIR: private_socket_dir()}
-
-
-@cache
-def private_socket_dir() -> str:
-    """A directory of mode 0700 for this process's Spark sockets, removed when it exits. Short
-    (a socket's path may not exceed 107 bytes)."""
-    made = tempfile.mkdtemp(prefix="jobledger-spark-")
-    atexit.register(shutil.rmtree, made, ignore_errors=True)
-    return made
-
-
 def spark_session(
     master: str = "local[*]", app_name: str = "jobledger", conf: dict[str, str] | None = None
 ) -> SparkSession:
@@ -123,7 +96,7 @@ def spark_session(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    settings = {**DEFAULT_CONF, **cluster_conf(master), **socket_conf(master), **(conf or {})}
+    settings = {**DEFAULT_CONF, **cluster_conf(master), **(conf or {})}
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
