@@ -279,10 +279,13 @@ def run_once(args: argparse.Namespace, cluster: Cluster, kind: str, rng: random.
         if fault.at:
             fault.heal()
         result["seconds"] = round(time.monotonic() - started, 1)
-    result["ok"] = (result["code"] == 0 and result["verify"] == "clean" and not result["lost"]
-                    and not result["duplicated"] and fault.error is None)  # fmt: skip
-    if not result["ok"]:
-        result["tail"] = f"{result.get('tail', '')}\n{children.tails()}"
+        # here, so a run that returned early (its runner never registered) has its verdict
+        # and its processes' output too
+        result["ok"] = (result["code"] == 0 and result["verify"] == "clean"
+                        and not result["lost"] and not result["duplicated"]
+                        and fault.error is None)  # fmt: skip
+        if not result["ok"]:
+            result["tail"] = f"{result.get('tail', '')}\n{children.tails()}"
     return result
 
 
