@@ -2,6 +2,8 @@
 
     python bench/soak.py --runs 20 [--fail-once] [--master URL]
     python bench/soak.py --runs 20 --kill-runner [--seed 7] [--heartbeat-timeout 6] [--fail-once]
+    python bench/soak.py --runs 5 --fail-once --burn 4
+
 
 Each run is `jobledger demo wordcount FILE` in a subprocess of its own (a fresh Spark, fresh
 services, fresh topics) against one broker started here for the whole soak. A run is `ok` when
@@ -9,6 +11,12 @@ it exits 0 and `jobledger replay --verify` over its topics finds every recorded 
 re-derived and no derived decision missing; `hung` when the demo says its job did not end (or
 the subprocess outlives its limit, which is then killed). Prints one line per run (exit code,
 seconds, verdict) and last one JSON line: runs, ok, hung, failed, unverified, p50_s, max_s.
+
+`--burn N` runs N CPU burners (busy Python processes) beside the soak from start to end,
+the load under which a run once ended FAILED for a cause nobody kept: on a machine of two
+cores, four burners make every process of the demo wait its turn. Whatever a run's verdict,
+a run that is not `ok` says why, from its log: the job's last status and its cause, each
+failed attempt's error, every TaskManagerLost and the dead letters' reasons (`cause`).
 
 `--kill-runner` soaks issue 27, "a dead worker never hangs a job": the demo runs services and
 runner in one process, which a kill would take down together, so each run instead starts
@@ -28,6 +36,7 @@ every child it started.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -39,7 +48,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -49,8 +58,10 @@ from jobledger.cli import demo
 from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import TaskManagerLost, TaskManagerRegistrationAccepted
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.jobs import JobStatusChanged
 from jobledger.schemas.tasks import TaskExecutionStateChanged
-from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
+from jobledger.schemas.types import ExecutionState, RestartStrategy, RestartStrategyKind
 from jobledger.services.client import dispatcher
 from jobledger.services.kafka import transactional_producer
 from jobledger.services.kafka_topics import create_topics
@@ -88,8 +99,43 @@ def run_once(args: argparse.Namespace, env: dict[str, str]) -> dict[str, object]
     hung = code is None or "did not end within" in out
     found = TOPICS.search(out)
     verified = verify(found.group(1), env) if found else "no topics named in the demo's output"
+    ok = code == 0 and verified == "clean"
+    why = "" if ok or not found else cause(read_events(env["JOBLEDGER_BOOTSTRAP"], found.group(1)))
     return {"code": code, "seconds": round(seconds, 1), "hung": hung, "verify": verified,
-            "ok": code == 0 and verified == "clean", "tail": out[-3000:]}  # fmt: skip
+            "ok": ok, "tail": out[-3000:], "cause": why}  # fmt: skip
+
+
+def cause(records: list[LogRecord], most: int = 5) -> str:
+    """Why a run went wrong, as its log tells it (one line): the jobs' last status and cause,
+    the failed attempts' errors, the TaskExecutors lost and the dead letters' reasons, each
+    distinct text once, at most `most` of each kind."""
+    last: dict[str, JobStatusChanged] = {}
+    failures: list[str] = []
+    losses: list[str] = []
+    dead: list[str] = []
+    for record in records:
+        event = record.event
+        if isinstance(event, JobStatusChanged):
+            last[event.job_id] = event
+        elif (isinstance(event, TaskExecutionStateChanged)
+              and event.execution_state is ExecutionState.FAILED):  # fmt: skip
+            failures.append(f"{event.execution_attempt_id}: {event.error}")
+        elif isinstance(event, TaskManagerLost):
+            losses.append(f"{event.resource_id}: {event.cause}")
+        elif isinstance(event, DeadLettered):
+            dead.append(f"{event.source_topic}/{event.source_partition}@{event.source_offset}: "
+                        f"{event.reason}")  # fmt: skip
+
+    def first(texts: list[str]) -> str:
+        kept = list(dict.fromkeys(" ".join(t.split())[:300] for t in texts))
+        return "; ".join(kept[:most]) + (f" (+{len(kept) - most} more)" if len(kept) > most else "")
+
+    parts = [f"job {job} {e.to_status.value}" + (f" ({e.cause})" if e.cause else "")
+             for job, e in sorted(last.items())]  # fmt: skip
+    for name, texts in (("failed attempts", failures), ("lost", losses), ("dead letters", dead)):
+        if texts:
+            parts.append(f"{name}: {first(texts)}")
+    return " | ".join(parts) or "nothing in the log says"
 
 
 def verify(prefix: str, env: dict[str, str], configuration: tuple[str, ...] = ()) -> str:
@@ -221,6 +267,7 @@ def run_killed(args: argparse.Namespace, env: dict[str, str], rng: random.Random
                     and result["verify"] == "clean")  # fmt: skip
     if not result["ok"]:
         result["tail"] = f"{result['tail']}\n{children.tails()}"
+        result["cause"] = cause(read_events(bootstrap, prefix))
     return result
 
 
@@ -267,6 +314,18 @@ def counts_verdict(text: Path, out: Path) -> str:
     return "exact"
 
 
+@contextlib.contextmanager
+def burners(count: int) -> Iterator[None]:
+    """`count` busy Python processes for as long as the block runs, then killed."""
+    spun = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in spun:
+            burner.kill()
+            burner.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -290,12 +349,15 @@ def main() -> int:
     parser.add_argument(
         "--max-pause", type=float, default=10.0, help="longest wait before the restart (s)"
     )
+    parser.add_argument(
+        "--burn", type=int, default=0, metavar="N", help="N CPU burners for the whole soak"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="jobledger-soak-"))
     results = []
     rng = random.Random(args.seed)
-    with bench_broker(args.bootstrap, work) as bootstrap:
+    with bench_broker(args.bootstrap, work) as bootstrap, burners(args.burn):
         env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_HOME": str(work)}
         for i in range(args.runs):
             result = run_killed(args, env, rng, work) if args.kill_runner else run_once(args, env)
@@ -311,6 +373,7 @@ def main() -> int:
             if not result["ok"]:
                 log = work / f"run-{i + 1}.out"
                 log.write_text(str(result["tail"]))
+                print(f"          cause: {result.get('cause')}", flush=True)
                 print(f"          output: {log}", flush=True)
                 if result["hung"] and not args.keep_going:
                     break
@@ -326,6 +389,8 @@ def main() -> int:
         "max_s": round(max(seconds), 1) if seconds else None,
         "broker": args.bootstrap or "kafka",
         "fail_once": args.fail_once,
+        "burners": args.burn,
+        "load_avg_1m": round(os.getloadavg()[0], 1),
     }
     if args.kill_runner:
         summary |= {
