@@ -117,6 +117,8 @@ class SlotRequest:
     job_master_id: str | None
     arrival: int
     assigned: tuple[str, int] | None = None
+    blocked: list[str] = field(default_factory=list)
+    """TaskExecutors the job takes no slot of: the request is served elsewhere."""
 
 
 @dataclass
@@ -329,6 +331,7 @@ class ResourceManager(Reducer):
             event.resource_profile,
             event.job_master_id,
             self.arrivals,
+            blocked=list(event.blocked_resource_ids),
         )
         self._enqueue(event.allocation_id, self.arrivals)
         self._serve_waiting(out)
@@ -432,7 +435,9 @@ class ResourceManager(Reducer):
             if self.queue.get(allocation_id) != arrival:
                 continue
             request = self.requests[allocation_id]
-            te = self.free_slot_index.pick(request.resource_profile, self.task_executors)
+            te = self.free_slot_index.pick(
+                request.resource_profile, self.task_executors, request.blocked
+            )
             if te is None:
                 unserved.append((arrival, allocation_id))
                 continue
