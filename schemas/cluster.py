@@ -48,10 +48,19 @@ class TaskManagerLost(Event):
 
     topic_role = TopicRole.RESOURCE_MANAGER
     key_field = "resource_id"
-    produced_by = "the ResourceManager (heartbeat timeout) or an operator"
+    produced_by = (
+        "the ResourceManager (heartbeat timeout), an operator, or the TaskExecutor itself as it "
+        "shuts down (Flink's disconnectTaskManager)"
+    )
 
     resource_id: ResourceID
     cause: str = Field(description="Why it is considered lost.")
+    instance_id: InstanceID = Field(
+        default=None,
+        description="The instance that is gone (a TaskExecutor shutting down names its own): "
+        "another instance registered under the ResourceID is not lost with it. None: whichever "
+        "is registered.",
+    )
 
 
 class ResourceManagerConnected(Event):

@@ -29,6 +29,11 @@ class SlotRequested(Event):
         default=False, description="Batch requests ignore allocation failures and time out later."
     )
     timeout_ms: int = Field(description="Time the request may stay pending.")
+    blocked_resource_ids: list[ResourceID] = Field(
+        default_factory=list,
+        description="TaskExecutors the job takes no slot of (a deployment there was not "
+        "acknowledged in time): the ResourceManager serves the request elsewhere.",
+    )
 
 
 class SlotRequestCancelled(Event):

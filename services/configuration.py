@@ -92,6 +92,9 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
     "restart-strategy.failure-rate.delay": (duration_ms, "1 s", "delay before each restart"),
     "slot.request.timeout": (duration_ms, "300000", "how long a slot request may wait"),
     "slot.idle.timeout": (duration_ms, "50000", "how long the pool keeps an unused slot"),
+    "task.deployment.timeout": (
+        duration_ms, "2 min", "how long a deployed task may take to report INITIALIZING before "
+        "it fails and runs elsewhere (Flink's submitTask RPC timeout plays this part)"),
     "taskmanager.slot.timeout": (
         duration_ms, "10 s", "how long a TaskExecutor keeps an allocated slot unused"),
     "heartbeat.timeout": (duration_ms, "50000", "a TaskExecutor silent this long is lost"),
@@ -158,6 +161,7 @@ class Configuration:
             ),
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),
+            deployment_timeout_ms=self.get("task.deployment.timeout"),
         )
 
     def resource_manager(self) -> ResourceManagerConfig:

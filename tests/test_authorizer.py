@@ -158,13 +158,17 @@ def test_a_submission_binds_its_job_to_the_first_submitter_only():
     assert c.driver.submitters == {"j2": "alice"}
 
 
-def test_an_operator_input_is_an_admins(cluster):
+def test_a_lost_task_manager_is_an_admins_word_or_its_own_runners_as_it_shuts_down(cluster):
     c = cluster
     lost = c.clock(TaskManagerLost, resource_id="tm-0", cause="operator")
     assert c.driver.admit(lost, "root", "admin") is None
-    assert c.driver.admit(lost, "tm", "runner") == (
-        "tm (runner) wrote TaskManagerLost: a runner writes only what its TaskExecutors and "
-        "tasks say"
+    assert c.driver.admit(lost, "tm", "runner") is None
+    assert c.driver.admit(lost, "rogue", "runner") == (
+        "rogue (runner) wrote TaskManagerLost for TaskExecutor 'tm-0', which is not its own"
+    )
+    assert c.driver.admit(lost, "alice", "client") == (
+        "alice (client) wrote TaskManagerLost: a client writes only submissions and requests "
+        "about its jobs"
     )
 
 

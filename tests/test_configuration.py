@@ -28,6 +28,7 @@ def test_every_option_reaches_its_reducer():
         "taskmanager.slot.timeout=7000",
         "heartbeat.timeout=1 h",
         "cluster.evenly-spread-out-slots=false",
+        "task.deployment.timeout=45 s",
     ])  # fmt: skip
     driver = config.new_driver()
 
@@ -40,6 +41,7 @@ def test_every_option_reaches_its_reducer():
     assert jm.restart_strategy == RestartStrategy(
         kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=3, delay_ms=10_000
     )
+    assert jm.deployment_timeout_ms == 45_000
     assert driver.task_executor_config.slot_timeout_ms == 7_000
     rm = driver.resource_manager.config
     assert (rm.placement, rm.heartbeat_timeout_ms) == (SlotPlacement.PACK, 3_600_000)

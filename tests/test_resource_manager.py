@@ -231,6 +231,26 @@ def test_a_new_instance_replaces_the_old_one_whose_jobs_are_told_first():
     assert rm.rm.requests == {}
 
 
+def test_a_task_executor_shutting_down_is_lost_at_once_but_an_earlier_instance_is_refused():
+    """A runner stopping says its instance is gone (Flink's disconnectTaskManager): the jobs
+    with slots there are told and nothing is placed there any more; the same word from an
+    instance since replaced (an earlier run's, late) changes nothing."""
+    rm = RM()
+    rm.register("tm-1", instance="i1")
+    rm.register("tm-1", instance="i2")
+    rm.confirm(rm.request("a1", job="j1")[0])
+    cause = "TaskExecutor tm-1 is shutting down."
+    late = rm.apply(TaskManagerLost, resource_id="tm-1", cause=cause, instance_id="i1")
+    reason = "loss of instance i1 of TaskExecutor tm-1, which is registered as instance i2"
+    assert_derived(late, [rejected(late, reason)])
+    assert_derived(
+        rm.apply(TaskManagerLost, resource_id="tm-1", cause=cause, instance_id="i2"),
+        [disconnected("j1", "tm-1", cause), closed("tm-1", cause, "i2")],
+    )
+    assert rm.rm.task_executors == {}
+    assert_derived(rm.request("a2"), [])
+
+
 def test_the_same_instance_registering_again_is_acknowledged_again():
     rm = RM()
     rm.register("tm-1", instance="i1")

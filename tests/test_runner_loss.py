@@ -12,8 +12,9 @@ two stages of topics, services and runners start together once for the module. O
 `alone` one runner holds three jobs when it dies, and each test asserts one story of that
 death: (a) the job restarts on the same runner id 5 s later, (c) a job that `job wait` gives
 up on and that is cancelled once no runner is left, (d) a job cancelled while its runner was
-already silent. On the stage `shared` a helper runner lives throughout: (b) a second runner
-killed for good, (e) a third paused past the timeout and resumed.
+already silent. On the stage `shared` a helper runner lives through (b) a second runner
+killed for good and (e) a third paused past the timeout and resumed, and is then (f) stopped
+with SIGTERM, while the third goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +40,7 @@ import pytest
 from jobledger.cli import demo
 from jobledger.cli.job import TIMED_OUT
 from jobledger.projections.log.log_file import LogRecord, read_events
+from jobledger.projections.log.replay import replay
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
@@ -54,6 +57,7 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.types import ExecutionState, JobStatus, RestartStrategy, RestartStrategyKind
 from jobledger.services.client import dispatcher
+from jobledger.services.configuration import Configuration
 from jobledger.services.control.job_master import PRODUCER as JOB_MASTER
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import transactional_producer
@@ -590,6 +594,52 @@ def test_e_a_runner_paused_past_the_timeout_comes_back_new_and_its_late_reports_
     loss = of(log, TaskManagerLost, resource_id="re-0")[0]
     assert_new_instance(log, "re-0", loss.timestamp)
     assert_never_lost(log, "helper-0")
+
+
+# -- (f) stopped with SIGTERM: gone at once ------------------------------------------------
+
+
+def test_f_a_runner_stopped_with_sigterm_deregisters_and_its_tasks_run_elsewhere_at_once(stages):
+    """Issue 42, item 7: a runner that stops cleanly tells the ResourceManager first, as
+    Flink's TaskExecutor disconnects as it shuts down: its TaskExecutor is no longer
+    registered, its RUNNING tasks fail over at once (not after the heartbeat timeout), and a
+    job submitted next is not placed there. The runner stopped is one running a task."""
+    stage = stages["shared"]
+    if "re" not in stage.runners:  # test (b) failed before it started it
+        stage.runner("re")
+    live = {f"{name}-0": child for name, child in stage.runners.items()
+            if child.process.poll() is None}  # fmt: skip
+    for rid in live:
+        stage.until(f"{rid} registered", lambda log, r=rid: registered(log, r), 150)
+    job = stage.submit("f")
+    on_any = stage.until(
+        "a task RUNNING", lambda log: [r for rid in live for r in running_on(log, job, rid)], 90
+    )
+    gone = on_any[0].event.resource_id
+    victims = [r.event for r in on_any if r.event.resource_id == gone]
+    runner = live[gone].process
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(120) == 0, stage.tails()
+    stage.until("job f ended", lambda log: end_of(log, job), 120, required=False)
+    after = stage.submit("f-after")
+    stage.until("job f-after ended", lambda log: end_of(log, after), 120, required=False)
+    log = stage.log()
+
+    cause = f"TaskExecutor {gone} is shutting down."
+    instance = registered(log, gone)[-1].event.instance_id
+    losses = of(log, TaskManagerLost, resource_id=gone)
+    assert [(r.event.producer, r.event.cause, r.event.instance_id) for r in losses] == [
+        (RUNNER, cause, instance)
+    ], losses
+    told = of(log, TaskManagerDisconnected, job_id=job.job_id, resource_id=gone)
+    assert [r.event.cause for r in told] == [cause], told
+    assert_re_ran(log, victims, gone)
+    assert_finished_exactly(log, job, stage.tails())
+    assert_finished_exactly(log, after, stage.tails())
+    assert not of(log, TaskDeploymentRequested, job_id=after.job_id, resource_id=gone)
+    state = replay(log, Configuration.parse(stage.options[1::2]).new_driver).driver
+    assert gone not in state.resource_manager.task_managers()
+    assert set(state.resource_manager.task_managers()) == set(live) - {gone}
 
 
 # -- and the logs replay to what was decided -----------------------------------------------

@@ -32,6 +32,7 @@ from jobledger.schemas.cluster import (
     ResourceManagerHeartbeatTimedOut,
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
+    TaskManagerLost,
     TaskManagerRegistered,
 )
 from jobledger.schemas.jobs import (
@@ -51,9 +52,10 @@ SERVICES, RUNNER, CLIENT, ADMIN = "services", "runner", "client", "admin"
 TASK_EXECUTOR_EVENTS = (
     TaskManagerRegistered, TaskManagerHeartbeat, TaskFinalStateReported, SlotOfferFailed,
     JobMasterRegistrationRequested, TaskManagerDisconnected, JobMasterHeartbeatTimedOut,
-    ResourceManagerHeartbeatTimedOut, AllocationFailed,
+    ResourceManagerHeartbeatTimedOut, AllocationFailed, TaskManagerLost,
 )  # fmt: skip
-"""What a TaskExecutor says in its own name: each names its resource id."""
+"""What a TaskExecutor says in its own name: each names its resource id (`TaskManagerLost`:
+its own instance shutting down)."""
 TASK_EVENTS = (TaskExecutionStateChanged,)
 """What a task says about its execution attempt."""
 JOB_TASK_EVENTS = (KvStateRegistered, KvStateUnregistered, GlobalAggregateUpdateRequested)

@@ -57,7 +57,7 @@ from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
 from .queries import JobMasterInfo, PendingRestartInfo, query
 from .reducer import Reducer, handles
-from .scheduler import NO_RESTART, Scheduler
+from .scheduler import DEFAULT_DEPLOYMENT_TIMEOUT_MS, NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
@@ -69,14 +69,18 @@ AGGREGATE_FUNCTIONS = frozenset({"sum"})
 @dataclass(frozen=True)
 class JobMasterConfig:
     """The cluster's configuration of every JobMaster: `slot.request.timeout`,
-    `jobmanager.execution.failover-strategy` (region, Flink's default, or full) and the cluster
-    default `restart-strategy` a job that configures none runs under (RS-10)."""
+    `jobmanager.execution.failover-strategy` (region, Flink's default, or full), the cluster
+    default `restart-strategy` a job that configures none runs under (RS-10) and
+    `task.deployment.timeout`."""
 
     slot_request_timeout_ms: int = 300_000
     pool: SlotPoolConfig = field(default_factory=SlotPoolConfig)
     failover_strategy: str = FailoverStrategyName.REGION.value
     """A plain string (kept in snapshots as such), checked here: 'full' or 'region'."""
     restart_strategy: RestartStrategy = NO_RESTART
+    deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
+    """How long a deployed attempt may take to report INITIALIZING before it fails (Flink's
+    `submitTask` RPC timeout plays this part)."""
 
     def __post_init__(self) -> None:
         checked = FailoverStrategyName.from_option(self.failover_strategy).value
@@ -99,6 +103,7 @@ class JobMaster(Reducer):
         self.scheduler = Scheduler(
             self.job_id, pool, self.config.slot_request_timeout_ms,
             self.config.failover_strategy, self.config.restart_strategy,
+            deployment_timeout_ms=self.config.deployment_timeout_ms,
         )  # fmt: skip
 
     @property
@@ -168,7 +173,7 @@ class JobMaster(Reducer):
 
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired changes anything (None: never): the
-        pool's, or the scheduler's restart."""
+        pool's, or the scheduler's (a deployment's deadline, a restart)."""
         times = (self.pool.next_timer(), self.scheduler.next_timer())
         return min((t for t in times if t is not None), default=None)
 
@@ -265,6 +270,7 @@ class JobMaster(Reducer):
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
         self.pool.handle(event, out)
+        self.scheduler.time_out_deployments(out)
         self.scheduler.restart_if_due(out)
 
     # -- slots: delegated to the SlotPool (it fences what carries a JobMasterId) ---------

@@ -117,6 +117,8 @@ class SlotRequest:
     job_master_id: str | None
     arrival: int
     assigned: tuple[str, int] | None = None
+    blocked: list[str] = field(default_factory=list)
+    """TaskExecutors the job takes no slot of: the request is served elsewhere."""
 
 
 @dataclass
@@ -267,8 +269,21 @@ class ResourceManager(Reducer):
 
     @handles(TaskManagerLost)
     def on_lost(self, event: TaskManagerLost, out: Decisions) -> None:
-        if self._task_executor(event.resource_id, out) is not None:
-            self._lose(event.resource_id, event.cause, out)
+        """An operator's word, or a TaskExecutor's as it shuts down (closeTaskManagerConnection
+        on its disconnectTaskManager): no job is placed there from now on, and the tasks it
+        ran fail at once instead of after the heartbeat timeout. A loss naming an instance
+        that is not the registered one (an earlier run's, sent late or again) is refused."""
+        te = self._task_executor(event.resource_id, out)
+        if te is None:
+            return
+        if event.instance_id is not None and event.instance_id != te.instance_id:
+            self._reject(
+                out,
+                f"loss of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
+                f"which is registered as instance {te.instance_id}",
+            )
+            return
+        self._lose(event.resource_id, event.cause, out)
 
     def _lose(self, resource_id: str, cause: str, out: Decisions) -> None:
         """closeTaskManagerConnection: requests in flight to the lost TaskExecutor wait again
@@ -329,6 +344,7 @@ class ResourceManager(Reducer):
             event.resource_profile,
             event.job_master_id,
             self.arrivals,
+            blocked=list(event.blocked_resource_ids),
         )
         self._enqueue(event.allocation_id, self.arrivals)
         self._serve_waiting(out)
@@ -432,7 +448,9 @@ class ResourceManager(Reducer):
             if self.queue.get(allocation_id) != arrival:
                 continue
             request = self.requests[allocation_id]
-            te = self.free_slot_index.pick(request.resource_profile, self.task_executors)
+            te = self.free_slot_index.pick(
+                request.resource_profile, self.task_executors, request.blocked
+            )
             if te is None:
                 unserved.append((arrival, allocation_id))
                 continue

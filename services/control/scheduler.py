@@ -56,6 +56,12 @@ from .slot_pool import SlotPool
 
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
+DEFAULT_DEPLOYMENT_TIMEOUT_MS = 120_000
+"""`task.deployment.timeout` unless configured (the README says how it was measured)."""
+
+AVRO_LONG_MAX = 2**63 - 1
+"""A deadline is kept in snapshots as an Avro long: one past it is never reached anyway."""
+
 NO_RESTART = RestartStrategy(kind=RestartStrategyKind.NONE)
 
 
@@ -81,6 +87,9 @@ class Scheduler:
     """`jobmanager.execution.failover-strategy`: region (Flink's default) or full."""
     cluster_restart_strategy: RestartStrategy = NO_RESTART
     """The cluster's `restart-strategy`, for jobs that configure none (RS-10)."""
+    deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
+    """`task.deployment.timeout`: how long a deployed attempt may take to report INITIALIZING
+    (Flink bounds `submitTask` by its RPC timeout)."""
     job: JobSubmitted | None = None
     job_master_id: str | None = None
     """The leader the deployments name (set when scheduling starts)."""
@@ -100,6 +109,10 @@ class Scheduler:
     status_timestamps: dict[str, int] = field(default_factory=dict)
     """When the job last entered each status: the event time of the input that moved it
     (Flink's ExecutionGraph stateTimestamps), what `uptime` and `downtime` count from."""
+    deployment_deadlines: dict[str, int] = field(default_factory=dict)
+    """Event time by which each deployed attempt must have reported INITIALIZING, by
+    ExecutionAttemptID; an attempt's entry goes once it reports, or at the next timer once it
+    is no longer a DEPLOYING current attempt."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
@@ -120,6 +133,7 @@ class Scheduler:
         self.restarts = 0
         self.full_restarts = 0
         self.pending_restarts = []
+        self.deployment_deadlines = {}
         self.failure_cause = None
         self.status = JobStatus.INITIALIZING
         self._set_status(JobStatus.CREATED, None, out)
@@ -173,6 +187,7 @@ class Scheduler:
         """Leadership lost: SUSPENDED, unless the job already ended."""
         if self.graph is not None and self.status not in TERMINAL:
             self._set_status(JobStatus.SUSPENDED, cause, out)
+        self.deployment_deadlines = {}
 
     # -- scheduling and deployment -------------------------------------------------------
 
@@ -213,6 +228,8 @@ class Scheduler:
             return
         job_vertex = self.graph.vertices[ev.job_vertex_id]
         execution.state = ExecutionState.DEPLOYING
+        deadline = min(out.cause.event_time + self.deployment_timeout_ms, AVRO_LONG_MAX)
+        self.deployment_deadlines[execution.attempt_id] = deadline
         out.emit(
             TaskDeploymentRequested,
             job_id=self.job_id,
@@ -293,6 +310,7 @@ class Scheduler:
         ev = self._current(event.execution_attempt_id, out)
         if ev is None:
             return
+        self.deployment_deadlines.pop(event.execution_attempt_id, None)
         if event.execution_state is ExecutionState.FAILED:
             self._fail_execution(ev, event.error or "task failed", out, suppress_restarts=False)
             return
@@ -309,6 +327,33 @@ class Scheduler:
         ev = self._current(attempt_id, out)
         if ev is not None:
             self._fail_execution(ev, cause, out, suppress_restarts=False)
+
+    def time_out_deployments(self, out: Decisions) -> None:
+        """Execution.deploy's timeout: a DEPLOYING attempt whose deadline passed is cancelled
+        at its TaskExecutor and fails, so the restart strategy runs it again. The job takes
+        no slot of that TaskExecutor from then on (the pool frees the attempt's slot and
+        asks the ResourceManager for others elsewhere, `SlotPool.block_task_manager`): one
+        that accepts work and never runs it would otherwise get every retry, its free slots
+        being the ones the pool holds or the least used ones. Entries of attempts no longer
+        deploying go."""
+        now = out.cause.event_time
+        for attempt_id, deadline in list(self.deployment_deadlines.items()):
+            ev = self.graph.find(attempt_id) if self.graph else None
+            if ev is None or ev.current.state is not ExecutionState.DEPLOYING:
+                del self.deployment_deadlines[attempt_id]
+            elif deadline <= now:
+                del self.deployment_deadlines[attempt_id]
+                self._time_out_deployment(ev, out)
+
+    def _time_out_deployment(self, ev: ExecutionVertex, out: Decisions) -> None:
+        execution = ev.current
+        cause = (
+            f"TimeoutException: task deployment to {execution.resource_id} not acknowledged "
+            f"within {self.deployment_timeout_ms} ms (the task never reported INITIALIZING)"
+        )
+        self._cancel_task(ev, out)
+        self.pool.block_task_manager(execution.resource_id, cause, out)
+        self._fail_execution(ev, cause, out, suppress_restarts=False)
 
     def _current(self, attempt_id: str, out: Decisions) -> ExecutionVertex | None:
         """The vertex whose current attempt is `attempt_id`; refused (ES-8) if none is."""
@@ -471,6 +516,7 @@ class Scheduler:
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
         """A globally terminal status; every slot goes back (the pool closes)."""
         self._set_status(status, cause, out)
+        self.deployment_deadlines = {}
         self.pool.close(f"job {status.value}", out)
 
     def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
@@ -507,12 +553,13 @@ class Scheduler:
         self._schedule_all(self.scheduling_strategy.restart_tasks(self.graph), out)
 
     def next_timer(self) -> int | None:
-        """The earliest waiting restart whose vertices all ended (until then the end of the
-        last one restarts them); None when none waits."""
+        """The earliest deployment deadline, or waiting restart whose vertices all ended
+        (until then the end of the last one restarts them); None when none waits."""
+        deadline = min(self.deployment_deadlines.values(), default=None)
         if self.status is not JobStatus.RESTARTING:
-            return None
+            return deadline
         ready = [r.at for r in self.pending_restarts if self._due(r, r.at)]
-        return min(ready, default=None)
+        return min((t for t in (*ready, deadline) if t is not None), default=None)
 
     # -- cancel and rescale --------------------------------------------------------------
 

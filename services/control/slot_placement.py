@@ -10,7 +10,7 @@ ordered by (utilization, registration), with stale entries dropped lazily when t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Protocol
 
@@ -81,11 +81,17 @@ class FreeSlotIndex:
         self.latest.pop(te.resource_id, None)
 
     def pick(
-        self, request: ResourceProfile, executors: Mapping[str, Placeable]
+        self,
+        request: ResourceProfile,
+        executors: Mapping[str, Placeable],
+        blocked: Collection[str] = (),
     ) -> Placeable | None:
-        """The TaskExecutor whose free slot serves `request`, or None if no free slot fits."""
+        """The TaskExecutor whose free slot serves `request`, or None if no free slot fits;
+        never one of `blocked`."""
         if not self.free_total:
             return None
+        if blocked:
+            return self._pick_outside(request, executors, frozenset(blocked))
         best: Entry | None = None
         for profile, heap in self.heaps.items():
             if not is_matching(profile, request):
@@ -95,3 +101,15 @@ class FreeSlotIndex:
             if heap and (best is None or heap[0] < best):
                 best = heap[0]
         return executors[best[2]] if best else None
+
+    def _pick_outside(
+        self, request: ResourceProfile, executors: Mapping[str, Placeable], blocked: frozenset[str]
+    ) -> Placeable | None:
+        """`pick` past the blocked ones: a scan of the current entries, which only the rare
+        request of a job that blocked a TaskExecutor pays (the heaps' tops may be blocked)."""
+        candidates = [
+            entry
+            for entry, profile in self.latest.values()
+            if entry[2] not in blocked and is_matching(profile, request)
+        ]
+        return executors[min(candidates)[2]] if candidates else None

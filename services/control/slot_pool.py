@@ -68,6 +68,10 @@ from .slot_request_listener import Completion, SlotRequestListener, completes_re
 
 PRODUCER = "slotpool"
 
+MAX_BLOCKED_TASK_MANAGERS = 64
+"""TaskManagers a pool avoids at once; past this many the one blocked first is forgotten, so
+every slot request names a bounded list."""
+
 
 @dataclass(frozen=True)
 class SlotPoolConfig:
@@ -114,6 +118,9 @@ class SlotPool(Reducer):
     allocated_slots: dict[str, AllocatedSlot] = field(default_factory=dict)
     request_of_allocation: dict[str, str] = field(default_factory=dict)
     available_slots: dict[str, tuple[AllocatedSlot, int]] = field(default_factory=dict)
+    blocked_task_managers: dict[str, None] = field(default_factory=dict)
+    """TaskManagers the job takes no more slots of, oldest first: a deployment there was not
+    acknowledged in time (Flink's blocklist, per JobMaster)."""
     listener: SlotRequestListener | None = derived(default=None)
     """Set by the Scheduler that owns the pool."""
     completed: list[Completion] = derived(default_factory=list)
@@ -334,6 +341,7 @@ class SlotPool(Reducer):
         self.pending_of_allocation.clear()
         self.available_on.clear()
         self.allocated_on.clear()
+        self.blocked_task_managers.clear()
 
     # -- ResourceManager connection ------------------------------------------------------
 
@@ -374,6 +382,7 @@ class SlotPool(Reducer):
             timeout_ms=(request.deadline - out.cause.event_time)
             if request.deadline is not None
             else 0,
+            blocked_resource_ids=list(self.blocked_task_managers),
         )
 
     # -- requests from the scheduler -----------------------------------------------------
@@ -589,9 +598,24 @@ class SlotPool(Reducer):
         for slot in self.slots_of(resource_id):
             self._drop_slot(slot, cause, out)
 
+    def block_task_manager(self, resource_id: str, cause: str, out: Decisions) -> None:
+        """Take no more slots of the TaskManager (BlocklistDeclarativeSlotPool): its free
+        slots are freed now, a slot of it released later is freed instead of reused, and
+        later requests ask the ResourceManager for slots elsewhere. Requests already sent
+        may still be served there; slots in use stay."""
+        self.blocked_task_managers.pop(resource_id, None)
+        self.blocked_task_managers[resource_id] = None
+        if len(self.blocked_task_managers) > MAX_BLOCKED_TASK_MANAGERS:
+            del self.blocked_task_managers[next(iter(self.blocked_task_managers))]
+        for slot in list(self.available_on.get(resource_id, {}).values()):
+            self._drop_slot(slot, cause, out)
+
     def _drop_slot(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
         """Remove a held slot, free it on its TaskExecutor and fail the request using it."""
         self._remove_held(slot, cause, out)
+        self._free_on_task_executor(slot, cause, out)
+
+    def _free_on_task_executor(self, slot: AllocatedSlot, cause: str, out: Decisions) -> None:
         self._emit(
             out,
             SlotFreeRequested,
@@ -687,7 +711,11 @@ class SlotPool(Reducer):
             self._emit(out, SlotOfferRejected, **common, reason=reason)
 
     def _fulfill_or_make_available(self, slot: AllocatedSlot, out: Decisions) -> None:
-        """tryFulfillSlotRequestOrMakeAvailable: sent requests first, then stashed (SP-37)."""
+        """tryFulfillSlotRequestOrMakeAvailable: sent requests first, then stashed (SP-37);
+        a slot of a blocked TaskManager is freed instead."""
+        if slot.resource_id in self.blocked_task_managers:
+            self._free_on_task_executor(slot, f"TaskManager {slot.resource_id} is blocked", out)
+            return
         for waiting in (self.pending_requests, self.waiting_for_resource_manager):
             for request in waiting.values():
                 if is_matching(slot.resource_profile, request.resource_profile):

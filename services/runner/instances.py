@@ -13,6 +13,7 @@ import uuid
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
     TaskManagerHeartbeat,
+    TaskManagerLost,
     TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
 )
@@ -108,3 +109,25 @@ class TaskExecutorInstances:
             )
             for rid, instance in self.current().items()
         ]
+
+    def shutdowns(self, now_ms: int) -> list[TaskManagerLost]:
+        """What the TaskExecutors tell the ResourceManager as the runner stops (Flink's
+        disconnectTaskManager from TaskExecutor.onStop): each current instance is gone, so no
+        job is placed there and what it ran fails over at once, not after the heartbeat
+        timeout. Named by instance, so a later instance under the same id outlives it."""
+        return [
+            TaskManagerLost(
+                event_id=derived_id(f"{rid}@{instance}", "shut down"),
+                event_time=now_ms,
+                producer=self.producer,
+                resource_id=rid,
+                cause=shutdown_cause(rid),
+                instance_id=instance,
+            )
+            for rid, instance in self.current().items()
+        ]
+
+
+def shutdown_cause(resource_id: str) -> str:
+    """Why a TaskExecutor of this runner is gone, and why its tasks failed."""
+    return f"TaskExecutor {resource_id} is shutting down."

@@ -47,7 +47,7 @@ from jobledger.schemas.types import ExecutionState
 from ..client_properties import java_properties
 from ..kafka import TYPE_HEADER, append_events
 from . import checkpoint, task
-from .instances import TaskExecutorInstances
+from .instances import TaskExecutorInstances, shutdown_cause
 from .kafka_source import FORMAT, register
 from .metrics import RunnerMetrics
 from .session import spark_session
@@ -342,9 +342,14 @@ class TaskRunner:
         threading.Thread(target=self.stop, name="jobledger-runner-stop").start()
 
     def stop(self) -> None:
-        """Stop reading, cancel the Spark jobs still running (their attempts are reported
-        CANCELED) and wait for them to end: nothing this runner started outlives it."""
+        """Tell the ResourceManager the TaskExecutors are gone (`_shut_down`), stop reading,
+        cancel the Spark jobs still running (attempts the JobMasters asked to cancel are
+        reported CANCELED, the others FAILED: the TaskExecutor shut down under them) and wait
+        for them to end: nothing this runner started outlives it, and no job waits for it."""
+        first = not self.stopping.is_set()
         self.stopping.set()
+        if first:
+            self._shut_down()
         if self.query is not None:
             # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
             # collect as an error with a long Java trace: expected here, so not shown
@@ -353,11 +358,27 @@ class TaskRunner:
         with self.lock:
             running = list(self.groups.values())
         for group in running:
-            group.cancelled.update(d.execution_attempt_id for d in group.deployments)
             self.spark.sparkContext.cancelJobGroup(group.name)
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.gate.close()
         self.producer.close()
+
+    def _shut_down(self) -> None:
+        """The TaskExecutors' last word, once the heartbeats stopped (a beat after it would
+        only be refused): each current instance is gone. Written before the tasks are
+        stopped, so their JobMasters fail them over at once; a broker that cannot take it
+        leaves the heartbeat timeout to find them gone."""
+        if self.heartbeats.is_alive() and self.heartbeats is not threading.current_thread():
+            self.heartbeats.join()
+        if not self.heartbeats.ident:  # never started: nothing was registered
+            return
+        try:
+            self._emit(self.task_executors.shutdowns(_now_ms()))
+        except Exception as exc:
+            log.error(
+                "could not tell the ResourceManager that the TaskExecutors stop (%s); it "
+                "finds them gone after its heartbeat timeout", _first_line(exc),
+            )  # fmt: skip
 
     def await_termination(self) -> None:
         """Until `stop()`; the query may be restarted meanwhile. Raises `RunnerStopped` if the
@@ -382,7 +403,7 @@ class TaskRunner:
         """The ResourceManager lost this instance (silent past its heartbeat timeout, e.g.
         paused): the JobMasters failed its tasks, so what it still runs is cancelled, and it
         registers again as a new instance, as Flink's TaskExecutor reconnects."""
-        if not self.task_executors.closed(event):
+        if self.stopping.is_set() or not self.task_executors.closed(event):
             return
         log.warning("the ResourceManager closed %s's connection (%s); cancelling its tasks and "
                     "registering again as a new instance", event.resource_id,
@@ -542,6 +563,8 @@ class TaskRunner:
                     continue  # reported CANCELED when it was cancelled
                 if d.execution_attempt_id in group.cancelled:
                     self._report(d, ExecutionState.CANCELED)
+                elif self.stopping.is_set():
+                    self._report(d, ExecutionState.FAILED, shutdown_cause(d.resource_id))
                 else:
                     self._report(d, ExecutionState.FAILED, _first_line(exc))
         finally:
