@@ -9,7 +9,7 @@ runtime feeds the same `process` from Kafka.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,12 +185,18 @@ class ReducerDriver:
         derived = self.awaiting.get(event.event_id)
         return derived is not None and same_decision(derived, event)
 
-    def admit(self, event: Event, principal: str, role: str) -> str | None:
+    def admit(
+        self, event: Event, principal: str, role: str,
+        owners: Mapping[str, str] = authorizer.NO_OWNERS,
+    ) -> str | None:  # fmt: skip
         """Why `principal` (whose signature the record carries, of `role`) may not write
         `event`, or None: who may write it first (the reason names the writer), then what
-        `refusal` asks of anyone's. A job submitted is bound to its submitter from then on."""
+        `refusal` asks of anyone's. `owners`: each TaskExecutor's runner principal, as the
+        keyring states it. A job submitted is bound to its submitter from then on."""
         deciding = event.producer in DECIDING_PRODUCERS
-        reason = authorizer.refusal(event, principal, role, self, deciding) or self.refusal(event)
+        reason = authorizer.refusal(event, principal, role, self, deciding, owners) or self.refusal(
+            event
+        )
         if reason is None and isinstance(event, JobSubmitted):
             self.submitters.setdefault(event.job_id, principal)
         return reason
