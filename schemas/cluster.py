@@ -52,6 +52,11 @@ class TaskManagerLost(Event):
 
     resource_id: ResourceID
     cause: str = Field(description="Why it is considered lost.")
+    instance_id: str | None = Field(
+        default=None,
+        description="The instance lost (null: whichever is registered, if it registered "
+        "before this was written); the loss of an earlier instance changes nothing.",
+    )
 
 
 class ResourceManagerConnected(Event):
@@ -105,6 +110,12 @@ class TaskManagerConnectionClosed(Event):
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     cause: str = Field(description="Why the connection was closed.")
     instance_id: InstanceID = None
+    replaced_by_instance_id: str | None = Field(
+        default=None,
+        description="The instance registered in its place, when another registration under "
+        "its ResourceID replaced it (null: lost, not replaced). A runner that did not make "
+        "that instance stops: another process holds its TaskExecutor.",
+    )
 
 
 class JobMasterRegistrationRequested(Event):
