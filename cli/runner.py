@@ -60,9 +60,9 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
     )  # fmt: skip
     p.add_argument(
         "--runner-id", default="runner",
-        help="prefix of the TaskExecutors' ids; where the services check signatures, the "
-        "signing principal's name or one starting with it and a dash (a runner principal "
-        "speaks only for the TaskExecutors it owns)",
+        help="the TaskExecutors are RUNNER_ID-0 .. RUNNER_ID-<N-1>; where the services check "
+        "signatures, the keyring must state them as the signing principal's (`jobledger keys "
+        "new PRINCIPAL --role runner --runner-id RUNNER_ID --task-executors N`)",
     )  # fmt: skip
     p.add_argument(
         "--heartbeat-interval", type=positive_float, default=10.0, metavar="SECONDS",

@@ -58,8 +58,8 @@ class TaskManagerLost(Event):
     instance_id: InstanceID = Field(
         default=None,
         description="The instance that is gone (a TaskExecutor shutting down names its own): "
-        "another instance registered under the ResourceID is not lost with it. None: whichever "
-        "is registered.",
+        "the loss of an earlier instance changes nothing. None: whichever is registered, if it "
+        "registered before this was written.",
     )
 
 
@@ -114,6 +114,12 @@ class TaskManagerConnectionClosed(Event):
     resource_manager_id: str = Field(description="Fencing token of the ResourceManager leader.")
     cause: str = Field(description="Why the connection was closed.")
     instance_id: InstanceID = None
+    replaced_by_instance_id: str | None = Field(
+        default=None,
+        description="The instance registered in its place, when another registration under "
+        "its ResourceID replaced it (null: lost, not replaced). A runner that did not make "
+        "that instance stops: another process holds its TaskExecutor.",
+    )
 
 
 class JobMasterRegistrationRequested(Event):

@@ -18,7 +18,7 @@ from typing import Any
 
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 
-from .control.driver import ReducerDriver
+from .control.driver import DEDUP_WINDOW, ReducerDriver
 from .control.failover_strategy import FailoverStrategyName
 from .control.job_master import JobMasterConfig
 from .control.resource_manager import ResourceManager, ResourceManagerConfig
@@ -98,6 +98,9 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
     "taskmanager.slot.timeout": (
         duration_ms, "10 s", "how long a TaskExecutor keeps an allocated slot unused"),
     "heartbeat.timeout": (duration_ms, "50000", "a TaskExecutor silent this long is lost"),
+    "jobledger.dedup-window": (
+        _count, str(DEDUP_WINDOW), "input ids each partition remembers to drop a record "
+        "delivered twice (an old record re-sent later is the reducers' to refuse)"),
     "cluster.evenly-spread-out-slots": (
         _boolean, "true", "spread slots over TaskExecutors, false: fill one first (jobledger "
         "spreads unless told; Flink's default is false)"),
@@ -179,4 +182,5 @@ class Configuration:
                 slot_timeout_ms=self.get("taskmanager.slot.timeout")
             ),
             resource_manager=ResourceManager(self.resource_manager()),
+            dedup_window=self.get("jobledger.dedup-window"),
         )

@@ -21,9 +21,16 @@ topics (another prefix) or another role's.
 
 The keyring (`keyring.json`, written by `jobledger keys`) lists each key: its id, the
 principal it belongs to, that principal's role (`admin`, `services`, `runner`, `client`), the
-public key, and when it was revoked, if it was. A key is never deleted, only revoked: the
-services and a later `replay --verify` of the log must judge each record alike. A revoked key
-signs nothing appended at or after its revocation time, the time being the record's timestamp
+public key, when it was revoked, if it was, and for a runner's key the TaskExecutors
+(ResourceIDs) its principal speaks for. That list is the only source of a runner's authority
+over a TaskExecutor: nothing is inferred from the shape of names (a principal `rk` once owned
+`rk-2-0` of principal `rk-2` by a prefix rule), and a ResourceID stated for two principals
+makes the keyring unusable, so each TaskExecutor has at most one owner.
+
+A key is never deleted, only revoked: the services and a later `replay --verify` of the log
+must judge each record alike (so a TaskExecutor's stated owner is never moved to another
+principal: give the other its own ResourceIDs). A revoked key signs nothing appended at or
+after its revocation time, the time being the record's timestamp
 (`jobledger broker --secure` has the brokers stamp it: LogAppendTime, so a writer cannot date
 its record before the revocation).
 """
@@ -139,6 +146,11 @@ class KeyEntry:
     public_key: str
     """The raw 32-byte public key, base64."""
     revoked_at_ms: int | None = None
+    task_executors: tuple[str, ...] = ()
+    """The ResourceIDs of the TaskExecutors this key's principal (a runner) speaks for."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task_executors", tuple(self.task_executors))
 
 
 @dataclass
@@ -149,6 +161,7 @@ class Keyring:
 
     def __post_init__(self) -> None:
         self._public: dict[str, Ed25519PublicKey] = {}
+        self._owners: dict[str, str] | None = None
 
     @classmethod
     def load(cls, path: Path) -> Keyring:
@@ -163,20 +176,64 @@ class Keyring:
             if entry.role not in ROLES:
                 raise KeyFileError(f"{path}: key {entry.key_id} has role {entry.role!r}, not one "
                                 f"of {', '.join(ROLES)}")  # fmt: skip
-        return cls({entry.key_id: entry for entry in entries})
+        keyring = cls({entry.key_id: entry for entry in entries})
+        conflict = keyring.ownership_conflict()
+        if conflict is not None:
+            raise KeyFileError(f"{path}: {conflict}")
+        return keyring
+
+    def owners(self) -> dict[str, str]:
+        """Each TaskExecutor's owner: ResourceID -> the runner principal the keyring states
+        speaks for it (`ReducerDriver.admit` takes this, not a rule over names); asked per
+        record, so made once."""
+        if self._owners is None:
+            self._owners = {
+                resource_id: entry.principal
+                for entry in self.entries.values()
+                for resource_id in entry.task_executors
+            }
+        return self._owners
+
+    def ownership_conflict(self) -> str | None:
+        """Why the stated ownership is ambiguous (a TaskExecutor of two principals, or of a
+        principal that is no runner), or None."""
+        seen: dict[str, str] = {}
+        for entry in self.entries.values():
+            if entry.task_executors and entry.role != "runner":
+                return (f"key {entry.key_id} of {entry.principal} ({entry.role}) states "
+                        "TaskExecutors: only a runner's key may")  # fmt: skip
+            for resource_id in entry.task_executors:
+                other = seen.setdefault(resource_id, entry.principal)
+                if other != entry.principal:
+                    return (f"TaskExecutor {resource_id!r} is stated for both {other} and "
+                            f"{entry.principal}: a TaskExecutor has one owner")  # fmt: skip
+        return None
 
     def save(self, path: Path) -> None:
-        data = {"keys": [asdict(entry) for entry in self.entries.values()]}
+        data = {"keys": [_entry_json(entry) for entry in self.entries.values()]}
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(temporary, path)
 
-    def add(self, key: SigningKey, principal: str, role: str) -> KeyEntry:
+    def add(
+        self, key: SigningKey, principal: str, role: str, task_executors: tuple[str, ...] = ()
+    ) -> KeyEntry:
+        """Add `key` of `principal`; a runner's states the TaskExecutors it speaks for (a
+        TaskExecutor stated for another principal is refused, the keyring unchanged)."""
         if role not in ROLES:
             raise KeyFileError(f"role {role!r} is not one of {', '.join(ROLES)}")
-        entry = KeyEntry(key.key_id, principal, role, key.public_b64())
+        entry = KeyEntry(key.key_id, principal, role, key.public_b64(), None, task_executors)
+        before = self.entries.get(entry.key_id)
         self.entries[entry.key_id] = entry
+        self._owners = None
+        conflict = self.ownership_conflict()
+        if conflict is not None:
+            if before is None:
+                del self.entries[entry.key_id]
+            else:
+                self.entries[entry.key_id] = before
+            raise KeyFileError(conflict)
         return entry
 
     def revoke(self, key_id_or_principal: str, at_ms: int) -> list[KeyEntry]:
@@ -228,6 +285,16 @@ class Keyring:
             raw = base64.b64decode(entry.public_key)
             public = self._public[entry.key_id] = Ed25519PublicKey.from_public_bytes(raw)
         return public
+
+
+def _entry_json(entry: KeyEntry) -> dict:
+    """A key as the keyring file holds it (a key that states no TaskExecutor, as before)."""
+    data = asdict(entry)
+    if entry.task_executors:
+        data["task_executors"] = list(entry.task_executors)
+    else:
+        del data["task_executors"]
+    return data
 
 
 def _headers(headers: list | dict | None) -> dict[str, bytes] | None:

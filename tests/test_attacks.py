@@ -300,13 +300,13 @@ def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(clu
            f"{client_only}" for n in range(6)},
         "finish it unsigned": "unsigned record (no jobledger.signer/jobledger.signature header)",
         "fail a task as another runner": f"{who_r} reported attempt {first} of job {jid}, "
-        f"which runs on TaskExecutor {TE}, not its own",
+        f"which runs on TaskExecutor {TE}, not its own (it is runner's)",
         "fail a task as a client": f"{who_m} wrote TaskExecutionStateChanged: {client_only}",
         "cancel someone's job": f"{who_m} wrote JobCancellationRequested for job {jid}, "
         f"submitted by client: {submitter_only}",
         "steal every slot": f"{who_m} wrote TaskManagerRegistered: {client_only}",
         "steal every slot as a runner": f"{who_r} wrote TaskManagerRegistered for TaskExecutor "
-        "'tm-rogue', which is not its own",
+        "'tm-rogue', which is not its own (the keyring states no owner)",
         "seize leadership": f"{who_m} wrote JobMasterLeadershipGranted for job {jid}, "
         f"submitted by client: {submitter_only}",
         "seize leadership as the submitter": f"client (client) wrote JobMasterLeadershipGranted "

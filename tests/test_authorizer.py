@@ -16,11 +16,13 @@ from jobledger.schemas.jobs import (
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.types import ExecutionState, KeyGroupRange, OwnerKind
-from jobledger.services.control.authorizer import owns
 from jobledger.services.host import snapshot
 
 from .events import profile
 from .jobs import JM, JOB, JobCluster, vertex
+
+OWNERS = {"tm-0": "tm", "tm-1": "tm", "tm-9": "tm", "tm-2-0": "tm-2", "rogue-0": "rogue"}
+"""Each TaskExecutor's runner principal, as a keyring states it (`Keyring.owners`)."""
 
 
 @pytest.fixture
@@ -40,10 +42,24 @@ def attempts(c: JobCluster) -> dict[str, str]:
     }  # fmt: skip
 
 
-def test_a_runner_principal_owns_its_name_and_what_starts_with_it_and_a_dash():
-    assert [owns("tm", rid) for rid in ("tm", "tm-0", "tm-a-1", "tmx-0", "t", "xtm-0")] == [
-        True, True, True, False, False, False,
-    ]  # fmt: skip
+def test_a_runner_speaks_for_the_task_executors_the_keyring_states_never_for_a_name(cluster):
+    """Principal `tm` once owned `tm-2-0` of principal `tm-2`, its name being a prefix of the
+    ResourceID: ownership is what the keyring states, and the reason names the owner."""
+    c = cluster
+    beats = {rid: c.clock(TaskManagerHeartbeat, resource_id=rid)
+             for rid in ("tm-0", "tm-2-0", "tm", "tm-7")}  # fmt: skip
+    assert {rid: c.driver.admit(beat, "tm", "runner", OWNERS) for rid, beat in beats.items()} == {
+        "tm-0": None,
+        "tm-2-0": "tm (runner) wrote TaskManagerHeartbeat for TaskExecutor 'tm-2-0', which is "
+        "not its own (it is tm-2's)",
+        "tm": "tm (runner) wrote TaskManagerHeartbeat for TaskExecutor 'tm', which is not its "
+        "own (the keyring states no owner)",
+        "tm-7": "tm (runner) wrote TaskManagerHeartbeat for TaskExecutor 'tm-7', which is not "
+        "its own (the keyring states no owner)",
+    }
+    assert c.driver.admit(beats["tm-2-0"], "tm-2", "runner", OWNERS) is None
+    # a keyring that states nothing gives a runner nothing
+    assert c.driver.admit(beats["tm-0"], "tm", "runner") is not None
 
 
 def test_only_the_services_write_decisions_and_timers(cluster):
@@ -74,13 +90,14 @@ def test_a_runner_registers_and_beats_only_for_its_own_task_executors(cluster):
     c = cluster
     registered = c.clock(TaskManagerRegistered, resource_id="tm-9", address="a:1",
                          number_of_slots=1, resource_profile=profile(1.0, 1024))  # fmt: skip
-    assert c.driver.admit(registered, "tm", "runner") is None
-    assert c.driver.admit(registered, "rogue", "runner") == (
-        "rogue (runner) wrote TaskManagerRegistered for TaskExecutor 'tm-9', which is not its own"
+    assert c.driver.admit(registered, "tm", "runner", OWNERS) is None
+    assert c.driver.admit(registered, "rogue", "runner", OWNERS) == (
+        "rogue (runner) wrote TaskManagerRegistered for TaskExecutor 'tm-9', which is not its own "
+        "(it is tm's)"
     )
     beat = c.clock(TaskManagerHeartbeat, resource_id="tm-0")
-    assert c.driver.admit(beat, "tm", "runner") is None
-    assert c.driver.admit(beat, "tm-0x", "runner") is not None
+    assert c.driver.admit(beat, "tm", "runner", OWNERS) is None
+    assert c.driver.admit(beat, "tm-0x", "runner", OWNERS) is not None
     assert c.driver.admit(registered, "alice", "client") == (
         "alice (client) wrote TaskManagerRegistered: a client writes only submissions and "
         "requests about its jobs"
@@ -91,16 +108,16 @@ def test_only_the_runner_of_an_attempts_task_executor_reports_its_state(cluster)
     c = cluster
     attempt, where = next(iter(attempts(c).items()))
     report = c.state_report(attempt, ExecutionState.FAILED, "java.lang.RuntimeException: forged")
-    assert c.driver.admit(report, "tm", "runner") is None
-    assert c.driver.admit(report, "rogue", "runner") == (
+    assert c.driver.admit(report, "tm", "runner", OWNERS) is None
+    assert c.driver.admit(report, "rogue", "runner", OWNERS) == (
         f"rogue (runner) reported attempt {attempt} of job {JOB}, which runs on TaskExecutor "
-        f"{where}, not its own"
+        f"{where}, not its own (it is tm's)"
     )
     claiming = report.model_copy(update={"resource_id": "rogue-0"})
-    assert c.driver.admit(claiming, "rogue", "runner") is not None
+    assert c.driver.admit(claiming, "rogue", "runner", OWNERS) is not None
     # an attempt the job does not run is the JobMaster's to reject, with its own reason
     unknown = c.state_report("no-such-attempt", ExecutionState.FINISHED)
-    assert c.driver.admit(unknown, "rogue", "runner") is None
+    assert c.driver.admit(unknown, "rogue", "runner", OWNERS) is None
 
 
 def test_a_task_speaks_to_its_job_only_from_a_runner_hosting_it(cluster):
@@ -113,8 +130,8 @@ def test_a_task_speaks_to_its_job_only_from_a_runner_hosting_it(cluster):
     aggregate = c.clock(GlobalAggregateUpdateRequested, job_id=JOB, job_master_id=JM,
                         aggregate_name="a", value=1)  # fmt: skip
     for event in (registered, aggregate):
-        assert c.driver.admit(event, "tm", "runner") is None
-        assert c.driver.admit(event, "rogue", "runner") == (
+        assert c.driver.admit(event, "tm", "runner", OWNERS) is None
+        assert c.driver.admit(event, "rogue", "runner", OWNERS) == (
             f"rogue (runner) wrote {event.type_name()} for job {JOB}, none of whose tasks it runs"
         )
 
@@ -162,11 +179,12 @@ def test_a_lost_task_manager_is_an_admins_word_or_its_own_runners_as_it_shuts_do
     c = cluster
     lost = c.clock(TaskManagerLost, resource_id="tm-0", cause="operator")
     assert c.driver.admit(lost, "root", "admin") is None
-    assert c.driver.admit(lost, "tm", "runner") is None
-    assert c.driver.admit(lost, "rogue", "runner") == (
-        "rogue (runner) wrote TaskManagerLost for TaskExecutor 'tm-0', which is not its own"
+    assert c.driver.admit(lost, "tm", "runner", OWNERS) is None
+    assert c.driver.admit(lost, "rogue", "runner", OWNERS) == (
+        "rogue (runner) wrote TaskManagerLost for TaskExecutor 'tm-0', which is not its own "
+        "(it is tm's)"
     )
-    assert c.driver.admit(lost, "alice", "client") == (
+    assert c.driver.admit(lost, "alice", "client", OWNERS) == (
         "alice (client) wrote TaskManagerLost: a client writes only submissions and requests "
         "about its jobs"
     )

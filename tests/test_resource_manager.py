@@ -82,10 +82,10 @@ def asked(alloc, tm, index, job="job", prof=UNKNOWN):
     )  # fmt: skip
 
 
-def closed(tm, cause, instance=None):
+def closed(tm, cause, instance=None, replaced_by=None):
     return expect(
         TaskManagerConnectionClosed, resource_id=tm, resource_manager_id="rm", cause=cause,
-        instance_id=instance,
+        instance_id=instance, replaced_by_instance_id=replaced_by,
     )  # fmt: skip
 
 
@@ -225,7 +225,7 @@ def test_a_new_instance_replaces_the_old_one_whose_jobs_are_told_first():
     )
     assert_derived(events, [
         expect(TaskManagerLost, resource_id="tm-1", cause=cause), disconnected("j1", "tm-1", cause),
-        closed("tm-1", cause, "i1"), accepted("tm-1", instance="i2"),
+        closed("tm-1", cause, "i1", replaced_by="i2"), accepted("tm-1", instance="i2"),
     ])  # fmt: skip
     assert rm.rm.free_slots() == 2
     assert rm.rm.requests == {}

@@ -4,6 +4,8 @@ stops this runner, and a close of an earlier instance is old news."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistrationAccepted
 from jobledger.services.runner.instances import TaskExecutorInstances
 
@@ -68,3 +70,61 @@ def test_heartbeats_name_the_current_instances():
     assert {(b.resource_id, b.instance_id, b.event_time, b.producer) for b in beats} == {
         (rid, instance, 50, "runner") for rid, instance in registered.items()
     }
+
+
+def test_registrations_of_one_task_executor_are_dated_each_after_the_last():
+    """The ResourceManager orders a TaskExecutor's instances by their registrations' event
+    times, so a clock that stood still (or stepped back) still dates a new one later."""
+    executors = TaskExecutorInstances("r", 1, slots=1, producer="runner")
+    times = [executors.register(None, now)[0].event_time for now in (100, 100, 90, 200)]
+    assert times == [100, 101, 102, 200]
+
+
+def test_an_instance_replaced_by_another_process_s_stops_the_runner_not_one_replaced_by_its_own():
+    """README: two live runners with one --runner-id take the TaskExecutor from each other;
+    "the one whose instance is replaced stops with exit code 1 and says so"."""
+    clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
+    [old] = executors.register(None, 1)
+    [new] = executors.register(None, 2)
+    executors.accepted(_accepted(clock, "r-0", new.instance_id))
+
+    def closed(instance: str, successor: str | None) -> TaskManagerConnectionClosed:
+        return clock(TaskManagerConnectionClosed, resource_id="r-0", instance_id=instance,
+                     resource_manager_id="rm", cause="re-connected",
+                     replaced_by_instance_id=successor)  # fmt: skip
+
+    assert executors.replaced(closed(old.instance_id, new.instance_id)) is None  # our own
+    assert executors.replaced(closed(new.instance_id, None)) is None  # lost: registers again
+    assert executors.is_live("r-0")
+    said = executors.replaced(closed(new.instance_id, "someone-elses"))
+    assert said == (
+        "another process registered TaskExecutor r-0 (instance someone-elses), replacing this "
+        f"runner's instance {new.instance_id}; stopping this runner: give each runner its own "
+        "--runner-id"
+    )
+    assert not executors.is_live("r-0")
+
+
+def test_the_runner_stops_when_another_process_replaced_its_instance_registers_when_lost():
+    """`TaskRunner._on_connection_closed`: a replacement by another process is `_fail` (the
+    command exits 1 with the reason), a loss is a new registration."""
+    from jobledger.services.runner.runner import TaskRunner
+
+    clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
+    [mine] = executors.register(None, 1)
+    executors.accepted(_accepted(clock, "r-0", mine.instance_id))
+    failed: list[str] = []
+    started_over: list[list[str]] = []
+    runner = SimpleNamespace(task_executors=executors, _fail=failed.append,
+                             _start_over=started_over.append)  # fmt: skip
+
+    def closed(successor: str | None) -> TaskManagerConnectionClosed:
+        return clock(TaskManagerConnectionClosed, resource_id="r-0", instance_id=mine.instance_id,
+                     resource_manager_id="rm", cause="c",
+                     replaced_by_instance_id=successor)  # fmt: skip
+
+    TaskRunner._on_connection_closed(runner, closed("theirs"))
+    assert (len(failed), started_over) == (1, [])
+    assert failed[0].startswith("another process registered TaskExecutor r-0 (instance theirs)")
+    TaskRunner._on_connection_closed(runner, closed(None))
+    assert started_over == [["r-0"]]

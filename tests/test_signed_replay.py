@@ -42,8 +42,8 @@ SERDE = EventSerde()
 SERVICES, ALICE, BOB = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
 TM = SigningKey.generate()
 """The services' key signs the reducers' decisions; the runner `tm`'s what TaskExecutor tm-0
-says; alice's (a client) the job's submission; bob's (an admin) the second leadership grant,
-and what a test gives him."""
+says (the keyring states tm-0 and tm-1 as tm's); alice's (a client) the job's submission;
+bob's (an admin) the second leadership grant, and what a test gives him."""
 TASK_EXECUTOR_SAYS = {"TaskManagerRegistered", "TaskExecutionStateChanged",
                       "JobMasterRegistrationRequested"}  # fmt: skip
 
@@ -89,7 +89,7 @@ def keyring(tmp_path) -> Path:
     keys.add(SERVICES, "services", "services")
     keys.add(ALICE, "alice", "client")
     keys.add(BOB, "bob", "admin")
-    keys.add(TM, "tm", "runner")
+    keys.add(TM, "tm", "runner", ("tm-0", "tm-1"))
     path = tmp_path / "keyring.json"
     keys.save(path)
     return path

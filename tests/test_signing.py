@@ -140,3 +140,35 @@ def test_keys_new_list_and_revoke(tmp_path, capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[1:3] for line in lines] == [["alice", "client"], ["runner-eu", "runner"]]
     assert "revoked at" in lines[0] and "revoked" not in lines[1]
+
+
+def test_a_runner_key_states_its_task_executors_and_one_has_one_owner(
+    tmp_path, capsys, monkeypatch
+):
+    """`keys new --runner-id --task-executors` writes each ResourceID into the keyring as its
+    principal's; a ResourceID stated for a second principal is refused, by `keys new` and by
+    a keyring file edited by hand, and only a runner's key states any."""
+    monkeypatch.setenv("JOBLEDGER_HOME", str(tmp_path))
+    ring = tmp_path / "secure" / "keyring.json"
+    assert main(["keys", "new", "rk", "--role", "runner"]) == 0
+    assert main(["keys", "new", "rk-2", "--role", "runner", "--task-executors", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "rk-2 speaks for TaskExecutors rk-2-0, rk-2-1"
+    assert Keyring.load(ring).owners() == {"rk-0": "rk", "rk-2-0": "rk-2", "rk-2-1": "rk-2"}
+    taking = ["keys", "new", "thief", "--role", "runner", "--runner-id", "rk-2"]
+    assert main(taking) == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "TaskExecutor 'rk-2-0' is stated for both rk-2 and thief: a TaskExecutor has one owner"
+        )
+    )
+    assert not (tmp_path / "secure" / "thief.key").exists()
+    assert main(["keys", "new", "c", "--role", "client", "--task-executors", "1"]) == 1
+    data = json.loads(ring.read_text())
+    data["keys"][0]["task_executors"] = ["rk-2-1"]
+    ring.write_text(json.dumps(data))
+    with pytest.raises(KeyFileError, match="'rk-2-1' is stated for both rk and rk-2"):
+        Keyring.load(ring)
+    assert main(["keys", "list"]) == 1

@@ -177,7 +177,7 @@ class SignatureCheck:
         signer = UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
         if isinstance(signer, str):
             return SignatureRefused(position(record), signer)
-        reason = owner.admit(record.event, signer.principal, signer.role)
+        reason = owner.admit(record.event, signer.principal, signer.role, self.keyring.owners())
         if reason is not None:
             return SignatureRefused(position(record), reason, signed=True)
         self.checked += 1

@@ -7,10 +7,15 @@ operation, a resource; the answer is a refusal or nothing):
 
 - `services` write the reducers' decisions and the clock's `TimerFired`, and nothing else;
   nobody else writes those.
-- a `runner` writes what a TaskExecutor and its tasks say, for TaskExecutors it owns: a runner
-  principal P owns the resource ids `P` and `P-*` (a runner names its TaskExecutors
-  `<runner id>-<n>`, its runner id being its principal's name on a secured cluster; Kafka's
-  prefixed ACLs draw the same kind of line). A task's report is about an execution attempt:
+- a `runner` writes what a TaskExecutor and its tasks say, for TaskExecutors it owns: the
+  keyring states each TaskExecutor's owner (`owners`: ResourceID -> principal, from
+  `signing.Keyring.owners`), and nothing else does; a name is never read as a claim (a prefix
+  rule once gave principal `rk` the TaskExecutor `rk-2-0` of principal `rk-2`). Why the
+  keyring and not the first registration: every partition that judges a runner's record
+  needs the binding (the ResourceManager's for registrations and beats, the TaskExecutors'
+  for final states, the jobs' for task reports), and only the keyring is known to all of
+  them, and to replay, without a decision to carry it; nor can a runner claim a TaskExecutor
+  by registering it before its owner does. A task's report is about an execution attempt:
   the attempt's TaskExecutor, as its JobMaster placed it, must be the runner's own.
 - a `client` submits a job and is then that job's submitter (the binding lives in the
   reducer driver, and in its snapshots); only the submitter cancels or rescales it, and grants
@@ -22,6 +27,7 @@ operation, a resource; the answer is a refusal or nothing):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from jobledger.schemas import Event
@@ -77,14 +83,21 @@ class JobView(Protocol):
     def job_locations(self, job_id: str) -> set[str]: ...
 
 
-def owns(principal: str, resource_id: str) -> bool:
-    """Whether runner `principal` owns the TaskExecutor `resource_id`."""
-    return resource_id == principal or resource_id.startswith(f"{principal}-")
+NO_OWNERS: Mapping[str, str] = {}
 
 
-def refusal(event: Event, principal: str, role: str, jobs: JobView, deciding: bool) -> str | None:
+def _whose(owners: Mapping[str, str], resource_id: str | None) -> str:
+    owner = owners.get(resource_id) if resource_id is not None else None
+    return "the keyring states no owner" if owner is None else f"it is {owner}'s"
+
+
+def refusal(
+    event: Event, principal: str, role: str, jobs: JobView, deciding: bool,
+    owners: Mapping[str, str] = NO_OWNERS,
+) -> str | None:  # fmt: skip
     """Why `principal` (of `role`) may not write `event`, or None; `deciding`: the event
-    claims to be a reducer's decision."""
+    claims to be a reducer's decision; `owners`: each TaskExecutor's runner principal, as the
+    keyring states it."""
     who = f"{principal} ({role})"
     if deciding or isinstance(event, TimerFired):
         if role == SERVICES:
@@ -97,30 +110,36 @@ def refusal(event: Event, principal: str, role: str, jobs: JobView, deciding: bo
     if role == ADMIN:
         return None
     if role == RUNNER:
-        return _runner_refusal(event, principal, who, jobs)
+        return _runner_refusal(event, principal, who, jobs, owners)
     if role == CLIENT:
         return _client_refusal(event, principal, who, jobs)
     return f"{who}: no such role"
 
 
-def _runner_refusal(event: Event, principal: str, who: str, jobs: JobView) -> str | None:
+def _runner_refusal(
+    event: Event, principal: str, who: str, jobs: JobView, owners: Mapping[str, str]
+) -> str | None:
     name = event.type_name()
     if isinstance(event, TASK_EXECUTOR_EVENTS):
         resource_id = getattr(event, "resource_id", None)
-        if resource_id is None or not owns(principal, resource_id):
-            return f"{who} wrote {name} for TaskExecutor {resource_id!r}, which is not its own"
+        if resource_id is None or owners.get(resource_id) != principal:
+            return (
+                f"{who} wrote {name} for TaskExecutor {resource_id!r}, which is not its own "
+                f"({_whose(owners, resource_id)})"
+            )
         return None
     if isinstance(event, TASK_EVENTS):
         located = jobs.attempt_location(event.job_id, event.execution_attempt_id)
         for resource_id in (located, event.resource_id):
-            if resource_id is not None and not owns(principal, resource_id):
+            if resource_id is not None and owners.get(resource_id) != principal:
                 return (
                     f"{who} reported attempt {event.execution_attempt_id} of job "
-                    f"{event.job_id}, which runs on TaskExecutor {resource_id}, not its own"
+                    f"{event.job_id}, which runs on TaskExecutor {resource_id}, not its own "
+                    f"({_whose(owners, resource_id)})"
                 )
         return None
     if isinstance(event, JOB_TASK_EVENTS):
-        if any(owns(principal, rid) for rid in jobs.job_locations(event.job_id)):
+        if any(owners.get(rid) == principal for rid in jobs.job_locations(event.job_id)):
             return None
         return f"{who} wrote {name} for job {event.job_id}, none of whose tasks it runs"
     return f"{who} wrote {name}: a runner writes only what its TaskExecutors and tasks say"

@@ -9,7 +9,7 @@ runtime feeds the same `process` from Kafka.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,10 @@ from .slot_pool import SlotPool
 from .task_executor import TaskExecutor, TaskExecutorConfig
 
 DEDUP_WINDOW = 100_000
+"""How many input ids each partition remembers, by default (`jobledger.dedup-window`). The
+window drops a redelivered record; it is no defence against an old record re-sent on
+purpose, since a writer can push any id out of it: that is for the reducers, which refuse
+whatever addresses an instance, attempt or leader older than the current one."""
 
 OWN_PRODUCERS = {
     TopicRole.JOB: frozenset({JobMaster.producer, SlotPool.producer}),
@@ -73,14 +77,16 @@ class ReducerDriver:
     task_executors: dict[str, TaskExecutor] = field(default_factory=dict)
     recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """Ids of the latest inputs, to drop a redelivered one (a Spark retry, a broker that
-    leaks an aborted transaction); at most DEDUP_WINDOW long. An OrderedDict because dropping
+    leaks an aborted transaction); at most `dedup_window` long. An OrderedDict because dropping
     the oldest id of a plain dict rescans the deleted slots at its front every time."""
     rejected: OrderedDict[str, int] = field(default_factory=OrderedDict)
     """How often each recent input id was reduced and only rejected: a later input with that
-    id is reduced again, and its decisions take ids of their own (at most DEDUP_WINDOW)."""
+    id is reduced again, and its decisions take ids of their own (at most `dedup_window`)."""
     awaiting: dict[str, Event] = field(default_factory=dict)
     """Decisions an owner derived for itself, until their record comes back on its topic: a
     record that claims to be an owner's decision is one of these, or it is forged."""
+    dedup_window: int = DEDUP_WINDOW
+    """How many ids `recent` and `rejected` hold at most."""
     submitters: dict[str, str] = field(default_factory=dict)
     """Who submitted each job of this partition (on a cluster whose records are signed): the
     principal that alone, with an admin, may cancel, rescale or lead it (`authorizer`)."""
@@ -92,6 +98,7 @@ class ReducerDriver:
             job_master_config=self.job_master_config,
             task_executor_config=self.task_executor_config,
             resource_manager=ResourceManager(self.resource_manager.config),
+            dedup_window=self.dedup_window,
         )
 
     @property
@@ -185,12 +192,18 @@ class ReducerDriver:
         derived = self.awaiting.get(event.event_id)
         return derived is not None and same_decision(derived, event)
 
-    def admit(self, event: Event, principal: str, role: str) -> str | None:
+    def admit(
+        self, event: Event, principal: str, role: str,
+        owners: Mapping[str, str] = authorizer.NO_OWNERS,
+    ) -> str | None:  # fmt: skip
         """Why `principal` (whose signature the record carries, of `role`) may not write
         `event`, or None: who may write it first (the reason names the writer), then what
-        `refusal` asks of anyone's. A job submitted is bound to its submitter from then on."""
+        `refusal` asks of anyone's. `owners`: each TaskExecutor's runner principal, as the
+        keyring states it. A job submitted is bound to its submitter from then on."""
         deciding = event.producer in DECIDING_PRODUCERS
-        reason = authorizer.refusal(event, principal, role, self, deciding) or self.refusal(event)
+        reason = authorizer.refusal(event, principal, role, self, deciding, owners) or self.refusal(
+            event
+        )
         if reason is None and isinstance(event, JobSubmitted):
             self.submitters.setdefault(event.job_id, principal)
         return reason
@@ -247,7 +260,9 @@ class ReducerDriver:
             if decision.producer in owners and _same_partition(decision, role, key):
                 self.awaiting[decision.event_id] = decision
         if _only_rejected(event_id, decisions):
-            _keep_recent(self.rejected, event_id, self.rejected.get(event_id, 0) + 1)
+            _keep_recent(
+                self.rejected, event_id, self.rejected.get(event_id, 0) + 1, self.dedup_window
+            )
         else:
             self._remember(event_id)
         return decisions
@@ -256,7 +271,7 @@ class ReducerDriver:
         """Add an id `process` found not in the window (so it goes last as it is added)."""
         recent = self.recent
         recent[event_id] = None
-        if len(recent) > DEDUP_WINDOW:
+        if len(recent) > self.dedup_window:
             recent.popitem(last=False)
 
     def run(self, events: Iterable[Event]) -> list[Event]:
@@ -271,11 +286,11 @@ class ReducerDriver:
         return log
 
 
-def _keep_recent(window: OrderedDict[str, Any], key: str, value: Any) -> None:
-    """Put `key` last in `window`, dropping the oldest entry beyond DEDUP_WINDOW."""
+def _keep_recent(window: OrderedDict[str, Any], key: str, value: Any, limit: int) -> None:
+    """Put `key` last in `window`, dropping the oldest entry beyond `limit`."""
     window[key] = value
     window.move_to_end(key)
-    if len(window) > DEDUP_WINDOW:
+    if len(window) > limit:
         window.popitem(last=False)
 
 

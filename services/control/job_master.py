@@ -62,6 +62,11 @@ from .slot_pool import SlotPool, SlotPoolConfig
 
 PRODUCER = "jobmaster"
 
+FORMER_LEADERS_LIMIT = 64
+"""How many of a job's earlier JobMasterIds its JobMaster remembers, so a grant of one re-sent
+is refused: each leadership after the submission's is an admin's grant, so a job reaches
+this only by an operator's hand, and the oldest is forgotten first."""
+
 AGGREGATE_FUNCTIONS = frozenset({"sum"})
 """The aggregate functions a global aggregate may name (Flink's are user code)."""
 
@@ -93,6 +98,9 @@ class JobMaster(Reducer):
     config: JobMasterConfig = field(default_factory=JobMasterConfig)
     scheduler: Scheduler = field(init=False)
     job_master_id: str | None = None
+    former_leaders: list[str] = field(default_factory=list)
+    """The JobMasterIds that led this job before, oldest first (FORMER_LEADERS_LIMIT): a
+    leadership is never granted twice, so a grant of one of these is an old record re-sent."""
     global_aggregates: dict[str, int] = field(default_factory=dict)
     """The job's global aggregates by name (JM-10)."""
 
@@ -205,11 +213,20 @@ class JobMaster(Reducer):
     @handles(JobMasterLeadershipGranted)
     def on_leadership_granted(self, event: JobMasterLeadershipGranted, out: Decisions) -> None:
         """JM-9: the same id again is a no-op; a new id suspends the old execution and starts
-        again from a fresh ExecutionGraph."""
+        again from a fresh ExecutionGraph; an id that led the job before is an old grant
+        re-sent, refused (Flink's fencing tokens are never reused either)."""
         if event.job_master_id == self.job_master_id:
+            return
+        if event.job_master_id in self.former_leaders:
+            self._reject(
+                out,
+                f"JobMasterId {event.job_master_id} led job {self.job_id} before: a leadership "
+                "is never granted twice (an old grant, re-sent)",
+            )
             return
         if self.job_master_id is not None:
             self.scheduler.suspend(f"leadership passed to {event.job_master_id}", out)
+            self._retire_leader()
         self.job_master_id = event.job_master_id
         self.pool.start(event.job_master_id, out)
         if self.job is not None:
@@ -223,7 +240,14 @@ class JobMaster(Reducer):
             return
         self.scheduler.suspend("leadership revoked", out)
         self.pool.handle(event, out)
+        self._retire_leader()
         self.job_master_id = None
+
+    def _retire_leader(self) -> None:
+        """The leader's JobMasterId joins the former ones (the oldest beyond the limit goes)."""
+        if self.job_master_id is not None:
+            self.former_leaders.append(self.job_master_id)
+            del self.former_leaders[:-FORMER_LEADERS_LIMIT]
 
     # -- the job: delegated to the scheduler ---------------------------------------------
 

@@ -4,7 +4,14 @@
 Invariants:
 - a TaskExecutor is registered as one instance (one run of its process) at a time; it lives
   while that instance heartbeats, and is lost after `heartbeat.timeout` of silence or when
-  another instance registers under its ResourceID. Losing it has one path (`_lose`): its
+  another instance registers under its ResourceID;
+- instances of a TaskExecutor are ordered by the event time of their registrations (one
+  writer, the runner that owns it, dates them): a registration not newer than the instance
+  registered or lost last under its ResourceID is an old record re-sent, and is rejected
+  however long after the dedup window; so is a registration of a lost instance, a loss of an
+  instance that is not the registered one, and a beat older than the last (Flink fences the
+  same with a connection per instance and its InstanceID). Lost instances are remembered, one
+  per ResourceID, for the RETIRED_LIMIT ResourceIDs lost last. Losing it has one path (`_lose`): its
   requests in flight wait again, every job holding or awaiting a slot there is told
   (`TaskManagerDisconnected`, which fails the tasks on it), and its connection is closed;
 - a slot is FREE, PENDING for exactly one requested allocation (asked of its TaskExecutor,
@@ -50,6 +57,12 @@ from .slot_placement import FreeSlotIndex, SlotPlacement
 from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
+RETIRED_LIMIT = 4096
+"""How many lost TaskExecutors' last instances are remembered (oldest loss forgotten first),
+so their registrations, re-sent, are refused. A TaskExecutor forgotten here could be
+registered again by a re-sent registration of its last instance: a process that is not
+running, lost after `heartbeat.timeout`. On a secured cluster the keyring states every
+TaskExecutor a runner may register, and keyrings state fewer than this."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,10 @@ class RegisteredTaskExecutor:
     free: int = 0
     instance_id: str | None = None
     """The registered run of the TaskExecutor's process (null: a writer older than instances)."""
+    registered_at: int | None = None
+    """Event time of the instance's registration: a registration of another instance must
+    be newer (None: read from a snapshot written before it was kept; its last beat, which
+    is no earlier, stands in)."""
 
     def __post_init__(self) -> None:
         self.free = sum(1 for s in self.slots if s.state is SlotState.FREE)
@@ -94,6 +111,9 @@ class RegisteredTaskExecutor:
         """Every slot change goes through here, so the free count stays true."""
         self.free += (slot.state is SlotState.FREE) - (self.slots[index].state is SlotState.FREE)
         self.slots[index] = slot
+
+    def registration_time(self) -> int:
+        return self.last_heartbeat if self.registered_at is None else self.registered_at
 
     def utilization(self) -> float:
         return 1 - self.free / len(self.slots)
@@ -106,6 +126,14 @@ class RegisteredTaskExecutor:
             if slot.state is SlotState.FREE:
                 return index
         raise ValueError(f"TaskExecutor {self.resource_id} has no free slot")
+
+
+@dataclass
+class RetiredInstance:
+    """The last instance of a TaskExecutor that was lost, and when it registered."""
+
+    instance_id: str | None
+    registered_at: int
 
 
 @dataclass
@@ -136,6 +164,9 @@ class ResourceManager(Reducer):
     registrations: int = 0
     task_managers_lost: int = 0
     """TaskExecutors lost so far (a heartbeat timed out, or an operator said so)."""
+    retired: dict[str, RetiredInstance] = field(default_factory=dict)
+    """The last instance of each TaskExecutor lost and not registered since, in the order
+    they were lost; at most RETIRED_LIMIT."""
     free_slot_index: FreeSlotIndex = derived()
 
     producer: ClassVar[str] = PRODUCER
@@ -191,7 +222,11 @@ class ResourceManager(Reducer):
         says (after a crash: all free); the same instance registering again is acknowledged
         again; another instance under a registered ResourceID replaces it, so the old one is
         lost first, its tasks failed (Flink's "re-connected to the ResourceManager")."""
-        refusal = slot_count_refusal(event.number_of_slots) or _slot_report_refusal(event)
+        refusal = (
+            slot_count_refusal(event.number_of_slots)
+            or _slot_report_refusal(event)
+            or self._stale_registration(event)
+        )
         if refusal is not None:
             self._reject(out, refusal)
             return
@@ -202,8 +237,9 @@ class ResourceManager(Reducer):
                 f"instance {event.instance_id}, replacing instance {old.instance_id}."
             )
             out.emit(TaskManagerLost, resource_id=event.resource_id, cause=cause)
-            self._lose(event.resource_id, cause, out)
+            self._lose(event.resource_id, cause, out, replaced_by=event.instance_id)
         if event.resource_id not in self.task_executors:
+            self.retired.pop(event.resource_id, None)
             self.registrations += 1
             slots = [Slot() for _ in range(event.number_of_slots)]
             for status in event.slot_report:
@@ -219,10 +255,11 @@ class ResourceManager(Reducer):
                 event.event_time,
                 self.registrations,
                 instance_id=event.instance_id,
+                registered_at=event.event_time,
             )
             self.free_slot_index.changed(self.task_executors[event.resource_id])
         te = self.task_executors[event.resource_id]
-        te.last_heartbeat = event.event_time
+        te.last_heartbeat = max(te.last_heartbeat, event.event_time)
         out.emit(
             TaskManagerRegistrationAccepted,
             resource_id=te.resource_id,
@@ -232,6 +269,34 @@ class ResourceManager(Reducer):
             instance_id=te.instance_id,
         )
         self._serve_waiting(out)
+
+    def _stale_registration(self, event: TaskManagerRegistered) -> str | None:
+        """Why `event` is an old registration re-sent (None: it is the registered instance's
+        own, or newer than every instance known under its ResourceID). Its signature is no
+        help: the record is as its runner signed it, only older."""
+        resource_id, instance = event.resource_id, event.instance_id
+        te = self.task_executors.get(resource_id)
+        if te is not None:
+            if instance == te.instance_id:
+                return None  # acknowledged again
+            known, at, how = te.instance_id, te.registration_time(), "registered"
+        else:
+            retired = self.retired.get(resource_id)
+            if retired is None:
+                return None
+            if instance is not None and instance == retired.instance_id:
+                return (
+                    f"instance {instance} of TaskExecutor {resource_id} was lost: a lost "
+                    "instance never registers again (its runner registers a new one)"
+                )
+            known, at, how = retired.instance_id, retired.registered_at, "lost since"
+        if event.event_time > at:
+            return None
+        return (
+            f"registration of instance {instance} of TaskExecutor {resource_id}, written at "
+            f"{event.event_time}, is not newer than instance {known} ({how}), registered at "
+            f"{at}: an old record, which never replaces a newer instance"
+        )
 
     @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
@@ -253,44 +318,58 @@ class ResourceManager(Reducer):
                 f"heartbeat of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
                 f"which is registered as instance {te.instance_id}",
             )
-        else:
-            te.last_heartbeat = event.event_time
+        else:  # an older beat of it, re-sent, moves nothing back
+            te.last_heartbeat = max(te.last_heartbeat, event.event_time)
 
     def _close_connection(
-        self, resource_id: str, cause: str, out: Decisions, instance_id: str | None
-    ) -> None:
+        self, resource_id: str, cause: str, out: Decisions, instance_id: str | None,
+        replaced_by: str | None = None,
+    ) -> None:  # fmt: skip
         out.emit(
             TaskManagerConnectionClosed,
             resource_id=resource_id,
             resource_manager_id=self.config.resource_manager_id,
             cause=cause,
             instance_id=instance_id,
+            replaced_by_instance_id=replaced_by,
         )
 
     @handles(TaskManagerLost)
     def on_lost(self, event: TaskManagerLost, out: Decisions) -> None:
         """An operator's word, or a TaskExecutor's as it shuts down (closeTaskManagerConnection
-        on its disconnectTaskManager): no job is placed there from now on, and the tasks it
-        ran fail at once instead of after the heartbeat timeout. A loss naming an instance
-        that is not the registered one (an earlier run's, sent late or again) is refused."""
+        on its disconnectTaskManager): no job is placed there from now on, and the tasks it ran
+        fail at once instead of after the heartbeat timeout. It names an instance, or (naming
+        none) means the one registered before it was written; a loss of an earlier instance
+        (an earlier run's, sent late or again) is old news."""
         te = self._task_executor(event.resource_id, out)
         if te is None:
             return
         if event.instance_id is not None and event.instance_id != te.instance_id:
             self._reject(
                 out,
-                f"loss of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
-                f"which is registered as instance {te.instance_id}",
+                f"TaskManagerLost of instance {event.instance_id} of TaskExecutor "
+                f"{te.resource_id}, which is registered as instance {te.instance_id}: an "
+                "earlier instance's loss changes nothing",
             )
-            return
-        self._lose(event.resource_id, event.cause, out)
+        elif event.instance_id is None and event.event_time < te.registration_time():
+            self._reject(
+                out,
+                f"TaskManagerLost of TaskExecutor {te.resource_id}, written at "
+                f"{event.event_time}, is older than instance {te.instance_id}, registered at "
+                f"{te.registration_time()}: an earlier instance's loss changes nothing",
+            )
+        else:
+            self._lose(event.resource_id, event.cause, out)
 
-    def _lose(self, resource_id: str, cause: str, out: Decisions) -> None:
+    def _lose(
+        self, resource_id: str, cause: str, out: Decisions, replaced_by: str | None = None
+    ) -> None:
         """closeTaskManagerConnection: requests in flight to the lost TaskExecutor wait again
         for another slot; every job holding a slot there, or about to (its request in flight),
         is told it is gone, so its JobMaster fails the tasks on it; the instance's connection
         is closed."""
         te = self.task_executors.pop(resource_id)
+        self._retire(te)
         self.task_managers_lost += 1
         self.free_slot_index.removed(te)
         jobs: list[str] = []
@@ -303,8 +382,16 @@ class ResourceManager(Reducer):
                 jobs.append(slot.job_id)
         for job_id in jobs:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
-        self._close_connection(resource_id, cause, out, te.instance_id)
+        self._close_connection(resource_id, cause, out, te.instance_id, replaced_by)
         self._serve_waiting(out)
+
+    def _retire(self, te: RegisteredTaskExecutor) -> None:
+        """Remember `te`'s instance as its ResourceID's last, forgetting the oldest beyond
+        RETIRED_LIMIT (a dict keeps the order they were lost in)."""
+        self.retired.pop(te.resource_id, None)
+        self.retired[te.resource_id] = RetiredInstance(te.instance_id, te.registration_time())
+        while len(self.retired) > RETIRED_LIMIT:
+            del self.retired[next(iter(self.retired))]
 
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired finds a TaskExecutor silent for

@@ -90,6 +90,10 @@ class TaskExecutor(Reducer):
     registering: dict[str, str] = field(default_factory=dict)
     instance_id: str | None = None
     """The instance whose registration was accepted last."""
+    registered_at: int | None = None
+    """Event time of that instance's registration (its acceptance carries it): an acceptance
+    of another instance must be newer, or it is an old record re-sent (None: not kept by the
+    snapshot this state was read from)."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -128,8 +132,18 @@ class TaskExecutor(Reducer):
     ) -> None:
         """Connected to the ResourceManager (TE-19). Accepted for another instance than the
         table's: the process was restarted and holds nothing, so the table starts empty and
-        no JobMaster connection is kept."""
+        no JobMaster connection is kept. An acceptance of an instance registered no later
+        than the table's is an old one re-sent, and never empties a newer instance's table."""
         refusal = slot_count_refusal(event.number_of_slots)
+        if refusal is None and self.table is not None and event.instance_id != self.instance_id:
+            known = self.registered_at
+            if known is not None and event.event_time <= known:
+                refusal = (
+                    f"acceptance of instance {event.instance_id}, registered at "
+                    f"{event.event_time}, is not newer than instance {self.instance_id}, "
+                    f"registered at {known}: an old record, which never replaces a newer "
+                    "instance"
+                )
         if refusal is not None:
             self._reject(out, refusal)
             return
@@ -139,6 +153,7 @@ class TaskExecutor(Reducer):
             self.job_masters.clear()
             self.registering.clear()
             self.instance_id = event.instance_id
+            self.registered_at = event.event_time
 
     @handles(TaskManagerConnectionClosed)
     def on_connection_closed(self, event: TaskManagerConnectionClosed, out: Decisions) -> None:

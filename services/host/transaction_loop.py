@@ -410,7 +410,7 @@ class ServiceRuntime:
                                         msg.timestamp()[1])  # fmt: skip
             if isinstance(signer, str):
                 return None, Refusal("signature", signer)
-            reason = driver.admit(event, signer.principal, signer.role)
+            reason = driver.admit(event, signer.principal, signer.role, self.keyring.owners())
         return (None, Refusal("refused", reason)) if reason else (event, None)
 
     # -- committing ----------------------------------------------------------------------

@@ -109,20 +109,37 @@ def signing_key_path(principal: str) -> Path:
     return secure_dir() / f"{principal}.key"
 
 
+RUNNER_TASK_EXECUTORS = 4
+"""How many TaskExecutors the home's `runner` principal is stated to speak for: those of
+`jobledger runner` with its default --runner-id (`runner`) and up to this --task-executors."""
+
+
+def runner_task_executors(runner_id: str, count: int) -> tuple[str, ...]:
+    """The ResourceIDs `jobledger runner --runner-id runner_id --task-executors count`
+    registers (`services/runner/instances.py` names them so), for a keyring to state."""
+    return tuple(f"{runner_id}-{n}" for n in range(count))
+
+
 def ensure_signing_keys() -> Keyring:
     """A signing key per principal (`<principal>.key`, mode 0600) and the keyring with their
     public keys, made the first time; a key revoked by hand stays revoked, and a principal
-    whose every key is revoked or gone gets a new one."""
+    whose every key is revoked or gone gets a new one. The `runner` principal's key states
+    the TaskExecutors it speaks for (a keyring written before keys stated them gets them)."""
     path = keyring_path()
     keyring = Keyring.load(path) if path.is_file() else Keyring({})
     for principal in PRINCIPALS:
+        owned = ()
+        if principal == "runner":
+            owned = runner_task_executors("runner", RUNNER_TASK_EXECUTORS)
         key_file = signing_key_path(principal)
         key = SigningKey.load(key_file) if key_file.is_file() else None
         entry = keyring.entries.get(key.key_id) if key else None
         if entry is None or entry.revoked_at_ms is not None:
             key = SigningKey.generate()
             tls.write_private(key_file, key.pem())
-            keyring.add(key, principal, principal)
+            keyring.add(key, principal, principal, owned)
+        elif key is not None and owned and not entry.task_executors:
+            keyring.add(key, principal, principal, owned)
     keyring.save(path)
     return keyring
 

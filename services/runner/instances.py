@@ -2,7 +2,12 @@
 ResourceManager connection): each registration is a new instance with a fresh InstanceID,
 live once its acceptance is read, heartbeating as its current instance, and registered again
 as a new instance when the ResourceManager closes its connection. What an earlier instance
-was given is the JobMasters' to fail; only the current instance's acceptances run."""
+was given is the JobMasters' to fail; only the current instance's acceptances run. A
+TaskExecutor's instances are ordered by the event times of their registrations (the
+ResourceManager refuses one not newer than the last), so this runner dates each
+registration after the one before. An instance replaced by one this runner did not make
+means another process holds the TaskExecutor: the runner stops (README: "the one whose
+instance is replaced stops with exit code 1")."""
 
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ class TaskExecutorInstances:
         self.producer = producer
         self._lock = threading.Lock()
         self._current: dict[str, str] = {}
+        self._registered_at: dict[str, int] = {}
         self._earlier: set[str] = set()
         self._live: set[str] = set()
 
@@ -48,9 +54,10 @@ class TaskExecutorInstances:
                 if rid in self._current:
                     self._earlier.add(self._current[rid])
                 instance = self._current[rid] = uuid.uuid4().hex
+                at = self._registered_at[rid] = max(now_ms, self._registered_at.get(rid, -1) + 1)
                 self._live.discard(rid)
             registrations.append(TaskManagerRegistered(
-                event_id=derived_id(f"{rid}@{instance}", "registered"), event_time=now_ms,
+                event_id=derived_id(f"{rid}@{instance}", "registered"), event_time=at,
                 producer=self.producer, resource_id=rid, address=socket.gethostname(),
                 number_of_slots=self.slots, resource_profile=PROFILE, instance_id=instance,
             ))  # fmt: skip
@@ -72,6 +79,24 @@ class TaskExecutorInstances:
                 f"another process registered TaskExecutor {rid} (instance {event.instance_id}); "
                 f"stopping this runner (instance {self._current[rid]}): give each runner its "
                 "own --runner-id"
+            )
+
+    def replaced(self, event: TaskManagerConnectionClosed) -> str | None:
+        """Why this runner must stop, if the ResourceManager closed our current instance's
+        connection because an instance this runner never made was registered in its place
+        (None: lost, replaced by our own, or old news)."""
+        rid, successor = event.resource_id, event.replaced_by_instance_id
+        with self._lock:
+            current = self._current.get(rid)
+            if successor is None or event.instance_id != current:
+                return None
+            if successor == current or successor in self._earlier:
+                return None
+            self._live.discard(rid)
+            return (
+                f"another process registered TaskExecutor {rid} (instance {successor}), "
+                f"replacing this runner's instance {current}; stopping this runner: give each "
+                "runner its own --runner-id"
             )
 
     def closed(self, event: TaskManagerConnectionClosed) -> bool:

@@ -402,7 +402,13 @@ class TaskRunner:
     def _on_connection_closed(self, event: TaskManagerConnectionClosed) -> None:
         """The ResourceManager lost this instance (silent past its heartbeat timeout, e.g.
         paused): the JobMasters failed its tasks, so what it still runs is cancelled, and it
-        registers again as a new instance, as Flink's TaskExecutor reconnects."""
+        registers again as a new instance, as Flink's TaskExecutor reconnects. Closed because
+        another process's instance replaced it: this runner stops (exit code 1), so two
+        runners never take one TaskExecutor from each other for ever."""
+        refusal = self.task_executors.replaced(event)
+        if refusal is not None:
+            self._fail(refusal)
+            return
         if self.stopping.is_set() or not self.task_executors.closed(event):
             return
         log.warning("the ResourceManager closed %s's connection (%s); cancelling its tasks and "
