@@ -241,7 +241,10 @@ def test_a_task_executor_shutting_down_is_lost_at_once_but_an_earlier_instance_i
     rm.confirm(rm.request("a1", job="j1")[0])
     cause = "TaskExecutor tm-1 is shutting down."
     late = rm.apply(TaskManagerLost, resource_id="tm-1", cause=cause, instance_id="i1")
-    reason = "loss of instance i1 of TaskExecutor tm-1, which is registered as instance i2"
+    reason = (
+        "TaskManagerLost of instance i1 of TaskExecutor tm-1, which is registered as instance "
+        "i2: an earlier instance's loss changes nothing"
+    )
     assert_derived(late, [rejected(late, reason)])
     assert_derived(
         rm.apply(TaskManagerLost, resource_id="tm-1", cause=cause, instance_id="i2"),

@@ -4,6 +4,7 @@ stops this runner, and a close of an earlier instance is old news."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 from jobledger.schemas.cluster import TaskManagerConnectionClosed, TaskManagerRegistrationAccepted
@@ -116,7 +117,8 @@ def test_the_runner_stops_when_another_process_replaced_its_instance_registers_w
     failed: list[str] = []
     started_over: list[list[str]] = []
     runner = SimpleNamespace(task_executors=executors, _fail=failed.append,
-                             _start_over=started_over.append)  # fmt: skip
+                             _start_over=started_over.append,
+                             stopping=threading.Event())  # fmt: skip
 
     def closed(successor: str | None) -> TaskManagerConnectionClosed:
         return clock(TaskManagerConnectionClosed, resource_id="r-0", instance_id=mine.instance_id,
