@@ -62,6 +62,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import AllocatedSlotInfo, OwnerKind, ResourceProfile
 
 from .decisions import Decisions, E
+from .event_time import between, later
 from .queries import PendingRequestInfo, SlotInfo, query
 from .reducer import Reducer, derived, handles
 from .resource_profile import is_matching
@@ -377,7 +378,7 @@ class SlotPool(Reducer):
             allocation_id=request.allocation_id,
             resource_profile=request.resource_profile,
             batch_request=request.batch,
-            timeout_ms=(request.deadline - out.cause.event_time)
+            timeout_ms=between(out.cause.event_time, request.deadline)
             if request.deadline is not None
             else 0,
         )
@@ -389,7 +390,7 @@ class SlotPool(Reducer):
         out: Decisions,
     ) -> None:  # fmt: skip
         """A new slot from the RM, failing once `timeout_ms` passed without one (SP-1, SP-22)."""
-        deadline = out.cause.event_time + timeout_ms
+        deadline = later(out.cause.event_time, timeout_ms)
         self._request_new(PendingRequest(slot_request_id, resource_profile, False, deadline), out)
 
     def request_new_allocated_batch_slot(
