@@ -2,9 +2,9 @@
 
 Every line is checked before anything is sent: that it is JSON (no NaN or Infinity), a valid
 event, an input a client may append (not a decision or a clock's TimerFired, which the
-services write; no cause; no service's name as producer), dated no further ahead of this
-machine's clock than the services admit (`event_time.MAX_AHEAD_MS`), encodable in Avro (every
-long fits 64 bits) and no larger than `MAX_EVENT_BYTES`. By default one bad line stops the
+services write; no cause; no service's name as producer), encodable in Avro (every long fits
+64 bits), no larger than `MAX_EVENT_BYTES` and dated no further ahead of this machine's clock
+than the services admit (`event_time.MAX_AHEAD_MS`). By default one bad line stops the
 whole file and nothing is written; `skip_invalid` writes the good lines and reports the bad ones.
 Sending goes in transactions of `CHUNK` events; if the broker fails part way, the report says
 exactly which lines were written.
@@ -108,9 +108,7 @@ def check_data(
         event = event_from_dict(data)
     except InvalidEventError as exc:
         return RejectedLine(number, str(exc))
-    refusal = _as_input(event) or ahead_refusal(
-        event.event_time, int(time.time() * 1000), MAX_AHEAD_MS
-    )
+    refusal = _as_input(event)
     if refusal is not None:
         return RejectedLine(number, refusal)
     role, key = event.route()
@@ -123,6 +121,9 @@ def check_data(
         return RejectedLine(
             number, f"{len(value)} bytes encoded, more than the {MAX_EVENT_BYTES} an event may be"
         )
+    ahead = ahead_refusal(event.event_time, int(time.time() * 1000), MAX_AHEAD_MS)
+    if ahead is not None:
+        return RejectedLine(number, ahead)
     return ReadyLine(number, event, topic, key.encode(), value)
 
 
