@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from jobledger.services import kafka, signing
+from jobledger.services.control.event_time import MAX_AHEAD_MS
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.metrics import ServiceMetrics
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
@@ -48,6 +49,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="clock period (0: no clock)",
     )  # fmt: skip
     c.add_argument(
+        "--max-event-time-ahead-ms", type=non_negative_int, default=MAX_AHEAD_MS,
+        help="dead-letter an input dated further ahead of its record's timestamp (0: no bound)",
+    )  # fmt: skip
+    c.add_argument(
         "--session-timeout-ms", type=positive_int, default=kafka.SESSION_TIMEOUT_MS,
         help="group session: how soon a dead instance's partitions move (the broker's "
         "group.min.session.timeout.ms bounds it)",
@@ -78,6 +83,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         timer_interval_ms=args.timer_interval_ms,
         stop_deadline_s=args.stop_deadline_s,
         session_timeout_ms=args.session_timeout_ms,
+        max_event_time_ahead_ms=args.max_event_time_ahead_ms,
     )
     runtime = ServiceRuntime(
         bootstrap_of(args), prefix_of(args), config,

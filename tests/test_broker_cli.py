@@ -115,6 +115,7 @@ BAD_LINES = [
     (json.dumps({**OFFERED, "slot_indx": 2}), "slot_indx: Extra inputs are not permitted"),
     (json.dumps({**OFFERED, "slot_index": 2**40}), "slot_index: Input should be less than"),
     (json.dumps({**OFFERED, "event_time": 99999999999999999999999}), "not encodable in Avro"),
+    (json.dumps({**OFFERED, "event_time": 2**63 - 1}), "ms an event may be"),
     (json.dumps({**OFFERED, "resource_profile": {"kind": "ANY"}}).replace(
         '"ANY"}', '"ANY", "cpu_cores": NaN}'), "NaN is not a JSON number"),
     (json.dumps({**OFFERED, "allocation_id": "a" * 2_000_000}), "more than the 524288"),

@@ -3,8 +3,9 @@
 Every line is checked before anything is sent: that it is JSON (no NaN or Infinity), a valid
 event, an input a client may append (not a decision or a clock's TimerFired, which the
 services write; no cause; no service's name as producer), encodable in Avro (every long fits
-64 bits) and no larger than `MAX_EVENT_BYTES`. By default one bad line stops the whole file
-and nothing is written; `skip_invalid` writes the good lines and reports the bad ones.
+64 bits), no larger than `MAX_EVENT_BYTES` and dated no further ahead of this machine's clock
+than the services admit (`event_time.MAX_AHEAD_MS`). By default one bad line stops the
+whole file and nothing is written; `skip_invalid` writes the good lines and reports the bad ones.
 Sending goes in transactions of `CHUNK` events; if the broker fails part way, the report says
 exactly which lines were written.
 """
@@ -27,6 +28,7 @@ from jobledger.schemas.model import MAX_EVENT_BYTES, SERVICE_PRODUCERS
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.timers import TimerFired
 
+from ..control.event_time import MAX_AHEAD_MS, ahead_refusal
 from ..kafka import produce_encoded
 
 CHUNK = 1000
@@ -119,6 +121,9 @@ def check_data(
         return RejectedLine(
             number, f"{len(value)} bytes encoded, more than the {MAX_EVENT_BYTES} an event may be"
         )
+    ahead = ahead_refusal(event.event_time, int(time.time() * 1000), MAX_AHEAD_MS)
+    if ahead is not None:
+        return RejectedLine(number, ahead)
     return ReadyLine(number, event, topic, key.encode(), value)
 
 

@@ -40,6 +40,7 @@ from jobledger.schemas.types import (
 
 from . import execution_state as es
 from .decisions import Decisions
+from .event_time import later
 from .execution_failure_handler import ExecutionFailureHandler, FailureHandlingResult
 from .execution_graph import (
     Execution,
@@ -458,7 +459,7 @@ class Scheduler:
             if failed is not None:
                 self._release_execution_slot(failed, out)
             self.pending_restarts.append(PendingRestart(
-                now + result.restart_delay_ms,
+                later(now, result.restart_delay_ms),
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
             ))  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them

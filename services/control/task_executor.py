@@ -66,6 +66,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import ExecutionState, OwnerKind
 
 from .decisions import Decisions
+from .event_time import later
 from .queries import TaskSlotInfo, query
 from .reducer import Reducer, handles
 from .task_slot_table import TaskSlotState, TaskSlotTable, slot_count_refusal
@@ -222,7 +223,7 @@ class TaskExecutor(Reducer):
                 f"The slot {event.slot_index} has already been allocated for a different job: "
                 f"allocation {owner.allocation_id} of job {owner.job_id}."
             )
-        timeout_at = event.event_time + self.config.slot_timeout_ms
+        timeout_at = later(event.event_time, self.config.slot_timeout_ms)
         if not table.allocate_slot(
             event.slot_index,
             event.job_id,
@@ -260,7 +261,7 @@ class TaskExecutor(Reducer):
         time out `slot_timeout_ms` from `now` unless used."""
         for slot in self.table.allocated_slots(job_id):
             if slot.timeout_at is None:
-                slot.timeout_at = now + self.config.slot_timeout_ms
+                slot.timeout_at = later(now, self.config.slot_timeout_ms)
 
     def _offer_slots(self, job_id: str, out: Decisions) -> None:
         """Offer the job's ALLOCATED slots; each waits for the answer without timing out."""
@@ -365,7 +366,7 @@ class TaskExecutor(Reducer):
         ALLOCATED with the slot timeout armed again."""
         table = self.table
         del self.job_masters[job_id]
-        timeout_at = out.cause.event_time + self.config.slot_timeout_ms
+        timeout_at = later(out.cause.event_time, self.config.slot_timeout_ms)
         for slot in [s for s in table.slots.values() if s.job_id == job_id]:
             for attempt_id in list(slot.tasks):
                 self._fail_task(job_id, attempt_id, cause, out)

@@ -40,7 +40,8 @@ Key = tuple[str, int]
 
 class Refusal(NamedTuple):
     """Why no reducer may see a record: one line, and which kind of reason it is
-    (`undecodable`, `misrouted`, `signature`, `refused`: what a dead-letter count is kept by)."""
+    (`undecodable`, `misrouted`, `event_time`, `signature`, `refused`: what a dead-letter
+    count is kept by)."""
 
     kind: str
     reason: str

@@ -40,6 +40,7 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from .. import kafka, kafka_reads
 from ..control.driver import ReducerDriver
+from ..control.event_time import MAX_AHEAD_MS, ahead_refusal
 from ..control.job_status import awaited_by_clients
 from ..control.partitioning import misrouted
 from ..kafka import SERVICES_GROUP_PREFIX
@@ -92,6 +93,10 @@ class RuntimeConfig:
     rebuild_silence_s: float = 60.0
     """A rebuild that hears nothing from the broker this long stops the service (it cannot
     own a partition whose log it cannot read) instead of waiting forever."""
+    max_event_time_ahead_ms: int = MAX_AHEAD_MS
+    """An input dated further ahead of its record's Kafka timestamp is dead-lettered (0: no
+    bound). The record's timestamp, not this process's clock: it is in the log, so a rebuild
+    admits what the live loop admitted; and the broker bounds it by its own clock."""
 
 
 @dataclass
@@ -403,6 +408,11 @@ class ServiceRuntime:
         reason = misrouted(event, self.roles[topic], partition, self._partition_counts[topic])
         if reason is not None:
             return None, Refusal("misrouted", reason)
+        ahead = ahead_refusal(
+            event.event_time, msg.timestamp()[1], self.config.max_event_time_ahead_ms
+        )
+        if ahead is not None and not driver.awaited(event):
+            return None, Refusal("event_time", ahead)
         if self.keyring is None or driver.awaited(event):
             reason = driver.refusal(event)
         else:
