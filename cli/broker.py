@@ -10,7 +10,7 @@ import sys
 from jobledger.services import kafka, kafka_topics
 from jobledger.services.local import apache_kafka, broker, secure
 
-from .options import bootstrap_of, positive_int, prefix_of
+from .options import bootstrap_of, install_local_kafka, positive_int, prefix_of
 
 Subparsers = argparse._SubParsersAction
 
@@ -99,6 +99,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    install_local_kafka()
     if args.detach:
         _announce(broker.start_detached(args.port, args.nodes, prefix))
         return 0

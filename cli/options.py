@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
 from jobledger.services import client_properties, kafka, signing
 from jobledger.services.configuration import Configuration, ConfigurationError
-from jobledger.services.local import broker
+from jobledger.services.local import apache_kafka, broker
 
 log = logging.getLogger("jobledger.cli")
 
@@ -132,6 +132,7 @@ def bootstrap_of(args: argparse.Namespace) -> str:
     if not bootstrap:
         record = broker.read_record()
         if record is None:
+            install_local_kafka()
             record = broker.start_detached()
             print(
                 f"started {record.name} on {record.bootstrap} (pid {record.pid}); "
@@ -142,6 +143,21 @@ def bootstrap_of(args: argparse.Namespace) -> str:
     kafka.check_reachable(bootstrap)
     args.resolved_bootstrap = bootstrap
     return bootstrap
+
+
+def install_local_kafka() -> None:
+    """The local broker's first start installs Apache Kafka (once, into the download cache)
+    instead of failing on jars that are not there yet."""
+    if apache_kafka.installed():
+        return
+    print(
+        f"Apache Kafka {apache_kafka.KAFKA_VERSION} is not installed yet: fetching it from "
+        f"Maven Central into {apache_kafka.libs_dir()} (once; `jobledger broker --install` "
+        "does only this) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    apache_kafka.install()
 
 
 def prefix_of(args: argparse.Namespace) -> str:
