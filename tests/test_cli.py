@@ -14,7 +14,7 @@ from jobledger.cli import build_parser, main
 from jobledger.cli.main import COMMANDS
 from jobledger.cli.options import epoch_ms
 from jobledger.projections.log.log_file import LogRecord, write_export
-from jobledger.schemas import event_from_json
+from jobledger.schemas import EVENTS_BY_NAME, event_from_json
 from jobledger.schemas.jobs import JobCancellationRequested, JobMasterLeadershipGranted
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
@@ -95,6 +95,17 @@ def test_the_commands_table_says_what_each_command_s_own_parser_says():
     for name, (module, _) in COMMANDS.items():
         full = build_parser(name)._subparsers._group_actions[0].choices[name]
         assert len(full._actions) > 1, f"{name}: only a stub, not {module}'s parser"
+
+
+def test_schemas_list_says_what_each_event_means(capsys):
+    assert main(["schemas", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(EVENTS_BY_NAME)
+    assert all(len(line.split("\t")) == 4 and line.split("\t")[3] for line in lines), lines
+    assert (
+        "TaskManagerLost\tresourcemanager\tkey=resource_id\tA TaskExecutor is gone (heartbeat "
+        "timeout, shutdown); its slots and tasks are lost."
+    ) in lines
 
 
 def test_schemas_show_prints_the_avsc(capsys):
