@@ -10,7 +10,7 @@ import sys
 from jobledger.services import kafka, kafka_topics
 from jobledger.services.local import apache_kafka, broker, secure
 
-from .options import bootstrap_of, positive_int, prefix_of
+from .options import bootstrap_of, install_local_kafka, positive_int, prefix_of
 
 Subparsers = argparse._SubParsersAction
 
@@ -41,6 +41,11 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     mode.add_argument("--stop", action="store_true", help="stop the background broker")
     mode.add_argument("--status", action="store_true", help="say whether one is running")
     mode.add_argument(
+        "--address", action="store_true",
+        help="print the running broker's bootstrap address alone, for other clients (kcat -b, "
+        "the Java example); exit 1 if none runs",
+    )  # fmt: skip
+    mode.add_argument(
         "--install", action="store_true",
         help="fetch Apache Kafka's jars from Maven Central (needs Maven) and exit",
     )  # fmt: skip
@@ -65,6 +70,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print(f"Apache Kafka {apache_kafka.KAFKA_VERSION}: {apache_kafka.install()}")
         return 0
     record = broker.read_record()
+    if args.address:
+        if record is None:
+            print("jobledger: no local broker runs: start one with `jobledger broker --detach`",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        print(record.bootstrap)
+        return 0
     if args.status:
         print(_describe(record) if record else "not running")
         if record is not None and record.secure:
@@ -99,6 +111,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    install_local_kafka()
     if args.detach:
         _announce(broker.start_detached(args.port, args.nodes, prefix))
         return 0

@@ -27,7 +27,7 @@ from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import broker, secure
 
 from .demo import ComponentStopped, DemoCluster, progress
-from .options import CommandFailed
+from .options import CommandFailed, install_local_kafka
 
 
 def secure_broker(prefix: str) -> str:
@@ -35,6 +35,7 @@ def secure_broker(prefix: str) -> str:
     bootstrap address."""
     record = broker.read_record()
     if record is None:
+        install_local_kafka()
         record = broker.start_detached(secure_prefix=prefix)
         progress(f"started {record.name} on {record.bootstrap}; stop it with "
                  "`jobledger broker --stop`")  # fmt: skip

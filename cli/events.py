@@ -41,7 +41,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("schemas", help="the Avro event catalog")
     schemas = p.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
-    c = schemas.add_parser("list", help="list the event types")
+    c = schemas.add_parser("list", help="every event type: its topic, its key and what it means")
     c.set_defaults(func=cmd_schemas_list)
     c = schemas.add_parser("show", help="print an event's .avsc")
     c.add_argument("type", help="event type, e.g. SlotOffered")
@@ -88,7 +88,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_schemas_list(args: argparse.Namespace) -> int:
     for name, cls in EVENTS_BY_NAME.items():
         role, key = cls.topic_role.value, cls.key_field
-        print(f"{name}\t{role}\tkey={key}")
+        print(f"{name}\t{role}\tkey={key}\t{docs.meaning(cls)}")
     return 0
 
 

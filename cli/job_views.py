@@ -75,17 +75,31 @@ def cmd_list(args: argparse.Namespace) -> int:
     jobs = overview["jobs"]
     if not jobs:
         print("No jobs in this part of the log.")
-    for title, statuses in SECTIONS:
-        shown = [j for j in jobs if j["state"] in statuses]
+    sections = [(title, [j for j in jobs if j["decided"] and j["state"] in statuses])
+                for title, statuses in SECTIONS]  # fmt: skip
+    sections.insert(1, (SUBMITTED_SECTION, [j for j in jobs if not j["decided"]]))
+    for title, shown in sections:
         if not shown:
             continue
         print(f"------------------ {title} ------------------")
         for job in shown:
+            state = job["state"] if job["decided"] else "SUBMITTED"
             ended = f", ended {iso(job['end-time'])}" if job["end-time"] >= 0 else ""
-            print(f"{iso(job['start-time'])} : {job['jid']} : {job['name']} ({job['state']}; "
+            print(f"{iso(job['start-time'])} : {job['jid']} : {job['name']} ({state}; "
                   f"{job['tasks']['finished']}/{job['tasks']['total']} tasks finished, "
                   f"{job['restarts']} restart(s), {_seconds(job['duration'])}{ended})")  # fmt: skip
     return 0
+
+
+SUBMITTED_SECTION = "Submitted Jobs (no services have decided them yet)"
+UNDECIDED = "SUBMITTED (no services have decided it yet)"
+"""A job's state where the services have decided none of it: what the reducers here derive
+from its records is no decision of theirs (it showed RUNNING for a job no services ever
+read)."""
+
+
+def _state(job: dict[str, Any]) -> str:
+    return job["state"] if job["decided"] else UNDECIDED
 
 
 def as_of_line_of(as_of: dict[str, Any]) -> str:
@@ -109,7 +123,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _show_text(details: dict[str, Any], vertices: list[dict[str, Any]]) -> None:
     start = details["start-time"]
     ended = f", ended {iso(details['end-time'])}" if details["end-time"] >= 0 else ""
-    print(f"job {details['jid']} {details['name']!r}: {details['state']}, "
+    print(f"job {details['jid']} {details['name']!r}: {_state(details)}, "
           f"{details['restarts']} restart(s)")  # fmt: skip
     print(f"  submitted {iso(start)}{ended}, {_seconds(details['duration'])}")
     if details["failure-cause"]:
@@ -125,6 +139,9 @@ def _show_text(details: dict[str, Any], vertices: list[dict[str, Any]]) -> None:
         print(f"\nvertex {vertex['id']} {vertex['name']!r}: {summary['status']}, parallelism "
               f"{vertex['parallelism']} (max {vertex['maxParallelism']})"
               + (f", inputs {inputs}" if inputs else ""))  # fmt: skip
+        if not details["decided"]:
+            print("  no subtask is scheduled: the services have not read the job yet")
+            continue
         for subtask in vertex["subtasks"]:
             for attempt in subtask["attempt-history"]:
                 slot = attempt["taskmanager-id"] + (

@@ -81,7 +81,9 @@ def log_records(
     if from_file is not None:
         with bulk_replay():
             return list(progress(read_export(from_file, provenance), f"reading {from_file}"))
-    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
+    consumer = kafka.read_committed_consumer(
+        bootstrap_of(args), extra=kafka_reads.BULK_READ | kafka_reads.READ_TO_END
+    )
     try:
         with bulk_replay():
             records = list(progress(read_log(
@@ -172,7 +174,9 @@ def live_log(
     to), `--no-snapshots`."""
     if any(getattr(args, option, None) for option in ("file", "at", "conf", "no_snapshots")):
         return None
-    consumer = kafka.read_committed_consumer(bootstrap_of(args), extra=kafka_reads.BULK_READ)
+    consumer = kafka.read_committed_consumer(
+        bootstrap_of(args), extra=kafka_reads.BULK_READ | kafka_reads.READ_TO_END
+    )
     try:
         live = read_live(
             consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry), asked,

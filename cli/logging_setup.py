@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-QUIET = {"py4j": logging.WARNING}
+QUIET = {"py4j": logging.WARNING, "jobledger.kafka": logging.WARNING}
+"""Libraries' routine lines left out: py4j's per-call INFO, librdkafka's INFO (a client's
+connections coming and going)."""
 
 
 def configure_logging(level: int = logging.INFO) -> None:

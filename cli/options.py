@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from jobledger.projections.log.positions import FORMS, Position, PositionError, time_ms
 from jobledger.services import client_properties, kafka, signing
 from jobledger.services.configuration import Configuration, ConfigurationError
-from jobledger.services.local import broker
+from jobledger.services.local import apache_kafka, broker, secure
 
 log = logging.getLogger("jobledger.cli")
 
@@ -132,6 +132,7 @@ def bootstrap_of(args: argparse.Namespace) -> str:
     if not bootstrap:
         record = broker.read_record()
         if record is None:
+            install_local_kafka()
             record = broker.start_detached()
             print(
                 f"started {record.name} on {record.bootstrap} (pid {record.pid}); "
@@ -139,9 +140,53 @@ def bootstrap_of(args: argparse.Namespace) -> str:
                 file=sys.stderr,
             )
         bootstrap = record.bootstrap
+    _check_credentials(args, bootstrap)
     kafka.check_reachable(bootstrap)
     args.resolved_bootstrap = bootstrap
     return bootstrap
+
+
+ROLE_OF_COMMAND = {"services": "services", "runner": "runner", "topics": "admin"}
+"""Whose credentials a command needs on the home's secure broker; any other, `client`'s."""
+
+
+def _check_credentials(args: argparse.Namespace, bootstrap: str) -> None:
+    """On the home's secure broker, a command given no security settings would be refused
+    by every listener and reported as no broker at all: it stops at once, naming the files
+    to pass (credentials are never chosen for it: the role is who it acts as)."""
+    if "security.protocol" in kafka.client_properties():
+        return
+    record = broker.read_record()
+    if record is None or not record.secure:
+        return
+    if not set(bootstrap.split(",")) & set(record.bootstrap.split(",")):
+        return
+    where = (
+        f"the home's broker at {record.bootstrap} is secure and takes only authenticated clients"
+    )
+    if args.command == "demo":
+        raise CommandFailed(f"{where}: run the demo with --secure")
+    folder = secure.secure_dir()
+    role = ROLE_OF_COMMAND.get(args.command, "client")
+    raise CommandFailed(
+        f"{where}: pass -F {folder}/{role}.properties --signing-key {folder}/{role}.key (the "
+        f"{role} principal's; the other principals' files are beside them)"
+    )
+
+
+def install_local_kafka() -> None:
+    """The local broker's first start installs Apache Kafka (once, into the download cache)
+    instead of failing on jars that are not there yet."""
+    if apache_kafka.installed():
+        return
+    print(
+        f"Apache Kafka {apache_kafka.KAFKA_VERSION} is not installed yet: fetching it from "
+        f"Maven Central into {apache_kafka.libs_dir()} (once; `jobledger broker --install` "
+        "does only this) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    apache_kafka.install()
 
 
 def prefix_of(args: argparse.Namespace) -> str:

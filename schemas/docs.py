@@ -22,6 +22,13 @@ def _summary(cls: type[Event]) -> str:
     return " ".join(inspect.cleandoc(cls.__doc__ or "").split())
 
 
+def meaning(cls: type[Event]) -> str:
+    """What the event means in one line: its docstring's first sentence."""
+    summary = _summary(cls)
+    end = summary.find(". ")
+    return summary if end < 0 else summary[: end + 1]
+
+
 def catalog_table() -> str:
     rows = [
         "| event | produced by | topic | key | meaning |",

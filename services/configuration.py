@@ -11,6 +11,7 @@ Durations take Flink's forms: a number of milliseconds, or a number with a unit 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -109,6 +110,15 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
 but for where slots go."""
 
 
+def known_options(near: str = "") -> str:
+    """What to say of an unknown key: the nearest known one, then every key jobledger reads
+    with its default and what it sets, a line each."""
+    close = difflib.get_close_matches(near, OPTIONS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    lines = (f"  {key}={default}: {meaning}" for key, (_, default, meaning) in OPTIONS.items())
+    return f"{hint}jobledger reads (KEY=DEFAULT: what it sets):\n" + "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Configuration:
     """Options by key, each checked when given; `new_driver` builds reducers under them."""
@@ -125,9 +135,7 @@ class Configuration:
             if not sep:
                 raise ConfigurationError(f"{pair!r} is not KEY=VALUE")
             if key not in OPTIONS:
-                raise ConfigurationError(
-                    f"unknown option {key!r} (jobledger reads: {', '.join(sorted(OPTIONS))})"
-                )
+                raise ConfigurationError(f"unknown option {key!r}; {known_options(key)}")
             values[key] = OPTIONS[key][0](key, value)
         return cls(values)
 

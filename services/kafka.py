@@ -13,6 +13,7 @@ the log through these clients is `kafka_reads.py`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Iterable
@@ -53,6 +54,26 @@ allows 1 s): against such a broker pass `--session-timeout-ms 6000` to `services
 HEARTBEAT_INTERVAL_MS = 500
 """A member learns that the group rebalances at its next heartbeat: a short interval lets the
 survivor of a kill start taking over right after the session timeout."""
+
+
+class _Retried(logging.Filter):
+    """librdkafka's lines about what it retries by itself and gets past, which told an operator
+    nothing but looked like failures: a transaction coordinator still loading its log after the
+    broker started (`GETPID ... Coordinator load in progress: retrying`), events a client
+    destroyed had not served (`BGQUEUE ... Purging`)."""
+
+    PASSING = ("Coordinator load in progress", "Purging ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(passing in record.getMessage() for passing in self.PASSING)
+
+
+LOG = logging.getLogger("jobledger.kafka")
+"""Where librdkafka's own lines go (every client's `logger`), instead of raw `%3|...|FAIL|`
+lines on stderr: `services run` and `runner` print them as their other log lines, a command
+prints its warnings and errors in one line each (Python's last-resort handler)."""
+LOG.addFilter(_Retried())
+CLIENT_LOGGING = {"logger": LOG}
 
 
 REACHABLE_TIMEOUT_S = 5.0
@@ -110,7 +131,7 @@ def admin_client(bootstrap: str, quiet: bool = False) -> AdminClient:
     """An admin client; `quiet` keeps librdkafka's connection errors off the terminal (for
     a probe whose failure the caller reports itself)."""
     return AdminClient({
-        "bootstrap.servers": bootstrap, **_client_properties,
+        "bootstrap.servers": bootstrap, **CLIENT_LOGGING, **_client_properties,
         **({"log_level": 0} if quiet else {}),
     })  # fmt: skip
 
@@ -200,7 +221,7 @@ def producer(
     made = SigningProducer({
         "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
         "enable.idempotence": True, "acks": "all", "partitioner": PARTITIONER,
-        **ONE_REQUEST_IN_FLIGHT,
+        **ONE_REQUEST_IN_FLIGHT, **CLIENT_LOGGING,
         **RETRY_BACKOFF, **NO_LINGER, **REQUEST_TIMEOUT, **_client_properties, **(extra or {}),
     })  # fmt: skip
     made.signer = signing.signing_key() if signer is PROCESS_KEY else signer
@@ -281,6 +302,7 @@ def read_committed_consumer(
             "auto.offset.reset": "earliest",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             **REQUEST_TIMEOUT,
+            **CLIENT_LOGGING,
             **_client_properties,
             **(extra or {}),
         }

@@ -27,7 +27,8 @@ from jobledger.schemas.catalog import (
 )
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.json_form import event_from_json
-from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC, event_from_avro_dict
+from jobledger.schemas.records import event_from_avro_dict
+from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC
 
 from .avro_java import AvroJava, missing_java, to_avro_json
 from .strategies import models

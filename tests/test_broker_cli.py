@@ -353,6 +353,7 @@ def test_without_bootstrap_commands_use_the_local_broker(broker_kind, tmp_path):
         assert started.stdout.startswith(f"{name} listening on 127.0.0.1:{port}")
         assert started.stderr == "", "a successful start prints no warnings"
         assert run("broker", "--status").stdout.startswith(f"{name} listening on 127.0.0.1:{port}")
+        assert run("broker", "--address").stdout == f"127.0.0.1:{port}\n"
         assert run("topics", "create", "--partitions", "1").returncode == 0
         assert run("produce", stdin=json.dumps(REGISTERED)).returncode == 0
         tailed = run("tail", "resourcemanager", "-o", "beginning", "-e", "--format", "event")
@@ -365,6 +366,8 @@ def test_without_bootstrap_commands_use_the_local_broker(broker_kind, tmp_path):
         stopped = run("broker", "--stop")
     assert stopped.stdout.startswith(f"stopped {name} listening on 127.0.0.1:{port}")
     assert run("broker", "--status").returncode == 1
+    gone = run("broker", "--address")
+    assert (gone.returncode, gone.stdout) == (1, "")
 
 
 @pytest.mark.parametrize("detach", [True, False], ids=["detached", "foreground"])

@@ -356,3 +356,28 @@ def test_the_fail_once_demo_runs_secured(secured, tmp_path):
     assert re.search(r"count\[\d\]#0 on runner-0/\d: .*FAILED", printed), printed
     assert re.search(r"count\[\d\]#1 on runner-0/\d: .*FINISHED", printed), printed
     assert "counts equal a plain Python count" in printed
+
+
+@pytest.mark.parametrize(
+    ("command", "role"),
+    [
+        (("job", "list"), "client"),
+        (("topics", "create"), "admin"),
+        (("services", "run"), "services"),
+    ],
+)
+def test_a_command_without_credentials_on_the_home_s_secure_broker_names_the_files(
+    secured, command, role
+):
+    """Without -F, the home's secure broker refuses the command's clients: it says which
+    principal's files to pass at once, not that no broker answers nor to start one."""
+    folder = secured.home / "secure"
+    for where in ([], ["--bootstrap", secured.bootstrap]):
+        result = secured.run(*command, *where)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr == (
+            f"jobledger: the home's broker at {secured.bootstrap} is secure and takes only "
+            f"authenticated clients: pass -F {folder}/{role}.properties --signing-key "
+            f"{folder}/{role}.key (the {role} principal's; the other principals' files are "
+            "beside them)\n"
+        )

@@ -4,14 +4,17 @@ schema commands, and `tail` over an exported file."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from fastavro import parse_schema, writer
 
 from jobledger.cli import build_parser, main
+from jobledger.cli.main import COMMANDS
 from jobledger.cli.options import epoch_ms
 from jobledger.projections.log.log_file import LogRecord, write_export
-from jobledger.schemas import event_from_json
+from jobledger.schemas import EVENTS_BY_NAME, event_from_json
 from jobledger.schemas.jobs import JobCancellationRequested, JobMasterLeadershipGranted
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole
@@ -58,6 +61,51 @@ def test_every_subcommand_has_help(argv, capsys):
         build_parser().parse_args([*argv, "--help"])
     assert exit_info.value.code == 0
     assert "usage: jobledger " + " ".join(argv) in capsys.readouterr().out
+
+
+HEAVY = ("pyspark", "confluent_kafka", "pydantic", "numpy", "cavro", "fastavro", "cryptography")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"]], ids=" ".join)
+def test_version_and_help_import_no_heavy_library(argv):
+    """`jobledger --version` and `--help` answer at once: they import no Kafka client, no
+    event models, no Spark (each took its share of the 1.8 s `--version` took)."""
+    code = (
+        "import sys\n"
+        "from jobledger.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_commands_table_says_what_each_command_s_own_parser_says():
+    """`--help` lists every command from `main.COMMANDS` without importing its module; each
+    line there is the one the module gives its parser, and running a command builds its
+    module's parser in full."""
+    [action] = build_parser()._subparsers._group_actions
+    assert {a.dest: a.help for a in action._choices_actions} == {
+        name: line for name, (_, line) in COMMANDS.items()
+    }
+    for name, (module, _) in COMMANDS.items():
+        full = build_parser(name)._subparsers._group_actions[0].choices[name]
+        assert len(full._actions) > 1, f"{name}: only a stub, not {module}'s parser"
+
+
+def test_schemas_list_says_what_each_event_means(capsys):
+    assert main(["schemas", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(EVENTS_BY_NAME)
+    assert all(len(line.split("\t")) == 4 and line.split("\t")[3] for line in lines), lines
+    assert (
+        "TaskManagerLost\tresourcemanager\tkey=resource_id\tA TaskExecutor is gone (heartbeat "
+        "timeout, shutdown); its slots and tasks are lost."
+    ) in lines
 
 
 def test_schemas_show_prints_the_avsc(capsys):

@@ -8,7 +8,7 @@ import pytest
 from jobledger.cli.main import build_parser
 from jobledger.cli.options import configuration_of
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
-from jobledger.services.configuration import Configuration, ConfigurationError
+from jobledger.services.configuration import OPTIONS, Configuration, ConfigurationError
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.slot_placement import SlotPlacement
 
@@ -69,7 +69,7 @@ def test_the_last_value_of_an_option_wins():
     ("pair", "reason"),
     [
         ("slot.idle.timeout", "is not KEY=VALUE"),
-        ("jobmanager.scheduler=adaptive", "unknown option 'jobmanager.scheduler' .*heartbeat"),
+        ("jobmanager.scheduler=adaptive", "unknown option 'jobmanager.scheduler'; jobledger reads"),
         ("jobmanager.execution.failover-strategy=pipelined", "Unknown failover strategy"),
         ("restart-strategy=exponential-delay", "is not a restart strategy"),
         ("restart-strategy.fixed-delay.attempts=-1", "is not a whole number"),
@@ -81,6 +81,18 @@ def test_the_last_value_of_an_option_wins():
 def test_a_bad_option_is_refused_naming_it(pair, reason):
     with pytest.raises(ConfigurationError, match=reason):
         Configuration.parse([pair])
+
+
+def test_an_unknown_key_names_the_nearest_and_every_key_with_its_meaning():
+    with pytest.raises(ConfigurationError) as refused:
+        Configuration.parse(["slot.request.timout=5 s"])
+    first, *known = str(refused.value).splitlines()
+    assert first == (
+        "unknown option 'slot.request.timout'; did you mean 'slot.request.timeout'? jobledger "
+        "reads (KEY=DEFAULT: what it sets):"
+    )
+    assert known == [f"  {key}={default}: {what}" for key, (_, default, what) in OPTIONS.items()]
+    assert "  heartbeat.timeout=50000: a TaskExecutor silent this long is lost" in known
 
 
 def test_the_command_line_takes_flinks_dynamic_properties():

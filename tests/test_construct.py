@@ -20,7 +20,8 @@ from jobledger.projections.log.replay import replay
 from jobledger.schemas import EVENT_TYPES, DecodeError, EventSerde, SchemaCatalog
 from jobledger.schemas.catalog import HISTORY_DIR, schema_fingerprint
 from jobledger.schemas.construct import from_avro, trusted
-from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC, event_from_avro_dict
+from jobledger.schemas.records import event_from_avro_dict
+from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import ExecutionState
 from jobledger.services.control.driver import DECIDING_PRODUCERS, ReducerDriver

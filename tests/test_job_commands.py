@@ -515,6 +515,40 @@ def test_wait_past_its_timeout_says_what_the_job_waits_for(cluster, capsys):
 
 
 @pytest.mark.broker
+def test_views_show_a_job_no_services_decided_as_submitted_never_running(cluster, capsys):
+    """With no services running, the reducers of `job list` and `job show` derive RUNNING
+    from the submission alone; the views say what the services decided, and of this job
+    nothing yet. Once the services have read it, their RUNNING is shown."""
+    assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "j1")[0] == 0
+
+    status, out, _ = jobledger(cluster, capsys, "job", "list")
+    assert status == 0
+    assert out.splitlines()[1:] == [
+        "------------------ Submitted Jobs (no services have decided them yet) ------------------",
+        f"{out.splitlines()[2].split(' : ')[0]} : j1 : count numbers (SUBMITTED; 0/4 tasks "
+        "finished, 0 restart(s), 0.0 s)",
+    ]
+    status, out, _ = jobledger(cluster, capsys, "job", "show", "j1")
+    assert status == 0 and "RUNNING" not in out and "SCHEDULED" not in out, out
+    assert out.splitlines()[1] == (
+        "job j1 'count numbers': SUBMITTED (no services have decided it yet), 0 restart(s)"
+    )
+    assert out.count("  no subtask is scheduled: the services have not read the job yet") == 2
+    status, out, _ = jobledger(cluster, capsys, "job", "show", "j1", "-o", "json")
+    shown = json.loads(out)
+    assert (shown["state"], shown["decided"]) == ("INITIALIZING", False)
+
+    with RuntimeThread(cluster):
+        wait_for_log(cluster, lambda rs: "RUNNING" in statuses(rs, "j1"), "the job RUNNING")
+    status, out, _ = jobledger(cluster, capsys, "job", "list", "-o", "json")
+    [job] = json.loads(out)["jobs"]
+    assert (job["state"], job["decided"]) == ("RUNNING", True)
+    status, out, _ = jobledger(cluster, capsys, "job", "show", "j1")
+    assert out.splitlines()[1] == "job j1 'count numbers': RUNNING, 0 restart(s)"
+    assert "[0] #0 SCHEDULED" in out
+
+
+@pytest.mark.broker
 def test_an_unknown_job_is_one_line_naming_the_jobs_that_exist(cluster, capsys):
     assert jobledger(cluster, capsys, "job", "submit", str(EXAMPLE), "--job-id", "known")[0] == 0
     for command in (["job", "wait", "nope", "--timeout", "30"], ["job", "cancel", "nope"]):

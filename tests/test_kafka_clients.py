@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError
 
 from jobledger.services import kafka, kafka_reads
+from jobledger.services.local.loopback import free_port
 
 
 @pytest.mark.broker
@@ -99,3 +102,34 @@ def test_reading_a_log_to_its_end_ends_while_every_partition_keeps_growing():
     log = _GrowingLog(polls=1_000)
     read = [(m.partition(), m.offset()) for m in kafka_reads.read_topics(log, ["t"], True, True)]
     assert read == [(0, 0), (1, 0)], "a record appended past a partition's end was read"
+
+
+def test_librdkafka_s_lines_go_through_logging_not_raw_onto_stderr(caplog, capfd):
+    """A client that cannot reach its broker logs the failure through `jobledger.kafka` (the
+    services print it as their other lines), never as librdkafka's raw `%3|...|FAIL|` line."""
+    port = free_port()  # nothing listens there
+    consumer = kafka.read_committed_consumer(f"127.0.0.1:{port}")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="jobledger.kafka"):
+            deadline = time.monotonic() + 10
+            while not caplog.records and time.monotonic() < deadline:
+                consumer.poll(0.2)
+    finally:
+        consumer.close()
+    assert any("Connection refused" in r.getMessage() for r in caplog.records), caplog.text
+    assert all(r.name == "jobledger.kafka" for r in caplog.records)
+    assert "|FAIL|" not in capfd.readouterr().err
+
+
+def test_what_librdkafka_retries_by_itself_is_not_logged(caplog):
+    with caplog.at_level(logging.DEBUG, logger="jobledger.kafka"):
+        for line in (
+            "[thrd:main]: Failed to acquire transactional PID from broker TxnCoordinator/1: "
+            "Broker: Coordinator load in progress: retrying",
+            "[thrd:background]: Purging 1 unserved events from background queue",
+        ):
+            kafka.LOG.warning("%s [%s] %s", "GETPID", "rdkafka#producer-7", line)
+        kafka.LOG.error("%s [%s] %s", "FAIL", "rdkafka#producer-7", "Connection refused")
+    assert [r.getMessage() for r in caplog.records] == [
+        "FAIL [rdkafka#producer-7] Connection refused"
+    ]

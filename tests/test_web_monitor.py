@@ -57,7 +57,7 @@ def test_jobs_overview_has_flinks_job_details(fail_once):
     assert job == {
         "jid": JOB, "name": "wordcount words.txt", "state": "FINISHED",
         "start-time": 1795558732093, "end-time": 1795558750516, "duration": 18423,
-        "last-modification": 1795558750516, "restarts": 4,
+        "last-modification": 1795558750516, "restarts": 4, "decided": True,
         "tasks": {"total": 8, "created": 0, "scheduled": 0, "deploying": 0, "initializing": 0,
                   "running": 0, "finished": 8, "canceling": 0, "canceled": 0, "failed": 0,
                   "reconciling": 0},

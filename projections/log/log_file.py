@@ -30,10 +30,10 @@ from jobledger.schemas import (
 )
 from jobledger.schemas.avro import full_name, inline_named_types, record_schema
 from jobledger.schemas.catalog import NAMED_TYPES, schema_fingerprint
-from jobledger.schemas.serde import event_from_avro_dict
+from jobledger.schemas.records import event_from_avro_dict
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services.kafka import SERVICES_GROUP_PREFIX, read_committed_consumer
-from jobledger.services.kafka_reads import read_topics
+from jobledger.services.kafka_reads import READ_TO_END, read_topics
 from jobledger.services.kafka_topics import committed_offsets
 
 from .provenance import AVRO_FIELD, Provenance, provenance_of
@@ -109,7 +109,7 @@ def processed_by_services(bootstrap: str, prefix: str) -> Callable[[LogRecord], 
 
 def read_events(bootstrap: str, prefix: str) -> list[LogRecord]:
     """The decodable records of the log as they are now (what a replay reads)."""
-    consumer = read_committed_consumer(bootstrap)
+    consumer = read_committed_consumer(bootstrap, extra=READ_TO_END)
     try:
         return [r for r in read_log(consumer, prefix, EventSerde()) if isinstance(r, LogRecord)]
     finally:

@@ -59,6 +59,7 @@ class ArchivedExecution:
 
 
 TERMINAL = ("FINISHED", "CANCELED", "FAILED")
+UNDECIDED = "INITIALIZING"
 
 
 @dataclass
@@ -96,6 +97,10 @@ class ArchivedJob:
     reports: dict[str, list[tuple[int, str, str | None]]] = field(default_factory=dict)
     """Attempt id -> (time, state, error) of its deployment and every state report taken."""
     failures: list[TaskFailure] = field(default_factory=list)
+    decided: str | None = None
+    """The status the services last decided for the job (its latest `JobStatusChanged` not
+    dead-lettered), None while they have decided none: the reducers here may have derived
+    more from inputs the services have not read yet, which is no decision of theirs."""
 
     @property
     def name(self) -> str:
@@ -103,7 +108,9 @@ class ArchivedJob:
 
     @property
     def status(self) -> str:
-        return self.master.status.value
+        """What the services decided; a job they have not decided yet is INITIALIZING, as
+        Flink says of a job its Dispatcher took and no JobMaster runs yet."""
+        return self.decided if self.decided is not None else UNDECIDED
 
     def vertices(self) -> list[ExecutionJobVertex]:
         graph = self.master.graph
@@ -191,19 +198,19 @@ def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
     }
     refused = refused_reports(upto.records)
     for record in upto.records:
-        _take(jobs, record, refused)
+        job = jobs.get(getattr(record.event, "job_id", None) or "")
+        if job is not None:
+            dead = (record.role.value, record.partition, record.offset) in upto.refused
+            take(job, record, refused, admitted=not dead)
     return ClusterArchive(upto, driver, jobs, now)
 
 
-def _take(jobs: dict[str, ArchivedJob], record: LogRecord, refused: dict[str, str]) -> None:
-    job = jobs.get(getattr(record.event, "job_id", None) or "")
-    if job is not None:
-        take(job, record, refused)
-
-
-def take(job: ArchivedJob, record: LogRecord, refused: dict[str, str]) -> None:
+def take(
+    job: ArchivedJob, record: LogRecord, refused: dict[str, str], admitted: bool = True
+) -> None:
     """The job's times after `record`, a record of the job (`refused`: event id -> why, of
-    the task state reports the JobMaster refused)."""
+    the task state reports the JobMaster refused; `admitted`: the services did not
+    dead-letter the record)."""
     event = record.event
     if not isinstance(event, ARCHIVED[:4]):
         return
@@ -216,6 +223,8 @@ def take(job: ArchivedJob, record: LogRecord, refused: dict[str, str]) -> None:
         job.status_timestamps.setdefault("INITIALIZING", at)
     elif isinstance(event, JobStatusChanged):
         job.status_timestamps[event.to_status.value] = at
+        if admitted:
+            job.decided = event.to_status.value
         if event.cause:
             job.root_cause = (at, event.cause)
     elif isinstance(event, TaskDeploymentRequested):

@@ -46,14 +46,15 @@ class FollowedArchive:
     def _take(self, record: LogRecord) -> None:
         self.now = max(self.now, record.timestamp)
         refused: dict[str, str] = {}
-        if record.role in INPUT_ROLES and not self._refusal(record):
+        admitted = record.role not in INPUT_ROLES or not self._refusal(record)
+        if record.role in INPUT_ROLES and admitted:
             for decision in self.partitioned.process(record.role, record.partition, record.event):
                 if isinstance(decision, EventRejected):
                     refused[decision.rejected_event_id] = decision.reason
         job_id = getattr(record.event, "job_id", None)
         if job_id:
             job = self.times.setdefault(job_id, ArchivedJob(job_id, None, None, -1))
-            take(job, record, refused)
+            take(job, record, refused, admitted)
 
     def _refusal(self, record: LogRecord) -> str | None:
         """Why the services refuse the record (runtime's admission), or None."""

@@ -59,6 +59,7 @@ def job_overview(job: ArchivedJob, now: int) -> dict[str, Any]:
         "last-modification": job.last_modified,
         "tasks": {"total": sum(counts.values()), **{s.lower(): n for s, n in counts.items()}},
         "restarts": job.master.restarts,
+        "decided": job.decided is not None,
     }
 
 
@@ -118,6 +119,7 @@ def job_details(archive: ClusterArchive, job_id: str) -> dict[str, Any]:
         "plan": plan_of(job),
         "restarts": job.master.restarts,
         "failure-cause": job.master.failure_cause,
+        "decided": job.decided is not None,
         "as-of": archive.as_of(),
     }
 

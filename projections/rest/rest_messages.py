@@ -23,6 +23,12 @@ class AsOf(Message):
     offsets: dict[str, int] = Field(description="ROLE/PARTITION -> the last offset reflected.")
 
 
+DECIDED = (
+    "(jobledger) whether the services have decided the job's status; false: it is submitted "
+    "and no services have read it yet (state INITIALIZING)"
+)
+
+
 def field(name: str, description: str | None = None) -> Any:
     """A field whose JSON name is Flink's `name` (with its hyphen)."""
     return Field(alias=name, description=description)
@@ -52,6 +58,7 @@ class JobDetails(Message):
     last_modification: int = field("last-modification")
     tasks: dict[str, int] = Field(description="total, and how many subtasks are in each state")
     restarts: int = Field(description="(jobledger) how often the job restarted")
+    decided: bool = Field(description=DECIDED)
 
 
 class MultipleJobsDetails(Message):
@@ -130,6 +137,7 @@ class JobDetailsInfo(Message):
     plan: JobPlan
     restarts: int
     failure_cause: str | None = field("failure-cause", "(jobledger) the latest failure")
+    decided: bool = Field(description=DECIDED)
     as_of: AsOf = field("as-of")
 
 

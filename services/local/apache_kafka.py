@@ -14,10 +14,12 @@ Kafka Streams' own `EmbeddedKafkaCluster`: wait for the real thing, not for an o
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -140,13 +142,19 @@ def install(quiet: bool = True) -> Path:
     return libs
 
 
-def _classpath() -> str:
+def require_installed() -> None:
+    """Stop before anything is written (a node's configuration, its storage) when the jars
+    are missing, naming the one command that installs them."""
     if not installed():
         raise BrokerError(
             f"Apache Kafka {KAFKA_VERSION} is not installed in {libs_dir()}: run "
-            "`make kafka` or `jobledger broker --install` (Maven fetches it from "
-            "Maven Central)"
+            "`jobledger broker --install` (Maven fetches it from Maven Central; `make kafka` "
+            "does the same)"
         )
+
+
+def _classpath() -> str:
+    require_installed()
     return str(libs_dir() / "*")
 
 
@@ -204,10 +212,13 @@ def _log4j2_file() -> Path:
 
 
 def random_cluster_id() -> str:
-    return subprocess.run(
-        _java_command(STORAGE_TOOL, "random-uuid", heap="256m"),
-        capture_output=True, text=True, check=True,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    """A cluster id as `kafka-storage random-uuid` prints one (a random UUID in URL-safe
+    base64 without padding, never starting with a dash), made here rather than in a JVM
+    that takes a second to start."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def format_storage(
@@ -239,6 +250,7 @@ def spawn(
     readiness probe passes. The controller listens on a free port of its own, remembered in
     `data` so a restarted broker finds its quorum where it left it. With `secrets`, secured
     (`secure.py`), and the probe runs as `admin`."""
+    require_installed()
     data.mkdir(parents=True, exist_ok=True)
     controller_file = data / "controller.port"
     if controller_file.is_file():
@@ -289,7 +301,37 @@ def wait_until_ready(
             time.sleep(0.1)
     bootstrap = ",".join(f"{LOOPBACK}:{p}" for p in (port, *(o[1] for o in others)))
     client = secure.client_config(secrets, "admin") if secrets else {}
-    probe(bootstrap, deadline - time.monotonic(), replicas, client)
+    nodes = ((proc, log_path), *((node, node_log) for node, _, node_log in others))
+    _probe_while_alive(nodes, bootstrap, deadline - time.monotonic(), replicas, client)
+
+
+def _probe_while_alive(
+    nodes: tuple[tuple[subprocess.Popen[bytes], Path], ...], bootstrap: str, timeout_s: float,
+    replicas: int, client: dict[str, str],
+) -> None:  # fmt: skip
+    """`probe` in a thread of its own while this one watches the nodes: a node that exits
+    (it could not bind a port, its storage is another cluster's) is reported at once with its
+    log, instead of after the probe's timeout, which a port answered by some other process
+    would otherwise run out."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            probe(bootstrap, timeout_s, replicas, client)
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name="kafka-ready-probe", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        for node, node_log in nodes:
+            if node.poll() is not None:
+                raise BrokerError(f"Apache Kafka exited with {node.returncode}; see {node_log}")
+        thread.join(0.1)
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 def spawn_cluster(
@@ -301,6 +343,7 @@ def spawn_cluster(
     controllers elect a leader among themselves), ready once a topic with a replica on every
     node takes and returns a committed record. The controllers' ports and the cluster id are
     kept in `data`, so a node restarted alone finds its quorum."""
+    require_installed()
     data.mkdir(parents=True, exist_ok=True)
     kept = data / "controller.ports"
     if kept.is_file() and len(kept.read_text().split()) == len(ports):

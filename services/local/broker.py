@@ -18,8 +18,11 @@ its port answers.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -165,9 +168,9 @@ def start(
     and record. With `secure_prefix`, secured: the property files are written and the ACLs
     granted for that topic prefix before anyone is told the broker is there."""
     workdir = home() / "broker"
+    data = data_dir(workdir, len(ports) > 1, secure_prefix is not None)
     secrets = None
     if secure_prefix is not None:
-        data = data_dir(workdir, len(ports) > 1, True)
         if data.exists() and not secure.credentials_path().is_file():
             raise BrokerError(
                 f"{data} holds a secure broker's storage, but the passwords its users were "
@@ -175,10 +178,11 @@ def start(
                 "afresh"
             )
         secrets = secure.ensure_secrets()
-    if len(ports) == 1:
-        procs = [spawn(ports[0], workdir, detach, secrets)]
-    else:
-        procs = spawn_nodes(ports, workdir, detach, secrets)
+    with _removed_on_failure(data):
+        if len(ports) == 1:
+            procs = [spawn(ports[0], workdir, detach, secrets)]
+        else:
+            procs = spawn_nodes(ports, workdir, detach, secrets)
     record = record_of(procs, ports, workdir, secrets is not None)
     try:
         if secrets is not None and secure_prefix is not None:
@@ -188,6 +192,24 @@ def start(
         raise
     write_record(record)
     return procs, record
+
+
+@contextlib.contextmanager
+def _removed_on_failure(data: Path) -> Iterator[None]:
+    """A start that fails leaves no storage behind that it created (a configuration and a
+    formatted log folder no broker ever served, and the folders above them), so the next
+    start begins as the first did; what an earlier broker kept is never touched. A log
+    stays: the error names it."""
+    created = [path for path in (data, *data.parents) if not path.exists()]
+    try:
+        yield
+    except BaseException:
+        if data in created:
+            shutil.rmtree(data, ignore_errors=True)
+        for folder in created[1:]:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
+        raise
 
 
 def start_detached(
