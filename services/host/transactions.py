@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from jobledger.schemas import Event, EventSerde
+from jobledger.schemas import Event, EventSerde, topic_name
 
 from .. import kafka
 from .errors import ServiceHalted, StopRequested
@@ -36,13 +36,25 @@ class Wedged(Exception):
     (a thread is still inside it) and the partition gets a new one."""
 
 
+class Encoded(NamedTuple):
+    """An event as its record: encoded where it is derived, so an event that cannot be
+    encoded names the input that derived it (`poison.py`), and encoded once."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    type_name: str
+    decision: bool
+    """It names a cause (a reducer's decision, not a dead letter or a timer)."""
+
+
 @dataclass(frozen=True)
 class PartitionCommit:
     """What one transaction of a partition commits, all or nothing: a reader with
     `read_committed` sees the decisions exactly once, and the consumer group's offset moves
     past the inputs that derived them in the same commit."""
 
-    decisions: list[Event]
+    decisions: list[Encoded]
     offset: TopicPartition | None
     """The partition's next input offset, for the consumer group (None: the clock's
     transaction, which read no input)."""
@@ -106,8 +118,9 @@ class TransactionWriter:
         """Write `unit` in one transaction of `producer` (the producer of input partition
         `partition`); raises what the broker or librdkafka raised, or `Wedged`."""
         producer.begin_transaction()
-        for event in unit.decisions:
-            self.produce(producer, event)
+        for record in unit.decisions:
+            kafka.produce_encoded(producer, record.topic, record.key, record.value,
+                                  record.type_name)  # fmt: skip
         if unit.offset is not None:
             self._send_offsets(producer, unit.offset)
         for key, value in unit.snapshot:
@@ -117,8 +130,12 @@ class TransactionWriter:
             )  # fmt: skip
         _commit_transaction(producer)
 
-    def produce(self, producer: Producer, event: Event) -> None:
-        kafka.produce_event(producer, self.prefix, event, self.serde)
+    def encode(self, event: Event) -> Encoded:
+        """`event` as the record `commit` writes (`kafka.produce_event`'s topic, key and value)."""
+        role, key = event.route()
+        topic = topic_name(role, self.prefix)
+        return Encoded(topic, key.encode(), self.serde.encode(event, topic), event.type_name(),
+                       event.cause_event_id is not None)  # fmt: skip
 
     def _send_offsets(self, producer: Producer, offset: TopicPartition) -> None:
         """`send_offsets_to_transaction`, bounded. librdkafka can block in it past its own
