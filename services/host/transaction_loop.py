@@ -492,7 +492,7 @@ class ServiceRuntime:
                 "topics create` makes them), then start the service again"
             )
         quarantine.poisoned[first] = Poison(
-            "transaction", one_line(f"its transaction was refused: {error.str()}")
+            "transaction", f"the broker refused its transaction: {error.name()}"
         )
         log.error("%s@%d: its transaction was refused (%s); it is dead-lettered without its "
                   "bytes and the partition goes on", where, first, error.str())  # fmt: skip

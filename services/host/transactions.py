@@ -17,12 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from jobledger.schemas import Event, EventSerde, topic_name
 
 from .. import kafka
 from .errors import ServiceHalted, StopRequested
+from .poison import record_specific
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -116,19 +117,34 @@ class TransactionWriter:
 
     def commit(self, producer: Producer, partition: int, unit: PartitionCommit) -> None:
         """Write `unit` in one transaction of `producer` (the producer of input partition
-        `partition`); raises what the broker or librdkafka raised, or `Wedged`."""
-        producer.begin_transaction()
-        for record in unit.decisions:
-            kafka.produce_encoded(producer, record.topic, record.key, record.value,
-                                  record.type_name)  # fmt: skip
-        if unit.offset is not None:
-            self._send_offsets(producer, unit.offset)
-        for key, value in unit.snapshot:
-            producer.produce(
-                self.snapshot_topic, key=key, value=value,
-                partition=self.snapshot_partition(partition),
-            )  # fmt: skip
-        _commit_transaction(producer)
+        `partition`); raises what the broker or librdkafka raised, or `Wedged`. A record
+        the broker refused for what it is (`poison.record_specific`) is raised as that
+        refusal, whichever call failed first: the transaction's later calls fail only with
+        librdkafka's "erroneous state"."""
+        refusals: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None and record_specific(error):
+                refusals.append(error)
+
+        try:
+            producer.begin_transaction()
+            for record in unit.decisions:
+                kafka.produce_encoded(producer, record.topic, record.key, record.value,
+                                      record.type_name, delivered)  # fmt: skip
+            if unit.offset is not None:
+                self._send_offsets(producer, unit.offset)
+            for key, value in unit.snapshot:
+                producer.produce(
+                    self.snapshot_topic, key=key, value=value,
+                    partition=self.snapshot_partition(partition), on_delivery=delivered,
+                )  # fmt: skip
+            _commit_transaction(producer)
+        except KafkaException as exc:
+            producer.poll(0)  # the delivery reports of the records refused
+            if refusals and not record_specific(exc.args[0]):
+                raise KafkaException(refusals[0]) from exc
+            raise
 
     def encode(self, event: Event) -> Encoded:
         """`event` as the record `commit` writes (`kafka.produce_event`'s topic, key and value)."""
