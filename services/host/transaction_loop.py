@@ -11,6 +11,16 @@ owned partitions for the owners whose next deadline has come: time reaches the r
 through the log, so replay fires every timeout where it fired live. Given a keyring, every
 input must carry a signature of it and its signer be allowed to write it (`_admit`); what
 fails is dead-lettered in the same transaction, with the reason, and reaches no reducer.
+
+An input whose processing raises (in a reducer, in encoding its decisions, in the snapshot
+after it) is dead-lettered with the exception in one line, and the partition's state is
+exactly what it would be had the input never been read: it is poisoned, the partition goes
+back to its last commit (snapshot + tail) and dead-letters it where it reads it again, in a
+transaction that snapshots the partition. An input whose transaction the broker refuses for
+what it holds is found by committing the batch again one input per transaction, and
+dead-lettered without its bytes. Records larger than `MAX_EVENT_BYTES` are dead-lettered
+before decoding, and a dead letter too large to carry its record carries the record's digest.
+Only infrastructure faults stop the service (`poison.py`).
 """
 
 from __future__ import annotations
