@@ -495,7 +495,8 @@ class ServiceRuntime:
             return
         if end - first < 1:
             return  # no input in it (a snapshot alone): what failed is no input's
-        if quarantine.poisoned.get(first, Poison("", "")).kind == "transaction":
+        earlier = quarantine.poisoned.get(first)
+        if earlier is not None and earlier.kind == "transaction":
             raise ServiceHalted(
                 f"{where}@{first}: the broker refuses even the dead letter of the input, without "
                 f"its bytes ({error.str()}); check the topics' max.message.bytes (`jobledger "
