@@ -130,8 +130,7 @@ class TransactionWriter:
         try:
             producer.begin_transaction()
             for record in unit.decisions:
-                kafka.produce_encoded(producer, record.topic, record.key, record.value,
-                                      record.type_name, delivered)  # fmt: skip
+                self.produce(producer, record, delivered)
             if unit.offset is not None:
                 self._send_offsets(producer, unit.offset)
             for key, value in unit.snapshot:
@@ -141,10 +140,22 @@ class TransactionWriter:
                 )  # fmt: skip
             _commit_transaction(producer)
         except KafkaException as exc:
-            producer.poll(0)  # the delivery reports of the records refused
-            if refusals and not record_specific(exc.args[0]):
+            error = exc.args[0]
+            if record_specific(error) or not (
+                error.txn_requires_abort() or error.code() == KafkaError._STATE
+            ):
+                raise
+            producer.poll(0)  # the delivery reports of the records refused, if any
+            if refusals:
                 raise KafkaException(refusals[0]) from exc
             raise
+
+    def produce(
+        self, producer: Producer, record: Encoded,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None:  # fmt: skip
+        kafka.produce_encoded(producer, record.topic, record.key, record.value,
+                              record.type_name, on_delivery)  # fmt: skip
 
     def encode(self, event: Event) -> Encoded:
         """`event` as the record `commit` writes (`kafka.produce_event`'s topic, key and value)."""
