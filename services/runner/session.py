@@ -6,7 +6,8 @@ cluster the executors start their Python workers with the interpreter the driver
 same holds there as long as the workers share this machine's paths.
 
 On a standalone cluster (`spark://`) the runner reads Kafka through Spark's own connector,
-resolved by Ivy from Maven Central (`spark.jars.packages`) in exactly this PySpark's version:
+resolved by Ivy from Maven Central in exactly this PySpark's version (as `spark.jars.packages`
+would, but once and quietly: `connector.py`) and shipped to the executors as `spark.jars`:
 that is the deployment Spark documents, and its executors then read Kafka in the JVM. Local
 masters keep jobledger's Python data source: no download, so `local[*]` works offline, and the
 test suite exercises both Kafka paths.
@@ -23,6 +24,7 @@ import pyspark
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from .connector import connector_jars
 from .kafka_source import NATIVE_PROVIDER_CLASS, native_kafka_available, register
 
 # The runner executes many tiny micro-batches: Spark's 200 shuffle partitions would mean 200
@@ -78,10 +80,11 @@ def is_standalone(master: str) -> bool:
 
 
 def cluster_conf(master: str) -> dict[str, str]:
-    """What a standalone master needs on top of the defaults: the native Kafka connector."""
+    """What a standalone master needs on top of the defaults: the native Kafka connector's
+    jars (resolved on the first start, `connector.connector_jars`)."""
     if not is_standalone(master):
         return {}
-    return {PACKAGES: kafka_connector_package()}
+    return {"spark.jars": ",".join(connector_jars(kafka_connector_package()))}
 
 
 def spark_session(
