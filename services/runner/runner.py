@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
@@ -355,6 +356,15 @@ class TaskRunner:
         self.stopping.set()
         if first:
             self._shut_down()
+        try:
+            self._stop_spark_work()
+        except Py4JError as exc:  # its JVM is gone (killed): nothing runs there any more
+            log.warning("Spark's JVM is gone (%s); nothing left to stop there", _first_line(exc))
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.gate.close()
+        self.producer.close()
+
+    def _stop_spark_work(self) -> None:
         if self.query is not None:
             # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
             # collect as an error with a long Java trace: expected here, so not shown
@@ -364,9 +374,6 @@ class TaskRunner:
             running = list(self.groups.values())
         for group in running:
             self.spark.sparkContext.cancelJobGroup(group.name)
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.gate.close()
-        self.producer.close()
 
     def _shut_down(self) -> None:
         """The TaskExecutors' last word, once the heartbeats stopped (a beat after it would
