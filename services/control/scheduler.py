@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.slots import SlotRequestFailed, SlotRequestFulfilled, SlotRequestTimedOut
 from jobledger.schemas.tasks import (
+    ResultPartitionsReleased,
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
@@ -114,6 +115,10 @@ class Scheduler:
     """Event time by which each deployed attempt must have reported INITIALIZING, by
     ExecutionAttemptID; an attempt's entry goes once it reports, or at the next timer once it
     is no longer a DEPLOYING current attempt."""
+    partition_hosts: list[str] = field(default_factory=list)
+    """The TaskExecutors an attempt producing a result was deployed to, in any incarnation
+    (Flink's JobMasterPartitionTracker, by TaskExecutor): the job's result partitions live
+    there until the job ends for good. One entry per TaskExecutor."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
@@ -228,6 +233,9 @@ class Scheduler:
         if ev.modified:
             return
         job_vertex = self.graph.vertices[ev.job_vertex_id]
+        outputs = self.graph.output_partitions(ev)
+        if outputs and execution.resource_id not in self.partition_hosts:
+            self.partition_hosts.append(execution.resource_id)
         execution.state = ExecutionState.DEPLOYING
         deadline = min(out.cause.event_time + self.deployment_timeout_ms, AVRO_LONG_MAX)
         self.deployment_deadlines[execution.attempt_id] = deadline
@@ -247,7 +255,7 @@ class Scheduler:
             invokable_class_name=job_vertex.vertex.invokable_class_name,
             operators=job_vertex.vertex.operators,
             inputs=self.graph.input_gates(ev),
-            outputs=self.graph.output_partitions(ev),
+            outputs=outputs,
         )
 
     def is_tracking_partitions_for(self, resource_id: str) -> bool:
@@ -515,10 +523,23 @@ class Scheduler:
             self._end(JobStatus.FAILED, self.failure_cause, out)
 
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
-        """A globally terminal status; every slot goes back (the pool closes)."""
+        """A globally terminal status; every slot goes back (the pool closes), and every
+        result partition is released."""
         self._set_status(status, cause, out)
         self.deployment_deadlines = {}
         self.pool.close(f"job {status.value}", out)
+        self._release_partitions(status, out)
+
+    def _release_partitions(self, status: JobStatus, out: Decisions) -> None:
+        """No attempt of a job that ended for good reads its results again: each TaskExecutor
+        a producing attempt was deployed to releases them (Flink's JobMaster releases every
+        partition it tracks when the job terminates)."""
+        for resource_id in self.partition_hosts:
+            out.emit(
+                ResultPartitionsReleased, job_id=self.job_id, resource_id=resource_id,
+                job_status=status,
+            )  # fmt: skip
+        self.partition_hosts = []
 
     def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
         return [ev for ev in self.graph.execution_vertices()
