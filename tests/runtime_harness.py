@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from jobledger.projections.log.log_file import LogRecord, read_events
@@ -38,6 +39,15 @@ def wait_until_quiet(cluster, settle_s: float = 3.0, limit_s: float = 120.0) -> 
         elif time.monotonic() - since >= settle_s:
             return records
     raise TimeoutError(f"the log kept growing for {limit_s} s ({len(records)} records)")
+
+
+def until(holds: Callable[[], bool], what: str, limit_s: float = 120.0) -> None:
+    """Until `holds()`; a TimeoutError naming `what` after `limit_s`."""
+    deadline = time.monotonic() + limit_s
+    while not holds():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {limit_s:.0f} s: {what}")
+        time.sleep(0.2)
 
 
 def wait_until_owning(process: subprocess.Popen, limit_s: float = 90.0) -> None:

@@ -32,7 +32,7 @@ from . import scenario
 from .events import Clock
 from .golden_logs import as_log
 from .jobs import vertex
-from .runtime_harness import RuntimeThread, append, wait_until_quiet
+from .runtime_harness import RuntimeThread, append, until, wait_until_quiet
 
 SERDE = EventSerde()
 PILLS = {"job-p": "pill-raise", "job-q": "pill-encode", "job-s": "pill-snapshot"}
@@ -237,6 +237,9 @@ def test_records_larger_than_an_event_are_dead_lettered_by_digest_and_the_partit
     assert write_raw(cluster, (b"job-b", garbage), (b"job-p", encoded)) == [(0, 0), (0, 1)]
     append(cluster, scenario.start_cluster(Clock()))
     with RuntimeThread(cluster) as runtime:
+        # the services are seen at work (both records dead-lettered) before the log's quiet
+        # counts: on a loaded machine, 3 s may pass before they read anything
+        until(lambda: len(dead_letters(cluster)) == 2, "both records dead-lettered")
         records = wait_until_quiet(cluster)
         assert runtime.failure is None, runtime.failure
         live = job_states(runtime.workers)
