@@ -44,6 +44,9 @@ DEFAULT_CONF = {
     # on it (Nagle's algorithm meeting delayed ACKs: `bench/e2e.py`, a no-op Python job 84 ms
     # against 43 ms over a Unix domain socket), which every Spark job running tasks paid.
     "spark.python.unix.domain.socket.enabled": "true",
+    # PySpark's worker daemon, quiet about the JVM going away as the runner stops
+    # (`quiet_daemon.py`): each worker it stopped under left a BrokenPipeError trace.
+    "spark.python.daemon.module": "jobledger.services.runner.quiet_daemon",
     # The checkpoint's files on a local disk are written without Hadoop's checksum files
     # (ChecksumFileSystem writes a `.crc` beside each and renames both): writing a batch's
     # offsets took ~10-16 ms, 4-5 ms without, on every micro-batch's way to its deployments.

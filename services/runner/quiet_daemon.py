@@ -1,0 +1,33 @@
+"""PySpark's Python worker daemon, without a trace when the JVM it serves goes away.
+
+The runner's JVM closes its sockets to the Python workers as it stops (SIGTERM, the end of
+the demo); a worker in the middle of reading or writing its task's data then fails with a
+broken pipe, and PySpark's daemon prints that as a trace into the runner's log: four of them
+after `kill %2 %3` in the README's walk-through. Nothing is lost by then (the runner reports
+what it stopped, and the JVM is going), so the worker ends quietly instead. Any other
+failure is PySpark's to report, as before. Spark starts this module in place of
+`pyspark.daemon` (`spark.python.daemon.module`, `session.DEFAULT_CONF`).
+"""
+
+from __future__ import annotations
+
+import socket
+
+from pyspark import daemon
+
+_worker = daemon.worker
+
+
+def worker(sock: socket.socket, authenticated: bool) -> int:
+    """`pyspark.daemon.worker`, ending with 1 (the daemon then closes the connection) where
+    the JVM went away under it."""
+    try:
+        return _worker(sock, authenticated)
+    except (BrokenPipeError, ConnectionResetError):
+        return 1
+
+
+daemon.worker = worker
+
+if __name__ == "__main__":
+    daemon.manager()
