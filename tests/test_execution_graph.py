@@ -17,7 +17,7 @@ def build(*vertices) -> ExecutionGraph:
 
 
 def consumed(graph: ExecutionGraph, vid: str) -> list[list[int]]:
-    return [graph.input_gates(ev)[0].consumed_subtask_indexes
+    return [list(graph.input_gates(ev)[0].consumed_subtasks)
             for ev in graph.vertices[vid].subtasks]  # fmt: skip
 
 

@@ -179,9 +179,7 @@ def _inputs_ready(graph: ExecutionGraph, ev: ExecutionVertex) -> bool:
         if gate.result_partition_type is ResultPartitionType.BLOCKING:
             if any(p.current.state is not ExecutionState.FINISHED for p in producers):
                 return False
-        elif any(
-            producers[i].current.state not in CONSUMABLE for i in gate.consumed_subtask_indexes
-        ):
+        elif any(producers[i].current.state not in CONSUMABLE for i in gate.consumed_subtasks):
             return False
     return True
 

@@ -1,0 +1,123 @@
+"""Issue 44: a job's log grows with its subtasks, not with their square. A deployment names
+the producers of each input as one ConsumedPartitionGroup (a range), so no event grows with
+the parallelism; deployments that listed the producers one by one (TaskDeploymentRequested
+v1 to v3) still decode, as their group, and an old log of them replays exactly."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from fastavro import parse_schema, schemaless_writer
+
+from jobledger.projections.log.replay import verify
+from jobledger.schemas import Event, EventSerde
+from jobledger.schemas.catalog import HISTORY_DIR, schema_fingerprint
+from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC
+from jobledger.schemas.tasks import TaskDeploymentRequested
+from jobledger.schemas.types import (
+    ConsumedPartitionGroup,
+    DistributionPattern,
+    InputGateDeploymentDescriptor,
+    ResultPartitionType,
+)
+
+from .golden_logs import as_log
+from .jobs import JobCluster, vertex
+
+SERDE = EventSerde()
+
+
+def all_to_all_log(parallelism: int) -> list[Event]:
+    """A source -> sink ALL_TO_ALL job of `parallelism` x `parallelism`, deployed and run to
+    FINISHED by the stand-in runner, on TaskExecutors of 8 slots."""
+    cluster = JobCluster(task_executors=-(-2 * parallelism // 8), slots=8)
+    cluster.submit(
+        [
+            vertex("source", parallelism),
+            vertex("sink", parallelism, ("source", "ALL_TO_ALL", "PIPELINED")),
+        ]
+    )
+    cluster.play()
+    assert cluster.statuses()[-1] == "FINISHED"
+    return cluster.log
+
+
+def test_bytes_per_subtask_stay_flat_from_100_to_5000_subtasks():
+    """The whole log of the job (registrations, slots, deployments, reports), encoded as the
+    services write it, per subtask: 5,000 x 5,000 within 1.5x of 100 x 100 (listing every
+    producer in each deployment made it 25x), and no event larger at 5,000 than at 100
+    beyond the digits of its numbers."""
+    per_subtask, largest = {}, {}
+    for p in (100, 5000):
+        sizes = [len(SERDE.encode(event, "t")) for event in all_to_all_log(p)]
+        per_subtask[p] = sum(sizes) / (2 * p)
+        largest[p] = max(sizes)
+    assert per_subtask[5000] <= 1.5 * per_subtask[100], per_subtask
+    assert largest[5000] <= largest[100] + 64, largest
+
+
+def gate_of(listed: list[int]) -> dict:
+    return {"source_vertex_id": "source", "distribution_pattern": "ALL_TO_ALL",
+            "result_partition_type": "PIPELINED", "consumed_subtask_indexes": listed}  # fmt: skip
+
+
+def written_with(version: int, deployment: TaskDeploymentRequested) -> bytes:
+    """`deployment` as a writer of TaskDeploymentRequested `version` put it on the log: its
+    inputs' producers listed one by one, and none of the fields added after `version`."""
+    schema = json.loads((HISTORY_DIR / f"jobledger.TaskDeploymentRequested.v{version}.avsc")
+                        .read_text())  # fmt: skip
+    parsed = parse_schema(schema)
+    record = json.loads(deployment.model_dump_json())
+    record["inputs"] = [gate_of(list(gate.consumed_subtasks)) for gate in deployment.inputs]
+    names = {f["name"] for f in schema["fields"]}
+    record = {k: v for k, v in record.items() if k in names}
+    body = io.BytesIO()
+    schemaless_writer(body, parsed, record)
+    return SINGLE_OBJECT_MAGIC + schema_fingerprint(parsed) + body.getvalue()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_a_deployment_listing_its_producers_decodes_as_their_group(version):
+    [deployment] = [
+        e
+        for e in all_to_all_log(3)
+        if isinstance(e, TaskDeploymentRequested) and e.vertex_id == "sink"
+    ][:1]
+    decoded = SERDE.decode(written_with(version, deployment), "t")
+    [gate] = decoded.inputs
+    assert gate == InputGateDeploymentDescriptor(
+        source_vertex_id="source", distribution_pattern=DistributionPattern.ALL_TO_ALL,
+        result_partition_type=ResultPartitionType.PIPELINED, consumed_subtask_indexes=[],
+        consumed_partition_group=ConsumedPartitionGroup(first_subtask_index=0,
+                                                        number_of_subtasks=3),
+    )  # fmt: skip
+    if version == 3:
+        assert decoded == deployment, "v3 lacks no field: the old record is today's decision"
+
+
+def test_producers_listed_out_of_range_order_stay_listed():
+    """Nothing jobledger wrote, but nothing read is lost: a list that is no range is kept."""
+    gate = InputGateDeploymentDescriptor.model_validate_json(json.dumps(gate_of([0, 2, 1])))
+    assert gate.consumed_partition_group is None
+    assert list(gate.consumed_subtasks) == [0, 2, 1]
+    ranged = InputGateDeploymentDescriptor.model_validate_json(json.dumps(gate_of([2, 3])))
+    assert ranged.consumed_partition_group == ConsumedPartitionGroup(
+        first_subtask_index=2, number_of_subtasks=2
+    )
+
+
+def test_an_old_log_of_listed_producers_replays_and_verifies():
+    """A log whose deployments a writer before v4 wrote (producers listed) is read back and
+    every decision derived again equals the one recorded, the deployments among them."""
+    log = all_to_all_log(4)
+    reread = [
+        SERDE.decode(written_with(3, e) if isinstance(e, TaskDeploymentRequested)
+                     else SERDE.encode(e, "t"), "t")
+        for e in log
+    ]  # fmt: skip
+    deployments = sum(isinstance(e, TaskDeploymentRequested) for e in reread)
+    matched, divergence = verify(as_log(reread))
+    assert divergence is None
+    assert deployments == 8 and matched > deployments
