@@ -140,7 +140,7 @@ def job(parallelism: int, kind: ResultPartitionType, mode: ScheduleMode) -> dict
                   inputs=[JobEdge(source_vertex_id="source", result_partition_type=kind,
                                   distribution_pattern=DistributionPattern.ALL_TO_ALL)]),
     ]  # fmt: skip
-    restart = RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=5,
+    restart = RestartStrategy(kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=1_000_000,
                               delay_ms=1)  # fmt: skip
     return dict(job_id=JOB, job_name="all-to-all", vertices=vertices, schedule_mode=mode,
                 restart_strategy=restart)  # fmt: skip

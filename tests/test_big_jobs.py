@@ -15,16 +15,21 @@ from jobledger.projections.log.replay import verify
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.catalog import HISTORY_DIR, schema_fingerprint
 from jobledger.schemas.serde import SINGLE_OBJECT_MAGIC
+from jobledger.schemas.slots import SlotRequestTimedOut
 from jobledger.schemas.tasks import TaskDeploymentRequested
+from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import (
     ConsumedPartitionGroup,
     DistributionPattern,
     InputGateDeploymentDescriptor,
+    OwnerKind,
     ResultPartitionType,
 )
+from jobledger.services.control import failover_strategy
+from jobledger.services.control.job_master import JobMasterConfig
 
 from .golden_logs import as_log
-from .jobs import JobCluster, vertex
+from .jobs import JOB, JobCluster, fixed_delay, vertex
 
 SERDE = EventSerde()
 
@@ -121,3 +126,39 @@ def test_an_old_log_of_listed_producers_replays_and_verifies():
     matched, divergence = verify(as_log(reread))
     assert divergence is None
     assert deployments == 8 and matched > deployments
+
+
+def test_one_timer_failing_many_regions_reads_the_graphs_shape_once(monkeypatch):
+    """A TimerFired times out the slot requests of 60 subtasks of one vertex (each its own
+    region, each failure its own restart): the graph's blocks and regions are made once and
+    kept, not once per failure (issue 44: a vertex of 13,000 kept the reducers busy for
+    minutes), and each subtask's restart waits for its own delay."""
+    made = []
+    blocks = failover_strategy._blocks
+    monkeypatch.setattr(failover_strategy, "_blocks", lambda g: made.append(1) or blocks(g))
+    cluster = JobCluster(task_executors=1, slots=4,
+                         config=JobMasterConfig(slot_request_timeout_ms=100))  # fmt: skip
+    cluster.submit([vertex("source", 64)], restart=fixed_delay(1000, 50))
+    cluster.play(rounds=1)
+    fired = cluster.run([cluster.clock(TimerFired, at=cluster.clock.now + 200,
+                                       scope=OwnerKind.JOB, owner_id=JOB)])  # fmt: skip
+    assert sum(isinstance(e, SlotRequestTimedOut) for e in fired) == 60
+    assert len(made) == 1
+    pending = cluster.jm.scheduler.pending_restarts
+    assert sorted(k for r in pending for k in r.versions) == [("source", i) for i in range(4, 64)]
+
+
+def test_regions_of_a_blocking_all_to_all_edge_are_ordered_through_one_node_per_block(
+    monkeypatch,
+):
+    """P producers and P consumers of a BLOCKING ALL_TO_ALL edge, each its own region: the
+    regions' dependencies are 2P arcs through the block (P^2 region to region: a region
+    failover of 2,000 x 2,000 took 13 s), and the regions come out as before."""
+    arcs = []
+    cycles = failover_strategy._cycles
+    monkeypatch.setattr(failover_strategy, "_cycles", lambda a: arcs.append(len(a)) or cycles(a))
+    cluster = JobCluster(task_executors=10, slots=8)
+    cluster.submit([vertex("source", 40), vertex("sink", 40, ("source", "ALL_TO_ALL", "BLOCKING"))])
+    regions = failover_strategy.pipelined_regions(cluster.jm.scheduler.graph)
+    assert arcs == [80]
+    assert sorted(regions.values()) == list(range(80))

@@ -99,6 +99,9 @@ class ExecutionGraph:
     its first deployment: it is the same for every consumer subtask (every producer), so
     one is shared by all of their deployments, as Flink's ConsumedPartitionGroup is
     (FLINK-21110)."""
+    failover_topology: Any = derived(default=None)
+    """The graph's shape as a failover reads it (`failover_strategy.RegionTopology`), made
+    on the first failure: the shape never changes, only the attempts' states do."""
 
     def __post_init__(self) -> None:
         self.flat = [ev for jv in self.vertices.values() for ev in jv.subtasks]
@@ -106,6 +109,7 @@ class ExecutionGraph:
             execution.attempt_id: ev for ev in self.flat for execution in (*ev.prior, ev.current)
         }
         self.all_to_all_gates = {}
+        self.failover_topology = None
 
     @classmethod
     def build(

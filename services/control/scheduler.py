@@ -521,13 +521,19 @@ class Scheduler:
         self.pool.close(f"job {status.value}", out)
 
     def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
-        return [ev for ev in self.graph.execution_vertices()
-                if (ev.job_vertex_id, ev.subtask_index) in restart.versions]  # fmt: skip
+        """The restart's vertices in topological order, looked up by their keys: found by a
+        pass over every vertex, a TimerFired failing N subtasks of a vertex one region
+        each (N pending restarts, each asked on every failure) cost N^3."""
+        rank = {vid: n for n, vid in enumerate(self.graph.vertices)}
+        keys = sorted(restart.versions, key=lambda k: (rank[k[0]], k[1]))
+        return [self.graph.vertices[vid].subtasks[i] for vid, i in keys]
 
     def _due(self, restart: PendingRestart, now: int) -> bool:
-        """Its delay passed and its vertices were all cancelled (a rescale: every vertex)."""
-        vertices = None if self.rescaled is not None else self._vertices(restart)
-        return restart.at <= now and self._all_terminal(vertices)
+        """Its delay passed and its vertices were all cancelled (a rescale: every vertex);
+        the time is asked first, the cheaper question that most waiting restarts fail."""
+        if restart.at > now:
+            return False
+        return self._all_terminal(None if self.rescaled is not None else self._vertices(restart))
 
     def restart_if_due(self, out: Decisions) -> None:
         """Run every waiting restart that is due: a rescale installs the new graph; a failover
