@@ -25,6 +25,7 @@ from jobledger.schemas.types import (
     OwnerKind,
     ResultPartitionType,
 )
+from jobledger.services.client.dispatcher import now_ms
 from jobledger.services.control import failover_strategy
 from jobledger.services.control.job_master import JobMasterConfig
 
@@ -162,3 +163,73 @@ def test_regions_of_a_blocking_all_to_all_edge_are_ordered_through_one_node_per_
     regions = failover_strategy.pipelined_regions(cluster.jm.scheduler.graph)
     assert arcs == [80]
     assert sorted(regions.values()) == list(range(80))
+
+
+def graph(job_id: str, parallelism: int, config_bytes: int = 0) -> dict:
+    """A source -> sink ALL_TO_ALL JobGraph as JSON; the sink's operator carries a
+    configuration of `config_bytes` characters, which every one of its deployments repeats."""
+    operator = {"name": "noop", "config": {"blob": "x" * config_bytes}}
+    return {
+        "type": "JobSubmitted", "job_id": job_id, "job_name": job_id,
+        "vertices": [
+            {"vertex_id": "source", "name": "source", "invokable_class_name": "noop",
+             "parallelism": parallelism},
+            {"vertex_id": "sink", "name": "sink", "invokable_class_name": "noop",
+             "parallelism": parallelism, "operators": [operator],
+             "inputs": [{"source_vertex_id": "source", "distribution_pattern": "ALL_TO_ALL"}]},
+        ],
+    }  # fmt: skip
+
+
+SUBTASKS_REFUSAL = "invalid JobGraph: 60000 subtasks exceed the limit of 50000 " + (
+    "(jobledger.job.max-subtasks)"
+)
+
+
+def test_job_submit_refuses_a_jobgraph_beyond_the_limits_it_is_given():
+    from jobledger.services.client.dispatcher import JobGraphRefused, check_job_graph
+    from jobledger.services.configuration import Configuration
+
+    with pytest.raises(JobGraphRefused, match=r"^invalid JobGraph: 60000 subtasks exceed the "
+                       r"limit of 50000 \(jobledger.job.max-subtasks\)$"):  # fmt: skip
+        check_job_graph(graph("big", 30_000), "cli", SERDE, "p.")
+    limits = Configuration.parse(["jobledger.job.max-subtasks=100"]).job_limits()
+    with pytest.raises(JobGraphRefused, match="120 subtasks exceed the limit of 100"):
+        check_job_graph(graph("small", 60), "cli", SERDE, "p.", limits=limits)
+    assert check_job_graph(graph("small", 50), "cli", SERDE, "p.", limits=limits).event
+
+
+@pytest.mark.broker
+def test_a_jobsubmitted_beyond_the_limits_written_with_produce_is_refused_with_its_reason(
+    cluster, tmp_path, capsys
+):
+    """Straight to Kafka with `jobledger produce` (which checks events, not what a JobGraph
+    costs): one JobGraph of 60,000 subtasks and one whose deployments would repeat a 20 kB
+    operator configuration 10,000 times (300 MB) are each refused by the JobMaster with the
+    reason, nothing derived from them; a small one beside them runs."""
+    from jobledger.cli import main
+    from jobledger.schemas.jobs import JobStatusChanged
+    from jobledger.schemas.rejections import EventRejected
+
+    from .runtime_harness import RuntimeThread, wait_until_quiet
+
+    lines = [graph("too-many", 30_000), graph("too-costly", 10_000, 30_000), graph("fine", 2)]
+    for n, line in enumerate(lines):
+        line.update(event_id=f"submitted-{n}", event_time=now_ms(), producer="test")
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with RuntimeThread(cluster) as runtime:
+        argv = ["produce", str(path), "--bootstrap", cluster.bootstrap,
+                "--topic-prefix", cluster.prefix]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+        records = wait_until_quiet(cluster)
+        assert runtime.failure is None, runtime.failure
+    rejected = {r.event.owner_id: r.event.reason for r in records
+                if isinstance(r.event, EventRejected)}  # fmt: skip
+    assert rejected["too-many"] == SUBTASKS_REFUSAL
+    assert rejected["too-costly"].startswith(
+        "invalid JobGraph: its deployments would put about 307840000 bytes on the log, over "
+        "the limit of 268435456 (jobledger.job.max-deployment-bytes)"
+    )
+    decided = {r.event.job_id for r in records if isinstance(r.event, JobStatusChanged)}
+    assert decided == {"fine"}

@@ -29,7 +29,68 @@ from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_paralle
 from .reducer import columns, derived
 
 MAX_SUBTASKS_PER_JOB = 100_000
-"""A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
+"""The most subtasks any graph holds (a snapshot's bound): `JobLimits.max_subtasks` may be
+set up to this."""
+
+DEPLOYMENT_BYTES = 320
+"""What one deployment costs the log besides its operators' text, its input gates and its
+result partitions (measured: 226-300 bytes for a subtask of a 10,000 x 10,000 job)."""
+DESCRIPTOR_BYTES = 64
+"""What one input gate or result partition adds to a deployment, at most (ids of up to 32
+characters, a ConsumedPartitionGroup: constant, whatever the parallelism)."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What one JobGraph may cost, so that none within them holds a services instance for
+    more than seconds: its subtasks (`jobledger.job.max-subtasks`) and the bytes its
+    deployments put on the log (`jobledger.job.max-deployment-bytes`). Checked by `job
+    submit` and again by the JobMaster reducer, where a JobSubmitted written straight to
+    Kafka is refused with the reason, before anything is derived from it."""
+
+    max_subtasks: int = 50_000
+    """10,000 x 10,000 is 20,000: 2.5x headroom; the reducers derive about 10,000 subtasks'
+    scheduling per second on this project's 2-core machine."""
+    max_deployment_bytes: int = 256 * 1024 * 1024
+
+    def refusal(self, job: JobSubmitted, parallelism: dict[str, int] | None = None) -> str | None:
+        """Why `job` (at the overriding `parallelism`) is beyond the limits; None if not."""
+        sizes = {v.vertex_id: (parallelism or {}).get(v.vertex_id, v.parallelism)
+                 for v in job.vertices}  # fmt: skip
+        total = sum(sizes.values())
+        limit = min(self.max_subtasks, MAX_SUBTASKS_PER_JOB)
+        if total > limit:
+            return (f"{total} subtasks exceed the limit of {limit} "
+                    "(jobledger.job.max-subtasks)")  # fmt: skip
+        cost = deployment_bytes(job, sizes)
+        if cost > self.max_deployment_bytes:
+            return (
+                f"its deployments would put about {cost} bytes on the log, over the limit of "
+                f"{self.max_deployment_bytes} (jobledger.job.max-deployment-bytes): each of "
+                "a vertex's subtasks carries its operators and its inputs and outputs"
+            )
+        return None
+
+
+def deployment_bytes(job: JobSubmitted, sizes: dict[str, int]) -> int:
+    """An upper estimate of the bytes a run's deployments put on the log: per subtask, the
+    fixed fields, its vertex's operator chain (names and configuration, as text) and one
+    descriptor per input and per consumer of its results."""
+    outputs: dict[str, int] = {}
+    for vertex in job.vertices:
+        for edge in vertex.inputs:
+            outputs[edge.source_vertex_id] = outputs.get(edge.source_vertex_id, 0) + 1
+    total = 0
+    for vertex in job.vertices:
+        operators = sum(
+            len(op.name.encode()) + sum(len(k.encode()) + len(v.encode()) for k, v in
+                                        op.config.items())
+            for op in vertex.operators
+        )  # fmt: skip
+        descriptors = len(vertex.inputs) + outputs.get(vertex.vertex_id, 0)
+        each = DEPLOYMENT_BYTES + len(vertex.invokable_class_name.encode()) + operators
+        total += sizes.get(vertex.vertex_id, 0) * (each + DESCRIPTOR_BYTES * descriptors)
+    return total
 
 
 class InvalidJobGraph(ValueError):
@@ -113,13 +174,16 @@ class ExecutionGraph:
 
     @classmethod
     def build(
-        cls, job: JobSubmitted, attempt_ids: AttemptIds, parallelism: dict[str, int] | None = None
-    ) -> ExecutionGraph:
-        """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling)."""
+        cls, job: JobSubmitted, attempt_ids: AttemptIds, parallelism: dict[str, int] | None = None,
+        limits: JobLimits | None = None,
+    ) -> ExecutionGraph:  # fmt: skip
+        """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling).
+        InvalidJobGraph if it cannot be expanded or is beyond `limits` (the defaults if
+        None), checked before any subtask is made."""
+        refusal = (limits or JobLimits()).refusal(job, parallelism)
+        if refusal is not None:
+            raise InvalidJobGraph(refusal)
         ordered = _topological_order(job.vertices)
-        total = sum((parallelism or {}).get(v.vertex_id, v.parallelism) for v in ordered)
-        if total > MAX_SUBTASKS_PER_JOB:
-            raise InvalidJobGraph(f"{total} subtasks exceed the limit of {MAX_SUBTASKS_PER_JOB}")
         vertices: dict[str, ExecutionJobVertex] = {}
         for vertex in ordered:
             p = (parallelism or {}).get(vertex.vertex_id, vertex.parallelism)

@@ -47,6 +47,7 @@ from .execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
     InvalidJobGraph,
+    JobLimits,
 )
 from .failover_strategy import PRODUCING, FailoverStrategyName
 from .job_status import TERMINAL, transition_refusal
@@ -114,6 +115,8 @@ class Scheduler:
     """Event time by which each deployed attempt must have reported INITIALIZING, by
     ExecutionAttemptID; an attempt's entry goes once it reports, or at the next timer once it
     is no longer a DEPLOYING current attempt."""
+    limits: JobLimits = field(default_factory=JobLimits)
+    """What one JobGraph may cost; a rescale beyond them is refused too."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
@@ -155,7 +158,7 @@ class Scheduler:
         self, job: JobSubmitted, out: Decisions, parallelism: dict[str, int]
     ) -> ExecutionGraph:
         return ExecutionGraph.build(
-            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism
+            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism, self.limits
         )
 
     def _install(self, graph: ExecutionGraph) -> None:
