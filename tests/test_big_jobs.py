@@ -28,6 +28,7 @@ from jobledger.schemas.types import (
 from jobledger.services.client.dispatcher import now_ms
 from jobledger.services.control import failover_strategy
 from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.control.scheduler import Scheduler
 
 from .golden_logs import as_log
 from .jobs import JOB, JobCluster, fixed_delay, vertex
@@ -133,10 +134,13 @@ def test_one_timer_failing_many_regions_reads_the_graphs_shape_once(monkeypatch)
     """A TimerFired times out the slot requests of 60 subtasks of one vertex (each its own
     region, each failure its own restart): the graph's blocks and regions are made once and
     kept, not once per failure (issue 44: a vertex of 13,000 kept the reducers busy for
-    minutes), and each subtask's restart waits for its own delay."""
-    made = []
+    minutes, and each failure asked every waiting restart whether it was due), and each
+    subtask's restart waits for its own delay."""
+    made, asked = [], []
     blocks = failover_strategy._blocks
     monkeypatch.setattr(failover_strategy, "_blocks", lambda g: made.append(1) or blocks(g))
+    due = Scheduler._due
+    monkeypatch.setattr(Scheduler, "_due", lambda s, r, now: asked.append(1) or due(s, r, now))
     cluster = JobCluster(task_executors=1, slots=4,
                          config=JobMasterConfig(slot_request_timeout_ms=100))  # fmt: skip
     cluster.submit([vertex("source", 64)], restart=fixed_delay(1000, 50))
@@ -145,6 +149,7 @@ def test_one_timer_failing_many_regions_reads_the_graphs_shape_once(monkeypatch)
                                        scope=OwnerKind.JOB, owner_id=JOB)])  # fmt: skip
     assert sum(isinstance(e, SlotRequestTimedOut) for e in fired) == 60
     assert len(made) == 1
+    assert len(asked) <= 2 * 60, "each waiting restart asked about once per input, not per failure"
     pending = cluster.jm.scheduler.pending_restarts
     assert sorted(k for r in pending for k in r.versions) == [("source", i) for i in range(4, 64)]
 

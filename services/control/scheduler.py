@@ -20,6 +20,7 @@ modified (its version bumped), so a slot arriving for it meanwhile deploys nothi
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -77,6 +78,10 @@ class PendingRestart:
     versions: dict[tuple[str, int], int]
 
 
+def _due_at(restart: PendingRestart) -> int:
+    return restart.at
+
+
 @dataclass
 class Scheduler:
     """One per JobMaster, for the job it was given; each incarnation (a fresh ExecutionGraph)
@@ -101,6 +106,10 @@ class Scheduler:
     """The KvState locations of the graph's vertices (Flink keeps it by the ExecutionGraph)."""
     backoff: RestartBackoff | None = None
     pending_restarts: list[PendingRestart] = field(default_factory=list)
+    """In the order they fall due (then of their failures): a check for due restarts reads
+    only those due, where a check per failure that read them all was N^2 for a TimerFired
+    failing N subtasks one region each. Which are due, not their order, decides a restart:
+    every vertex's new attempt id derives from its key alone."""
     failure_cause: str | None = None
     parallelism: dict[str, int] = field(default_factory=dict)
     """Parallelism overrides of rescales, kept for every later incarnation."""
@@ -120,6 +129,7 @@ class Scheduler:
 
     def __post_init__(self) -> None:
         self.pool.listener = self
+        self.pending_restarts.sort(key=_due_at)  # a snapshot written before they were kept so
 
     def _reject(self, out: Decisions, reason: str) -> None:
         out.reject(OwnerKind.JOB, self.job_id, reason)
@@ -461,10 +471,10 @@ class Scheduler:
             self._record_modifications(to_restart)
             if failed is not None:
                 self._release_execution_slot(failed, out)
-            self.pending_restarts.append(PendingRestart(
+            insort(self.pending_restarts, PendingRestart(
                 later(now, result.restart_delay_ms),
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
-            ))  # fmt: skip
+            ), key=_due_at)  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
             if len(to_restart) == len(self.graph.execution_vertices()):
                 self.full_restarts += 1
@@ -545,7 +555,12 @@ class Scheduler:
         if self.status is not JobStatus.RESTARTING:
             return
         now = out.cause.event_time
-        due = [r for r in self.pending_restarts if self._due(r, now)]
+        due = []
+        for restart in self.pending_restarts:  # by due time: the first not yet due ends it
+            if restart.at > now:
+                break
+            if self._due(restart, now):
+                due.append(restart)
         if not due:
             return
         if self.rescaled is not None:
