@@ -392,7 +392,7 @@ class Scheduler:
             self._release_execution_slot(execution, out)
         if self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
             strategy = self.scheduling_strategy
-            self._schedule_all(strategy.on_execution_state_change(self.graph, ev), out)
+            self._schedule_all(strategy.on_execution_state_change(self.graph, ev, before), out)
         self._check_job_done(out)
 
     def _cancel_task(self, ev: ExecutionVertex, out: Decisions) -> None:
