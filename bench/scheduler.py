@@ -19,9 +19,12 @@ own), a cluster of P/2 TaskExecutors x 4 slots is registered untimed, then:
   the consumers' scheduling that follows as part of this phase;
 - deployment: every TaskDeploymentRequested encoded as it goes on the log (Avro single-object
   encoding, the services' own serde): what makes a deployment's cost on the log;
+- restart set: the failover strategy's answer alone, on the graph with every task running
+  (`tasks_needing_restart`, its topology computed from nothing as on a first failure): Flink's
+  "computing the tasks to restart on a failover", under `region` and `full`;
 - failover: one task of the sink fails with every task running; the time to the restart
-  decisions (the failed task's region, or every task, cancelled and the restart scheduled),
-  under `region` and `full` (Flink's "computing the tasks to restart");
+  decisions (the failed task's region, or every task, cancelled: one TaskCancellationRequested
+  each, and the restart scheduled);
 - release: every task reports FINISHED, to the job's FINISHED and every slot released
   (no partition events exist in jobledger: slot releases stand for partition release).
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import gc
 import json
 import pstats
@@ -65,19 +69,20 @@ from jobledger.schemas.types import (
     ScheduleMode,
 )
 from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.failover_strategy import tasks_needing_restart
 from jobledger.services.control.job_master import JobMasterConfig
 
 SLOTS_PER_TASK_EXECUTOR = 4
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)
 JOB = "job-scheduler"
 JM = "jm-scheduler"
-PHASES = ("initialization", "scheduling", "deployment", "failover_region", "failover_full",
-          "release")  # fmt: skip
+PHASES = ("initialization", "scheduling", "deployment", "restart_set_region", "failover_region",
+          "restart_set_full", "failover_full", "release")  # fmt: skip
 
 FLINK_1_14_MS = {
     "initialization": 627,
     "deployment": 17_183,
-    "failover_region": 170,
+    "restart_set_region": 170,
 }
 """Flink 1.14 at 10,000 x 10,000 ALL_TO_ALL ("Scheduler performance part one",
 flink.apache.org, 2022-01-04): job initialization, task deployment, computing the tasks to
@@ -277,6 +282,13 @@ def one_run(parallelism: int, kind: ResultPartitionType, mode: ScheduleMode, pur
             raise RuntimeError("the job did not finish")
         return {"release": release.figures}
     sink = next(a for a, v in run.vertex.items() if v == "sink")
+    graph = run.driver.job_masters[JOB].scheduler.graph
+    alone = dataclasses.replace(graph)  # the same vertices, no topology computed yet
+    failed = graph.find(sink)
+    compute = Phase(run.serde)
+    compute.timed(lambda: tasks_needing_restart(purpose, alone, failed))
+    compute.figures["restarted"] = len(tasks_needing_restart(purpose, alone, failed))
+    figures[f"restart_set_{purpose}"] = compute.figures
     fail, _ = run.phase(f"failover_{purpose}", lambda: run._report(sink, ExecutionState.FAILED))
     figures[f"failover_{purpose}"] = fail.figures
     return figures
@@ -313,7 +325,7 @@ def main() -> int:
                 flink = FLINK_1_14_MS.get(name)
                 beside = f"   Flink 1.14 at 10,000: {flink} ms" if flink else ""
                 in_gc = f.get("gc_s", 0) * 1000
-                print(f"  {name:16} {f['cpu_s'] * 1000:7.0f} ms CPU ({in_gc:5.0f} "
+                print(f"  {name:18} {f['cpu_s'] * 1000:7.0f} ms CPU ({in_gc:5.0f} "
                       f"in gc) {f['wall_s'] * 1000:7.0f} ms "
                       f"wall {int(f.get('events', 0)):7d} events {f.get('bytes', 0) / 1e6:9.2f} "
                       f"MB{beside}", file=sys.stderr)  # fmt: skip
