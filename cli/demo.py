@@ -43,9 +43,10 @@ from jobledger.schemas.types import (
 from jobledger.services.client.dispatcher import now_ms, submit
 from jobledger.services.control.key_groups import assign_to_key_group
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
-from jobledger.services.kafka import client_properties, transactional_producer
+from jobledger.services.kafka import admin_client, client_properties, transactional_producer
 from jobledger.services.kafka_topics import create_topics
 from jobledger.services.runner import functions, kv_state
+from jobledger.services.runner.exchange import job_result_prefix
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 REGISTRATION = "word-counts"
@@ -110,6 +111,19 @@ class DemoCluster:
     master: str = "local[*]"
     data_roots: tuple[Path, ...] = ()
     """The runner's `--data-root`s: the files the demo's job may read and write."""
+
+    def await_results_released(self, job_id: str, timeout_s: float) -> bool:
+        """Until the runner has deleted the ended job's result topics (it does once the
+        JobMaster released them), so that stopping it right after leaves none behind; False
+        if some are still there after `timeout_s`."""
+        admin = admin_client(self.bootstrap)
+        start = job_result_prefix(self.prefix, job_id)
+        deadline = time.monotonic() + timeout_s
+        while any(t.startswith(start) for t in admin.list_topics(timeout=10).topics):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
 
 @dataclass
@@ -192,6 +206,11 @@ def read_counts(out: Path) -> Counter[str]:
     return counts
 
 
+RELEASE_WAIT_S = 10.0
+"""How long the demo waits for the runner to delete the job's result topics: the next
+micro-batch of the runner (0.5 s apart) reads the release."""
+
+
 def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once: bool = False,
         pipelined: bool = False, top: int = 10, timeout_s: float = 300,
         master: str = "local[*]", prefix: str | None = None,
@@ -227,6 +246,8 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
             print("\n".join(stalled_job(cluster.log(), job_id)))
             return 1
         elapsed = time.monotonic() - started
+        if not cluster.await_results_released(job_id, RELEASE_WAIT_S):
+            progress(f"the runner has not deleted {job_id}'s result topics yet; they stay")
         records = cluster.log()
         if picture is not None:
             draw(log_order(records), job_id, picture)

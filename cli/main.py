@@ -166,6 +166,7 @@ EXPECTED = {
     "jobledger.cli.options": ("CommandFailed",),
     "jobledger.services.client.dispatcher": ("JobGraphRefused",),
     "jobledger.services.runner.kv_state": ("KvStateLookupError",),
+    "jobledger.services.runner.connector": ("ConnectorUnresolved",),
     "jobledger.services.signing": ("KeyFileError",),
 }
 """The expected failures of a command, each said in one line (exit status 1)."""

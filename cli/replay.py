@@ -108,6 +108,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         point = Position.parse(f"s@{args.until_time}")
     upto = cut(log_order(records), point)
     result = replayed(upto, args.jobs, reducers_of(args))
+    for where in result.raised:
+        print(f"{where}; left out", file=sys.stderr)
     if args.format == "json":
         print(json.dumps({"as_of": upto.as_of(), "state": result.driver.to_dict()}, indent=2))
     else:

@@ -17,6 +17,7 @@ from .topics import TopicRole
 from .types import (
     ExecutionState,
     InputGateDeploymentDescriptor,
+    JobStatus,
     OperatorSpec,
     ResultPartitionDeploymentDescriptor,
 )
@@ -112,6 +113,20 @@ class TaskCancellationRequested(Event):
     job_id: JobID
     resource_id: ResourceID
     execution_attempt_id: ExecutionAttemptID
+
+
+class ResultPartitionsReleased(Event):
+    """The job ended for good (FINISHED, CANCELED or FAILED), so no attempt will read its result
+    partitions again: the TaskExecutor releases those its tasks produced (Flink's
+    `releasePartitions` when a job terminates), and the task runner deletes their topics."""
+
+    topic_role = TopicRole.TASK_EXECUTOR
+    key_field = "resource_id"
+    produced_by = "the JobMaster"
+
+    job_id: JobID
+    resource_id: ResourceID
+    job_status: JobStatus = Field(description="The job's terminal status.")
 
 
 class TaskFinalStateReported(Event):

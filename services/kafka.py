@@ -16,13 +16,14 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
 )
 from confluent_kafka.admin import AdminClient
@@ -258,15 +259,17 @@ TYPE_HEADER = signing.TYPE_HEADER
 
 
 def produce_encoded(
-    producer: Producer, topic: str, key: bytes, value: bytes, type_name: str
-) -> None:
+    producer: Producer, topic: str, key: bytes, value: bytes, type_name: str,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:  # fmt: skip
     """Write one encoded event record: the one header policy of every writer. A producer
-    with a signing key (`producer`) adds its signer and the record's signature."""
+    with a signing key (`producer`) adds its signer and the record's signature; `on_delivery`
+    hears how the record's delivery went."""
     headers: dict[str, str | bytes] = {TYPE_HEADER: type_name}
     signer = getattr(producer, "signer", None)
     if signer is not None:
         headers.update(signer.headers(topic, key, value, type_name))
-    producer.produce(topic, key=key, value=value, headers=headers)
+    producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
 
 
 def produce_event(producer: Producer, prefix: str, event: Event, serde: EventSerde) -> None:

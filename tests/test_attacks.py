@@ -13,6 +13,7 @@ test)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -174,16 +175,25 @@ def cluster(secured: SecureBroker, tmp_path: Path) -> Iterator[SecuredCluster]:
     keys = {who: SigningKey.load(folder / f"{name}.key") for who, name in names.items()}
     keys |= {p: SigningKey.load(folder / f"{p}.key") for p in ("client", "runner", "services")}
     c = SecuredCluster(secured, prefix, keys, names, tmp_path)
+    with services_on(c):
+        yield c
+
+
+@contextlib.contextmanager
+def services_on(c: SecuredCluster, *options: str) -> Iterator[None]:
+    """`c`'s topics created, and `services run` on them (with `options`) checking every input
+    against the keyring, for as long as the block runs."""
+    secured = c.secured
     created = secured.run("topics", "create", *c.as_("admin"))
     assert created.returncode == 0, created.stderr
-    log = open(tmp_path / "services.log", "wb")  # noqa: SIM115 (the child keeps it)
+    log = open(c.workdir / "services.log", "wb")  # noqa: SIM115 (the child keeps it)
     services = subprocess.Popen(
         [sys.executable, "-m", "jobledger.cli", "services", "run", *c.as_("services"),
-         "--keyring", str(folder / "keyring.json")],
+         "--keyring", str(secured.home / "secure" / "keyring.json"), *options],
         stdout=log, stderr=log, env=secured_env(secured),
     )  # fmt: skip
     try:
-        yield c
+        yield
     finally:
         services.terminate()
         try:

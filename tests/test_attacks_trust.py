@@ -13,8 +13,6 @@ seconds. Both runners are the test itself, signing as they would."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,7 @@ from jobledger.services.signing import SigningKey
 from .events import ANY
 from .jobs import vertex
 from .secure_cluster import SecureBroker
-from .test_attacks import SecuredCluster, Writer, _event, dead_letters, secured_env
+from .test_attacks import SecuredCluster, Writer, _event, dead_letters, services_on
 
 pytestmark = pytest.mark.broker
 
@@ -65,22 +63,8 @@ def cluster(secured: SecureBroker, tmp_path: Path) -> Iterator[SecuredCluster]:
     keys = {who: SigningKey.load(folder / f"{name}.key") for who, name in names.items()}
     keys["client"] = SigningKey.load(folder / "client.key")
     c = SecuredCluster(secured, prefix, keys, names, tmp_path)
-    created = secured.run("topics", "create", *c.as_("admin"))
-    assert created.returncode == 0, created.stderr
-    log = open(tmp_path / "services.log", "wb")  # noqa: SIM115 (the child keeps it)
-    services = subprocess.Popen(
-        [sys.executable, "-m", "jobledger.cli", "services", "run", *c.as_("services"),
-         "--keyring", str(folder / "keyring.json"), "-D", f"jobledger.dedup-window={WINDOW}"],
-        stdout=log, stderr=log, env=secured_env(secured),
-    )  # fmt: skip
-    try:
+    with services_on(c, "-D", f"jobledger.dedup-window={WINDOW}"):
         yield c
-    finally:
-        services.terminate()
-        try:
-            services.wait(60)
-        except subprocess.TimeoutExpired:
-            services.kill()
 
 
 def te_id(c: SecuredCluster, who: str) -> str:

@@ -192,11 +192,94 @@ def test_a_job_keeps_its_own_time_axis_on_a_log_that_idled_on_and_every_view_is_
     slider.focus()
     page.keyboard.press("Home")
     page.wait_for_selector('body[data-rendered-at="job/0@0"]')
-    expect(page.get_by_test_id("job-state")).to_have_text("CREATED")
+    expect(page.get_by_test_id("job-state")).to_have_text("INITIALIZING")
     assert "at=job%2F0%400" in page.url and "slide=job" in page.url
 
     # the link opens the same view
     page.goto(page.url)
     page.wait_for_selector('body[data-rendered-at="job/0@0"][data-loading="false"]')
-    expect(page.get_by_test_id("job-state")).to_have_text("CREATED")
+    expect(page.get_by_test_id("job-state")).to_have_text("INITIALIZING")
     expect(page.get_by_test_id("slide")).to_have_value("job")
+
+
+LINKED_AT = "job/0@118"
+"""A point named by a record's place, as `jobledger explain` and `history` print it."""
+
+
+@pytest.fixture
+def linked_page() -> Iterator[object]:
+    """The fail-once log opened at a link naming a point by its place in the job topic, in a
+    browser whose zone is half an hour off the hour (a time shown without its zone, or in
+    UTC, is told apart from one in the browser's zone)."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with ui_server(LOGS / "wordcount-fail-once.avro") as url, sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, headless=True)
+        try:
+            tab = browser.new_page(
+                viewport={"width": 1280, "height": 1500}, timezone_id="Asia/Kolkata"
+            )
+            tab.set_default_timeout(TIMEOUT_MS)
+            tab.goto(f"{url}?job={JOB}&vertex=count&at={LINKED_AT}")
+            yield tab
+        finally:
+            browser.close()
+
+
+def test_a_link_places_the_slider_and_the_job_is_drawn_as_flink_draws_it(linked_page):
+    from playwright.sync_api import expect
+
+    from jobledger.projections.log.log_file import read_export
+    from jobledger.projections.log.positions import cut, log_order
+
+    page = linked_page
+    page.wait_for_selector(f'body[data-rendered-at="{LINKED_AT}"][data-loading="false"]')
+    records = cut(log_order(read_export(LOGS / "wordcount-fail-once.avro")), LINKED_AT).size
+    expect(page.get_by_test_id("as-of")).to_contain_text(f"as of {LINKED_AT}: {records} records")
+    assert page.get_by_test_id("slider").input_value() == str(records)
+    expect(page.get_by_test_id("at-text")).to_have_text(LINKED_AT)
+
+    # the graph: a box per vertex with its name, parallelism and state; an edge per input
+    # with its ship strategy, left to right
+    plan = page.evaluate(f"fetch('/jobs/{JOB}?at={LINKED_AT}').then(r => r.json())")
+    boxes = page.locator('[data-testid^="graph-vertex-"]')
+    expect(boxes).to_have_count(len(plan["plan"]["nodes"]))
+    for vertex in plan["vertices"]:
+        box = page.get_by_test_id(f"graph-vertex-{vertex['id']}")
+        expect(box).to_contain_text(vertex["name"][:20])
+        expect(box).to_contain_text(f"Parallelism: {vertex['parallelism']}")
+        assert box.get_attribute("data-state") == vertex["status"]
+        assert vertex["status"] in box.get_attribute("class")
+    nodes = plan["plan"]["nodes"]
+    edges = [(i["id"], n["id"], i["ship_strategy"]) for n in nodes for i in n["inputs"]]
+    assert edges
+    expect(page.locator(".graph .edge")).to_have_count(len(edges))
+    for source, target, strategy in edges:
+        expect(page.get_by_test_id(f"graph-edge-{source}-{target}")).to_contain_text(strategy)
+        left = page.get_by_test_id(f"graph-vertex-{source}").bounding_box()
+        right = page.get_by_test_id(f"graph-vertex-{target}").bounding_box()
+        assert left["x"] + left["width"] < right["x"], (source, target)
+
+    # the attempts chart has a time axis from the job's start and a legend of its colours
+    expect(page.get_by_test_id("axis-start")).to_contain_text("+05:30")
+    ticks = page.locator(".timeline .axis .tick").all_inner_texts()
+    assert len(ticks) >= 3 and ticks[0] == "+0 s", ticks
+    expect(page.get_by_test_id("legend-RUNNING")).to_be_visible()
+    expect(page.get_by_test_id("legend-FAILED")).to_be_visible()
+
+    # times carry the browser's zone
+    exceptions = page.locator("#exceptions tbody tr td:first-child").all_inner_texts()
+    assert exceptions and all(t.endswith(" +05:30") for t in exceptions), exceptions
+
+    # the sidebar counts what the views show and leads to them
+    expect(page.get_by_test_id("nav-job")).to_contain_text("Job ")
+    expect(page.get_by_test_id("nav-taskmanagers")).to_contain_text("1")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-graph.png"), full_page=True)
+
+    # a click on a box selects its vertex, as a click on its row does
+    first = plan["plan"]["nodes"][0]["id"]
+    page.get_by_test_id(f"graph-vertex-{first}").click()
+    expect(page.get_by_test_id("vertex-id")).to_have_text(first)
+    assert "selected" in page.get_by_test_id(f"graph-vertex-{first}").get_attribute("class")

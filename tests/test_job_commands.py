@@ -260,7 +260,9 @@ class _RecordingProducer:
     def begin_transaction(self) -> None:
         self.calls.append(("begin",))
 
-    def produce(self, topic: str, key: bytes, value: bytes, headers: dict[str, str]) -> None:
+    def produce(
+        self, topic: str, key: bytes, value: bytes, headers: dict[str, str], on_delivery=None
+    ) -> None:
         self.calls.append(("produce", topic, key, value, headers))
 
     def commit_transaction(self, timeout: float) -> None:

@@ -39,7 +39,11 @@ from jobledger.schemas.slots import (
     SlotRequestFailed,
     SlotRequestFulfilled,
 )
-from jobledger.schemas.tasks import TaskCancellationRequested, TaskDeploymentRequested
+from jobledger.schemas.tasks import (
+    ResultPartitionsReleased,
+    TaskCancellationRequested,
+    TaskDeploymentRequested,
+)
 from jobledger.schemas.types import (
     ConsumedPartitionGroup,
     ExecutionState,
@@ -148,6 +152,36 @@ def test_sm_2_lazy_from_sources_deploys_consumers_after_their_blocking_inputs_fi
     assert [d.vertex_id for d in c.deployments()] == ["src", "src", "sink"]
     assert c.deployments()[2].inputs[0].consumed_partition_group == group(0, 2)
     assert c.statuses()[-1] == "FINISHED"
+
+
+def test_a_job_that_ended_releases_its_results_on_every_task_executor_a_producer_ran_on():
+    """Flink's JobMaster releases the partitions it tracks once the job terminates: the last
+    report that finishes the job also tells tm-0 and tm-1, where the two `src` subtasks
+    produced, to release the job's result partitions; no restart can read them again."""
+    c = JobCluster(task_executors=2, slots=1)
+    c.submit([vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "BLOCKING"))],
+             mode=ScheduleMode.LAZY_FROM_SOURCES)  # fmt: skip
+    for d in c.deployments():
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+        c.report(d.execution_attempt_id, ExecutionState.FINISHED)
+    sinks = c.deployments()[2:]
+    assert [(d.vertex_id, d.resource_id) for d in sinks] == [("sink", "tm-0"), ("sink", "tm-1")]
+    for d in sinks:
+        c.report(d.execution_attempt_id, ExecutionState.RUNNING)
+    c.report(sinks[0].execution_attempt_id, ExecutionState.FINISHED)
+    assert types(c.log).count("ResultPartitionsReleased") == 0, "not while the job runs"
+    last = c.state_report(sinks[1].execution_attempt_id, ExecutionState.FINISHED)
+    c.run([last])
+    assert_derived(derived_from(c.log, last, PRODUCER), [
+        status(JobStatus.RUNNING, JobStatus.FINISHED),
+        *(pooled(SlotFreeRequested, job_id=JOB, resource_id=d.resource_id,
+                 allocation_id=d.allocation_id, cause="SlotPool stopped: job FINISHED")
+          for d in sinks),
+        expect(ResultPartitionsReleased, job_id=JOB, resource_id="tm-0",
+               job_status=JobStatus.FINISHED),
+        expect(ResultPartitionsReleased, job_id=JOB, resource_id="tm-1",
+               job_status=JobStatus.FINISHED),
+    ])  # fmt: skip
 
 
 def test_rs_6_a_task_failing_once_under_fixed_delay_restarts_after_the_delay_and_finishes():

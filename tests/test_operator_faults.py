@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from jobledger.projections.log.replay import verify
-from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas import topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered, TaskManagerRegistrationAccepted
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.host import transactions
@@ -367,11 +367,9 @@ def test_a_clock_two_hours_ahead_stops_the_service_naming_the_skew_and_writes_no
     (INVALID_TIMESTAMP). The service's records are stamped two hours ahead, as a machine whose
     clock is off would stamp them."""
 
-    def two_hours_ahead(producer, event) -> None:
-        role, key = event.route()
+    def two_hours_ahead(producer, record, on_delivery) -> None:
         producer.produce(
-            topic_name(role, cluster.prefix), key=key.encode(),
-            value=EventSerde().encode(event, topic_name(role, cluster.prefix)),
+            record.topic, key=record.key, value=record.value, on_delivery=on_delivery,
             timestamp=int(time.time() * 1000) + 2 * 3600 * 1000,
         )  # fmt: skip
 

@@ -63,7 +63,8 @@ def _dying_factory(parent: int, how: str):
             if os.getpid() != parent:
                 if how == "exit":
                     os._exit(3)
-                raise ValueError("a reducer broke")
+                # a fault of the worker's own (an input that raises is only left out)
+                raise OSError("a worker broke")
             return super().process(event)
 
     return Dying
@@ -97,7 +98,7 @@ def test_a_worker_that_dies_is_a_clear_error():
 def test_a_worker_that_fails_raises_its_error_here():
     done = _replay_dying("raise")
     assert done.returncode == 1
-    assert "ValueError: a reducer broke" in done.stderr
+    assert "OSError: a worker broke" in done.stderr
 
 
 def test_with_other_threads_running_it_replays_in_this_process():

@@ -29,6 +29,7 @@ from jobledger.schemas.cluster import (
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.tasks import (
+    ResultPartitionsReleased,
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
@@ -39,6 +40,7 @@ from jobledger.schemas.types import (
     DistributionPattern,
     ExecutionState,
     InputGateDeploymentDescriptor,
+    JobStatus,
     OperatorSpec,
     ResultPartitionType,
 )
@@ -54,6 +56,7 @@ pytest.importorskip(
 
 from jobledger.cli import demo
 from jobledger.cli.main import main
+from jobledger.projections.log.log_file import read_events
 from jobledger.services.runner.checkpoint import MARKER, read_log
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
@@ -92,10 +95,18 @@ def counted(work: Path) -> Counter[str]:
 )  # fmt: skip
 def test_the_wordcount_demo_counts_like_plain_python(spark, kafka_bootstrap, text, tmp_path,
                                                       capsys, fail_once, pipelined):  # fmt: skip
+    prefix = f"demo-{uuid.uuid4().hex[:8]}."
     status = demo.run(text, kafka_bootstrap, tmp_path, parallelism=4, fail_once=fail_once,
-                      pipelined=pipelined, timeout_s=240)  # fmt: skip
+                      pipelined=pipelined, timeout_s=240, prefix=prefix)  # fmt: skip
     printed = capsys.readouterr().out
     assert status == 0, printed
+    # the job ended for good: the JobMaster released its result partitions on each
+    # TaskExecutor a producer ran on, and the runner deleted their topics
+    released = [r.event for r in read_events(kafka_bootstrap, prefix)
+                if isinstance(r.event, ResultPartitionsReleased)]  # fmt: skip
+    assert [(e.resource_id, e.job_status) for e in released] == [("runner-0", JobStatus.FINISHED)]
+    topics = admin_client(kafka_bootstrap).list_topics(timeout=30).topics
+    assert not [t for t in topics if t.startswith(f"{prefix}result.")]
     assert counted(tmp_path) == plain_count(text)
     assert "counts equal a plain Python count" in printed
     written = list(tmp_path.glob("*/checkpoint/**/*"))

@@ -7,6 +7,11 @@ dead-lettered (the dead letter names its topic, partition and offset) reached no
 and reaches none here. Partitions are independent, so any order that keeps each partition's
 offsets in order rebuilds the same state.
 
+An input whose reducing raises is left out as the services leave it out (`poison.py`): live,
+they dead-letter it and the dead letter names it; where the log holds no dead letter of it
+(the services have not reached it, or ran other reducers), the partition is reduced again
+without it, so no half-applied input stays in the state, and replay says where.
+
 `verify` re-derives every decision; given a keyring, it also checks, offline, the signature of
 every input the services admitted, as they checked it live (`SignatureCheck`). Plain replay
 checks no signature: what the services admitted they had checked already.
@@ -15,7 +20,7 @@ checks no signature: what the services admitted they had checked already.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobledger.schemas import Event
 from jobledger.schemas.deadletters import DeadLettered
@@ -28,6 +33,7 @@ from jobledger.services.control.driver import (
 )
 from jobledger.services.host.gc_policy import bulk_replay
 from jobledger.services.host.parallel import run_groups
+from jobledger.services.host.poison import infrastructure, reduce_skipping
 from jobledger.services.signing import UNSIGNED, Keyring
 
 from .log_file import LogRecord
@@ -38,6 +44,8 @@ class ReplayResult:
     partitioned: PartitionedDriver
     records: int = 0
     """How many inputs reached a reducer."""
+    raised: list[str] = field(default_factory=list)
+    """Where an input raised, and why (`position: reason`): left out of the state."""
 
     @property
     def driver(self) -> ReducerDriver:
@@ -92,25 +100,34 @@ def replay(
     the partitions are replayed in that many worker processes (`parallel.run_groups`), to the
     same state; `watch` then sees them as they are handed out."""
     log = list(records)
-    by_partition: dict[tuple[TopicRole, int], list[Event]] = {}
+    by_partition: dict[tuple[TopicRole, int], list[LogRecord]] = {}
     admitted = 0
     for record in watch(_inputs(log, refused)):
-        by_partition.setdefault((record.role, record.partition), []).append(record.event)
+        by_partition.setdefault((record.role, record.partition), []).append(record)
         admitted += 1
 
     def replay_group(
         keys: list[tuple[TopicRole, int]],
-    ) -> dict[tuple[TopicRole, int], ReducerDriver]:
-        drivers = {}
-        for key in keys:
-            driver = drivers[key] = driver_factory()
-            for event in by_partition[key]:
-                driver.process(event)
-        return drivers
+    ) -> dict[tuple[TopicRole, int], tuple[ReducerDriver, list[str]]]:
+        return {key: _reduce(driver_factory, by_partition[key]) for key in keys}
 
     sizes = {key: len(events) for key, events in by_partition.items()}
-    drivers = run_groups(sizes, replay_group, jobs)
-    return ReplayResult(PartitionedDriver(driver_factory, dict(sorted(drivers.items()))), admitted)
+    reduced = sorted(run_groups(sizes, replay_group, jobs).items())
+    drivers = {key: driver for key, (driver, _) in reduced}
+    raised = [where for _, (_, wheres) in reduced for where in wheres]
+    partitioned = PartitionedDriver(driver_factory, drivers)
+    return ReplayResult(partitioned, admitted, raised)
+
+
+def _reduce(
+    driver_factory: Callable[[], ReducerDriver], records: list[LogRecord]
+) -> tuple[ReducerDriver, list[str]]:
+    """One partition's state after `records`, less those whose reducing raises, and where
+    those are (`position: reason`)."""
+    driver, skipped = reduce_skipping(
+        driver_factory(), driver_factory, records, lambda d, r: d.process(r.event)
+    )
+    return driver, [f"{position(records[i])}: {why}" for i, why in sorted(skipped.items())]
 
 
 @dataclass(frozen=True)
@@ -213,6 +230,7 @@ def _verify(
     for r in log:
         recorded.setdefault(r.event.event_id, []).append(r)
     driver = PartitionedDriver(driver_factory)
+    reduced: dict[tuple[TopicRole, int], list[LogRecord]] = {}
     derived_ids: set[str] = set()
     matched = 0
     for record in admitted:
@@ -220,7 +238,8 @@ def _verify(
             refused = signatures.refusal(record, driver.driver_of(record.role, record.partition))
             if refused is not None:
                 return matched, refused
-        for decision in driver.process(record.role, record.partition, record.event):
+        decisions = _decisions(driver, reduced, record, driver_factory)
+        for decision in decisions:
             derived_ids.add(decision.event_id)
             # ids derive from the cause's id, which a client chose: two inputs with one id
             # on two partitions derive two decisions with one id, so any of them may match
@@ -239,6 +258,28 @@ def _verify(
             event = record.event
             return matched, Divergence(position(record), event.event_id, event, None)
     return matched, None
+
+
+def _decisions(
+    driver: PartitionedDriver,
+    reduced: dict[tuple[TopicRole, int], list[LogRecord]],
+    record: LogRecord,
+    driver_factory: Callable[[], ReducerDriver],
+) -> list[Event]:
+    """What `record` derives at its partition's reducers (`reduced`: the records each
+    partition has reduced so far). One whose reducing raises derives nothing and its partition
+    is reduced again without it, as the services leave it out (`poison.py`)."""
+    key = (record.role, record.partition)
+    done = reduced.setdefault(key, [])
+    try:
+        decisions = driver.process(record.role, record.partition, record.event)
+    except Exception as exc:
+        if infrastructure(exc):
+            raise
+        driver.drivers[key], _ = _reduce(driver_factory, done)
+        return []
+    done.append(record)
+    return decisions
 
 
 def _claimed_decisions(admitted: list[LogRecord]) -> Iterator[tuple[LogRecord, bool]]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.slots import SlotRequestFailed, SlotRequestFulfilled, SlotRequestTimedOut
 from jobledger.schemas.tasks import (
+    ResultPartitionsReleased,
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
@@ -53,6 +54,7 @@ from .execution_graph import (
 from .failover_strategy import PRODUCING, FailoverStrategyName
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
+from .reducer import derived
 from .restart_strategy import RestartBackoff
 from .scheduling_strategy import SchedulingStrategy, scheduling_strategy_for
 from .slot_pool import SlotPool
@@ -126,10 +128,18 @@ class Scheduler:
     is no longer a DEPLOYING current attempt."""
     limits: JobLimits = field(default_factory=JobLimits)
     """What one JobGraph may cost; a rescale beyond them is refused too."""
+    partition_hosts: list[str] = field(default_factory=list)
+    """The TaskExecutors an attempt producing a result was deployed to, in any incarnation
+    (Flink's JobMasterPartitionTracker, by TaskExecutor): the job's result partitions live
+    there until the job ends for good. One entry per TaskExecutor."""
+    tracked_hosts: set[str] = derived()
+    """`partition_hosts` as a set: asked on every deployment, the list was a scan of up to
+    every TaskExecutor each time (P^2 for a job of P subtasks spread over P/4 of them)."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
         self.pending_restarts.sort(key=_due_at)  # a snapshot written before they were kept so
+        self.tracked_hosts = set(self.partition_hosts)
 
     def _reject(self, out: Decisions, reason: str) -> None:
         out.reject(OwnerKind.JOB, self.job_id, reason)
@@ -241,6 +251,10 @@ class Scheduler:
         if ev.modified:
             return
         job_vertex = self.graph.vertices[ev.job_vertex_id]
+        outputs = self.graph.output_partitions(ev)
+        if outputs and execution.resource_id not in self.tracked_hosts:
+            self.partition_hosts.append(execution.resource_id)
+            self.tracked_hosts.add(execution.resource_id)
         execution.state = ExecutionState.DEPLOYING
         deadline = min(out.cause.event_time + self.deployment_timeout_ms, AVRO_LONG_MAX)
         self.deployment_deadlines[execution.attempt_id] = deadline
@@ -260,7 +274,7 @@ class Scheduler:
             invokable_class_name=job_vertex.vertex.invokable_class_name,
             operators=job_vertex.vertex.operators,
             inputs=self.graph.input_gates(ev),
-            outputs=self.graph.output_partitions(ev),
+            outputs=outputs,
         )
 
     def is_tracking_partitions_for(self, resource_id: str) -> bool:
@@ -528,10 +542,24 @@ class Scheduler:
             self._end(JobStatus.FAILED, self.failure_cause, out)
 
     def _end(self, status: JobStatus, cause: str | None, out: Decisions) -> None:
-        """A globally terminal status; every slot goes back (the pool closes)."""
+        """A globally terminal status; every slot goes back (the pool closes), and every
+        result partition is released."""
         self._set_status(status, cause, out)
         self.deployment_deadlines = {}
         self.pool.close(f"job {status.value}", out)
+        self._release_partitions(status, out)
+
+    def _release_partitions(self, status: JobStatus, out: Decisions) -> None:
+        """No attempt of a job that ended for good reads its results again: each TaskExecutor
+        a producing attempt was deployed to releases them (Flink's JobMaster releases every
+        partition it tracks when the job terminates)."""
+        for resource_id in self.partition_hosts:
+            out.emit(
+                ResultPartitionsReleased, job_id=self.job_id, resource_id=resource_id,
+                job_status=status,
+            )  # fmt: skip
+        self.partition_hosts = []
+        self.tracked_hosts = set()
 
     def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
         """The restart's vertices in topological order, looked up by their keys: found by a

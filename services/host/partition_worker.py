@@ -38,3 +38,11 @@ class PartitionWorker:
     awaited: bool = False
     """A record a client waits on (`job_status.awaited_by_clients`) was read and not yet
     committed past: commit at once, not after the idle interval."""
+    snapshot_forced: bool = False
+    """A poisoned input was dead-lettered: its transaction snapshots the partition, so no
+    rebuild reduces that input again (`poison.py`)."""
+    committed_offset: int = field(init=False)
+    """The input offset its last transaction committed (where it was rebuilt to, at first)."""
+
+    def __post_init__(self) -> None:
+        self.committed_offset = self.next_offset

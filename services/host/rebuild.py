@@ -24,7 +24,7 @@ from jobledger.schemas.topics import TopicRole
 
 from .. import kafka, kafka_reads
 from ..control.driver import ReducerDriver
-from . import parallel, snapshot
+from . import parallel, poison, snapshot
 from .errors import ServiceHalted, StopRequested
 from .gc_policy import bulk_replay, settled
 from .partition_worker import PartitionWorker
@@ -59,6 +59,8 @@ class Tail(NamedTuple):
     start: int
     end: int
     records: list[Message]
+    fresh: Callable[[], ReducerDriver]
+    """The state at `start` again (`driver` is reduced in place)."""
 
 
 @dataclass
@@ -133,25 +135,61 @@ class Rebuilder:
         ahead of the committed offset was written by a transaction that did not commit its
         offsets), else a fresh state from the beginning."""
         end = max(committed.offset, 0)
+        where = f"{committed.topic}[{committed.partition}]"
         with bulk_replay():
-            found = self.latest_snapshot(committed.topic, committed.partition) if end else None
+            data = self.latest_snapshot_data(committed.topic, committed.partition) if end else None
+            found = snapshot.decode_or_rebuild(data, where)
             settled()  # the snapshot's objects live on: not walked again during the tail
         if found is not None and found.next_offset <= end:
             driver, start = found.driver, found.next_offset
+
+            def fresh() -> ReducerDriver:  # decoded again, as it was once
+                return snapshot.decode(data).driver
+
         else:
-            driver, start = self.driver_factory(), 0
+            driver, start, fresh = self.driver_factory(), 0, self.driver_factory
         records = list(self.read_range(committed.topic, committed.partition, start, end))
-        return Tail(driver, start, end, records)
+        return Tail(driver, start, end, records, fresh)
 
     def reduce_tail(self, key: Key, tail: Tail) -> ReducerDriver:
         """The tail's state after the records of partition `key` that a reducer may see (a
-        refused record was dead-lettered live, and changes nothing here either)."""
+        refused record was dead-lettered live, and changes nothing here either). A record
+        whose reducing raises is left out, and the tail reduced again without it
+        (`poison.reduce_skipping`): live, it was dead-lettered in a transaction that
+        snapshotted the partition, so a tail holds one only when that snapshot is refused or
+        the reducers changed since."""
+        driver, skipped = poison.reduce_skipping(tail.driver, tail.fresh, tail.records, self._step)
+        for index, reason in sorted(skipped.items()):
+            log.error("%s/%d@%d: %s; rebuilt without it", key[0], key[1],
+                      tail.records[index].offset(), reason)  # fmt: skip
+        return driver
+
+    def _step(self, driver: ReducerDriver, record: Message) -> None:
+        event, _ = self.admit(record, driver)
+        if event is not None:
+            driver.process(event)
+
+    def first_unencodable(
+        self, topic: str, partition: int, end: int, skip: set[int]
+    ) -> tuple[int, Exception] | None:
+        """The first input offset below `end` (but those in `skip`) after which the
+        partition's state no longer encodes as a snapshot, and what encoding it raised:
+        reduced again from its latest snapshot (which encoded), encoding after each input.
+        Costs a snapshot's encoding per input since the last snapshot, paid only when a
+        snapshot failed."""
+        tail = self.read_tail(TopicPartition(topic, partition, end))
         driver = tail.driver
         for record in tail.records:
-            event, _ = self.admit(record, driver)
-            if event is not None:
-                driver.process(event)
-        return driver
+            if record.offset() in skip:
+                continue
+            try:
+                self._step(driver, record)
+                snapshot.encode(snapshot.Snapshot(driver, record.offset() + 1))
+            except Exception as exc:
+                if poison.infrastructure(exc):
+                    raise
+                return record.offset(), exc
+        return None
 
     def snapshot_partition(self, partition: int) -> int:
         """The snapshot topic's partition that holds input partition `partition`'s."""
@@ -161,13 +199,14 @@ class Rebuilder:
     def _snapshot_partitions(self) -> int:
         return self.count_partitions(topic_name(TopicRole.SNAPSHOT, self.prefix))
 
-    def latest_snapshot(self, topic: str, partition: int) -> snapshot.Snapshot | None:
+    def latest_snapshot_data(self, topic: str, partition: int) -> bytes | None:
+        """The encoded latest snapshot of input partition `topic`/`partition`, if any."""
         key = f"{topic}/{partition}"
         snapshots = topic_name(TopicRole.SNAPSHOT, self.prefix)
         assembler = snapshot.SnapshotAssembler(key)
         for msg in self.read_range(snapshots, self.snapshot_partition(partition), 0, None):
             assembler.add(msg.key(), msg.value())
-        return snapshot.decode_or_rebuild(assembler.latest, f"{topic}[{partition}]")
+        return assembler.latest
 
     def read_range(
         self, topic: str, partition: int, start: int, end: int | None

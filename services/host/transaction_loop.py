@@ -11,6 +11,16 @@ owned partitions for the owners whose next deadline has come: time reaches the r
 through the log, so replay fires every timeout where it fired live. Given a keyring, every
 input must carry a signature of it and its signer be allowed to write it (`_admit`); what
 fails is dead-lettered in the same transaction, with the reason, and reaches no reducer.
+
+An input whose processing raises (in a reducer, in encoding its decisions, in the snapshot
+after it) is dead-lettered with the exception in one line, and the partition's state is
+exactly what it would be had the input never been read: it is poisoned, the partition goes
+back to its last commit (snapshot + tail) and dead-letters it where it reads it again, in a
+transaction that snapshots the partition. An input whose transaction the broker refuses for
+what it holds is found by committing the batch again one input per transaction, and
+dead-lettered without its bytes. Records larger than `MAX_EVENT_BYTES` are dead-lettered
+before decoding, and a dead letter too large to carry its record carries the record's digest.
+Only infrastructure faults stop the service (`poison.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from confluent_kafka import (
 )
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
-from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.model import MAX_EVENT_BYTES
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from .. import kafka, kafka_reads
@@ -52,10 +62,20 @@ from .errors import ServiceHalted, StopRequested, topic_gone
 from .health import HealthReport
 from .metrics import ServiceMetrics
 from .partition_worker import PartitionWorker
+from .poison import (
+    Poison,
+    Quarantine,
+    dead_letter,
+    exception_line,
+    infrastructure,
+    one_line,
+    record_specific,
+)
 from .rebuild import Rebuilder, Refusal
 from .stop_signals import on_stop_signal
 from .transactions import (
     SEND_OFFSETS_TIMEOUT_S,
+    Encoded,
     PartitionCommit,
     TransactionWriter,
     Wedged,
@@ -161,6 +181,9 @@ class ServiceRuntime:
         """Started by the first stop signal: exits the process when it runs out."""
         self._abandoned: list[Producer] = []
         """Producers left behind with a thread stuck inside (never closed under it)."""
+        self._quarantines: dict[tuple[str, int], Quarantine] = {}
+        """Each owned partition's poisoned inputs (`poison.py`); kept across its restores,
+        dropped when it is given up (its next owner finds them again)."""
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -220,6 +243,7 @@ class ServiceRuntime:
             if worker is not None and worker.uncommitted_since is not None:
                 with contextlib.suppress(KafkaException):  # the next owner redoes them
                     self._commit(worker, [], giving_up=True)
+            self._quarantines.pop((tp.topic, tp.partition), None)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -229,6 +253,7 @@ class ServiceRuntime:
         owner's to redo."""
         for tp in partitions:
             self.workers.pop((tp.topic, tp.partition), None)
+            self._quarantines.pop((tp.topic, tp.partition), None)
         log.warning("lost %s (the group session ended); rejoining",
                     sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))  # fmt: skip
 
@@ -365,42 +390,64 @@ class ServiceRuntime:
     # -- reducing ------------------------------------------------------------------------
 
     def _process(self, worker: PartitionWorker, messages: list[Message]) -> None:
-        outputs: list[Event] = []
+        """Reduce what arrived and commit it; an input whose processing raises is poisoned
+        (`poison.py`) and the partition goes back to its last commit to read again without
+        it."""
+        outputs: list[Encoded] = []
         for msg in messages:
             if msg.offset() < worker.next_offset:
                 continue
-            outputs += self._reduce(worker, msg)
+            try:
+                outputs += self._reduce(worker, msg)
+            except Exception as exc:
+                if infrastructure(exc):
+                    raise
+                self._poison(worker, msg.offset(), Poison("raised", exception_line(exc)))
+                return
             worker.next_offset = msg.offset() + 1
             worker.since_snapshot += 1
             worker.processed += 1
+            if self._one_by_one(worker):
+                if not self._commit(worker, outputs):
+                    return
+                outputs = []
         if outputs or worker.awaited or self._snapshot_due(worker):
             self._commit(worker, outputs)
         elif worker.uncommitted_since is None:
             worker.uncommitted_since = time.monotonic()
 
-    def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Event]:
-        """The input's decisions, or a dead letter if no reducer may see it."""
+    def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Encoded]:
+        """The input's decisions, encoded, or a dead letter if no reducer may see it."""
+        poison = self._quarantine(worker).poisoned.get(msg.offset())
+        if poison is not None:
+            worker.snapshot_forced = True
+            refusal = Refusal(poison.kind, poison.reason)
+            return [self._dead_letter(msg, refusal, with_bytes=poison.kind != "transaction")]
         event, refusal = self._admit(msg, worker.driver)
         if event is None:
-            if self.metrics is not None:
-                self.metrics.dead_letters.labels(refusal.kind).inc()
-            return [DeadLettered(
-                event_id=f"dead-{msg.topic()}-{msg.partition()}-{msg.offset()}",
-                event_time=msg.timestamp()[1], producer="runtime", source_topic=msg.topic(),
-                source_partition=msg.partition(), source_offset=msg.offset(),
-                original_key=msg.key(), original_value=msg.value(), reason=refusal.reason,
-            )]  # fmt: skip
+            return [self._dead_letter(msg, refusal)]
         worker.awaited |= awaited_by_clients(event)
-        return worker.driver.process(event)
+        return [self.writer.encode(decision) for decision in worker.driver.process(event)]
+
+    def _dead_letter(self, msg: Message, refusal: Refusal, with_bytes: bool = True) -> Encoded:
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(refusal.kind).inc()
+        return self.writer.encode(dead_letter(msg, refusal.reason, with_bytes=with_bytes))
 
     def _admit(self, msg: Message, driver: ReducerDriver) -> tuple[Event | None, Refusal | None]:
-        """The event of an input record, or why no reducer may see it: not a decodable event,
-        not where its route puts it (another topic, or a partition its key does not hash
-        to), or a producer it may not claim (`ReducerDriver.refusal`). With a keyring, also
-        a record no key of it signed, or whose signer may not write it
+        """The event of an input record, or why no reducer may see it: larger than an event
+        may be (`MAX_EVENT_BYTES`: what `produce` refuses, refused again where it is read),
+        not a decodable event, not where its route puts it (another topic, or a partition its
+        key does not hash to), or a producer it may not claim (`ReducerDriver.refusal`). With
+        a keyring, also a record no key of it signed, or whose signer may not write it
         (`ReducerDriver.admit`); the owner's own decisions coming back are known by what
         they are (the owner derived them), not by a signature."""
         topic, partition = msg.topic(), msg.partition()
+        size = len(msg.value() or b"")
+        if size > MAX_EVENT_BYTES:
+            return None, Refusal(
+                "oversized", f"{size} bytes, more than the {MAX_EVENT_BYTES} an event may be"
+            )
         try:
             event = self.serde.decode(msg.value(), topic)
         except DecodeError as exc:
@@ -423,21 +470,102 @@ class ServiceRuntime:
             reason = driver.admit(event, signer.principal, signer.role, self.keyring.owners())
         return (None, Refusal("refused", reason)) if reason else (event, None)
 
+    # -- poisoned inputs -----------------------------------------------------------------
+
+    def _quarantine(self, worker: PartitionWorker) -> Quarantine:
+        key = (topic_name(worker.role, self.prefix), worker.partition)
+        return self._quarantines.setdefault(key, Quarantine())
+
+    def _poison(self, worker: PartitionWorker, offset: int, poison: Poison) -> None:
+        """Dead-letter input `offset` when it is read again, and go back to the last commit:
+        the state must be what it was without it."""
+        log.error("%s/%d@%d: %s; it is dead-lettered and the partition goes on without it",
+                  worker.role.value, worker.partition, offset, poison.reason)  # fmt: skip
+        self._quarantine(worker).poisoned[offset] = poison
+        self._restore(worker)
+
+    def _one_by_one(self, worker: PartitionWorker) -> bool:
+        until = self._quarantine(worker).one_by_one_until
+        return until is not None and worker.next_offset <= until
+
+    def _refused_for_an_input(self, worker: PartitionWorker, error: KafkaError) -> None:
+        """The broker refused the transaction for what it holds (`poison.record_specific`):
+        tried again as it was, it fails again. A transaction of several inputs is committed
+        again one input per transaction; one of a single input poisons it (its dead letter
+        leaves the record's bytes out). A dead letter refused even so is a topic that holds no
+        dead letter: the service stops."""
+        quarantine = self._quarantine(worker)
+        first, end = worker.committed_offset, worker.next_offset
+        where = f"{worker.role.value}/{worker.partition}"
+        if end - first > 1:
+            log.error("%s: the transaction of inputs %d-%d was refused (%s); committing them one "
+                      "by one to find the input it is refused for", where, first, end - 1,
+                      error.str())  # fmt: skip
+            quarantine.one_by_one_until = end
+            return
+        if end - first < 1:
+            return  # no input in it (a snapshot alone): what failed is no input's
+        earlier = quarantine.poisoned.get(first)
+        if earlier is not None and earlier.kind == "transaction":
+            raise ServiceHalted(
+                f"{where}@{first}: the broker refuses even the dead letter of the input, without "
+                f"its bytes ({error.str()}); check the topics' max.message.bytes (`jobledger "
+                "topics create` makes them), then start the service again"
+            )
+        quarantine.poisoned[first] = Poison(
+            "transaction", f"the broker refused its transaction: {error.name()}"
+        )
+        log.error("%s@%d: its transaction was refused (%s); it is dead-lettered without its "
+                  "bytes and the partition goes on", where, first, error.str())  # fmt: skip
+
     # -- committing ----------------------------------------------------------------------
 
     def _commit(
-        self, worker: PartitionWorker, outputs: list[Event], giving_up: bool = False
-    ) -> None:
+        self, worker: PartitionWorker, outputs: list[Encoded], giving_up: bool = False
+    ) -> bool:
         """One transaction: the decisions, the input offsets and, when due, a snapshot;
-        `giving_up` for a partition being given up (its next owner starts over)."""
+        `giving_up` for a partition being given up (its next owner starts over). False if it
+        did not commit: the worker went back to its last commit (unless given up)."""
         topic = topic_name(worker.role, self.prefix)
+        records: list[tuple[bytes, bytes]] = []
+        if self._snapshot_due(worker):
+            try:
+                records = self._snapshot(worker, topic)
+            except Exception as exc:
+                if infrastructure(exc):
+                    raise
+                if not giving_up:
+                    self._snapshot_refused(worker, exc)
+                return False
         unit = PartitionCommit(
-            outputs, TopicPartition(topic, worker.partition, worker.next_offset),
-            self._snapshot(worker, topic) if self._snapshot_due(worker) else [],
-        )  # fmt: skip
-        if self._transaction(worker, unit, restore=not giving_up, giving_up=giving_up):
-            worker.uncommitted_since = None
-            worker.awaited = False
+            outputs, TopicPartition(topic, worker.partition, worker.next_offset), records
+        )
+        if not self._transaction(worker, unit, restore=not giving_up, giving_up=giving_up):
+            return False
+        worker.uncommitted_since = None
+        worker.awaited = False
+        worker.committed_offset = worker.next_offset
+        self._quarantine(worker).committed(worker.next_offset)
+        return True
+
+    def _snapshot_refused(self, worker: PartitionWorker, exc: Exception) -> None:
+        """The state no longer encodes as a snapshot: poison the first input since the last
+        snapshot after which it does not (found by reducing them again, encoding after each)."""
+        topic = topic_name(worker.role, self.prefix)
+        poisoned = self._quarantine(worker).poisoned
+        found = self.rebuilder.first_unencodable(topic, worker.partition, worker.next_offset,
+                                                 set(poisoned))  # fmt: skip
+        if found is None:
+            raise ServiceHalted(
+                f"{worker.role.value}/{worker.partition}: its state does not encode as a "
+                f"snapshot ({exception_line(exc)}), yet no input since the last snapshot makes "
+                "it so when reduced again: the reducers are not deterministic. Report it with "
+                "the log (`jobledger export`)"
+            ) from exc
+        offset, cause = found
+        self._poison(worker, offset, Poison("raised", one_line(
+            f"the snapshot after it raised {type(cause).__name__}: {cause}"
+        )))  # fmt: skip
 
     def _transaction(
         self, worker: PartitionWorker, unit: PartitionCommit, *, restore: bool,
@@ -452,7 +580,9 @@ class ServiceRuntime:
         writes and torn transactions of that kind), while a fenced one cannot. With
         `restore`, the worker then goes back to its last committed offset: its reducers have
         seen inputs whose decisions were just thrown away, and going on from there would lose
-        them. A fatal error (fenced: another instance owns the partition now) is raised."""
+        them. A refusal of what the transaction holds narrows it to the input it is refused
+        for (`_refused_for_an_input`). A fatal error (fenced: another instance owns the
+        partition now) is raised."""
         producer = worker.producer
         started = time.monotonic()
         try:
@@ -461,9 +591,7 @@ class ServiceRuntime:
             if self.metrics is not None:
                 role = worker.role.value
                 self.metrics.commit_seconds.labels(role).observe(worker.committed_at - started)
-                self.metrics.decisions.labels(role).inc(
-                    sum(e.cause_event_id is not None for e in unit.decisions)
-                )
+                self.metrics.decisions.labels(role).inc(sum(r.decision for r in unit.decisions))
             return True
         except Wedged:
             log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
@@ -475,21 +603,25 @@ class ServiceRuntime:
             if not giving_up:
                 self._renew_producers(worker)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.INVALID_TIMESTAMP:
+            error = exc.args[0]
+            if error.code() == KafkaError.INVALID_TIMESTAMP:
                 what = f"{worker.role.value}/{worker.partition}'s transaction"
-                raise ServiceHalted(kafka.clock_skew(exc.args[0], what)) from exc
-            if exc.args[0].fatal():
+                raise ServiceHalted(kafka.clock_skew(error, what)) from exc
+            if error.fatal():
                 raise ServiceHalted(
                     f"{worker.role.value}/{worker.partition}: the broker refused this "
-                    f"instance's transactions for good ({exc.args[0].str()}). Another instance "
+                    f"instance's transactions for good ({error.str()}). Another instance "
                     "has taken the partition over (its producer fenced this one): two services "
                     "on the same partitions, or this one stalled past its session timeout. "
                     "This instance stops; the other goes on. Start it again to rejoin the group."
                 ) from exc
-            log.warning("%s/%d: transaction failed (%s); %s", worker.role.value,
-                        worker.partition, exc.args[0].str(),
-                        "left to the next owner" if giving_up
-                        else "its producer is replaced")  # fmt: skip
+            if record_specific(error) and restore and unit.offset is not None:
+                self._refused_for_an_input(worker, error)
+            else:
+                log.warning("%s/%d: transaction failed (%s); %s", worker.role.value,
+                            worker.partition, error.str(),
+                            "left to the next owner" if giving_up
+                            else "its producer is replaced")  # fmt: skip
             retire(producer)
         if not giving_up:  # when giving the partition up, a new producer would fence the next owner
             worker.producer = self.writer.producer(
@@ -537,6 +669,8 @@ class ServiceRuntime:
 
     def _snapshot_due(self, worker: PartitionWorker) -> bool:
         every, interval = self.config.snapshot_every, self.config.snapshot_interval_s
+        if worker.snapshot_forced:
+            return True
         if not worker.since_snapshot:
             return False
         return bool(
@@ -551,6 +685,7 @@ class ServiceRuntime:
         worker.snapshot_bytes = len(data)
         records = snapshot.chunk_records(f"{topic}/{worker.partition}", worker.next_offset, data)
         worker.since_snapshot = 0
+        worker.snapshot_forced = False
         worker.last_snapshot = time.monotonic()
         return list(records)
 
@@ -563,4 +698,5 @@ class ServiceRuntime:
             if fired:
                 # nothing reduced yet (the TimerFired are reduced when read back): the next
                 # tick tries again
-                self._transaction(worker, PartitionCommit(fired, None), restore=False)
+                encoded = [self.writer.encode(event) for event in fired]
+                self._transaction(worker, PartitionCommit(encoded, None), restore=False)

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from jobledger.schemas import Event, EventSerde
+from jobledger.schemas import Event, EventSerde, topic_name
 
 from .. import kafka
 from .errors import ServiceHalted, StopRequested
+from .poison import record_specific
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -36,13 +37,25 @@ class Wedged(Exception):
     (a thread is still inside it) and the partition gets a new one."""
 
 
+class Encoded(NamedTuple):
+    """An event as its record: encoded where it is derived, so an event that cannot be
+    encoded names the input that derived it (`poison.py`), and encoded once."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    type_name: str
+    decision: bool
+    """It names a cause (a reducer's decision, not a dead letter or a timer)."""
+
+
 @dataclass(frozen=True)
 class PartitionCommit:
     """What one transaction of a partition commits, all or nothing: a reader with
     `read_committed` sees the decisions exactly once, and the consumer group's offset moves
     past the inputs that derived them in the same commit."""
 
-    decisions: list[Event]
+    decisions: list[Encoded]
     offset: TopicPartition | None
     """The partition's next input offset, for the consumer group (None: the clock's
     transaction, which read no input)."""
@@ -104,21 +117,52 @@ class TransactionWriter:
 
     def commit(self, producer: Producer, partition: int, unit: PartitionCommit) -> None:
         """Write `unit` in one transaction of `producer` (the producer of input partition
-        `partition`); raises what the broker or librdkafka raised, or `Wedged`."""
-        producer.begin_transaction()
-        for event in unit.decisions:
-            self.produce(producer, event)
-        if unit.offset is not None:
-            self._send_offsets(producer, unit.offset)
-        for key, value in unit.snapshot:
-            producer.produce(
-                self.snapshot_topic, key=key, value=value,
-                partition=self.snapshot_partition(partition),
-            )  # fmt: skip
-        _commit_transaction(producer)
+        `partition`); raises what the broker or librdkafka raised, or `Wedged`. A record
+        the broker refused for what it is (`poison.record_specific`) is raised as that
+        refusal, whichever call failed first: the transaction's later calls fail only with
+        librdkafka's "erroneous state"."""
+        refusals: list[KafkaError] = []
 
-    def produce(self, producer: Producer, event: Event) -> None:
-        kafka.produce_event(producer, self.prefix, event, self.serde)
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None and record_specific(error):
+                refusals.append(error)
+
+        try:
+            producer.begin_transaction()
+            for record in unit.decisions:
+                self.produce(producer, record, delivered)
+            if unit.offset is not None:
+                self._send_offsets(producer, unit.offset)
+            for key, value in unit.snapshot:
+                producer.produce(
+                    self.snapshot_topic, key=key, value=value,
+                    partition=self.snapshot_partition(partition), on_delivery=delivered,
+                )  # fmt: skip
+            _commit_transaction(producer)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if record_specific(error) or not (
+                error.txn_requires_abort() or error.code() == KafkaError._STATE
+            ):
+                raise
+            producer.poll(0)  # the delivery reports of the records refused, if any
+            if refusals:
+                raise KafkaException(refusals[0]) from exc
+            raise
+
+    def produce(
+        self, producer: Producer, record: Encoded,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None:  # fmt: skip
+        kafka.produce_encoded(producer, record.topic, record.key, record.value,
+                              record.type_name, on_delivery)  # fmt: skip
+
+    def encode(self, event: Event) -> Encoded:
+        """`event` as the record `commit` writes (`kafka.produce_event`'s topic, key and value)."""
+        role, key = event.route()
+        topic = topic_name(role, self.prefix)
+        return Encoded(topic, key.encode(), self.serde.encode(event, topic), event.type_name(),
+                       event.cause_event_id is not None)  # fmt: skip
 
     def _send_offsets(self, producer: Producer, offset: TopicPartition) -> None:
         """`send_offsets_to_transaction`, bounded. librdkafka can block in it past its own

@@ -56,6 +56,31 @@ def result_topic(prefix: str, job_id: str, producer: str, consumer: str) -> str:
     return _UNSAFE.sub("_", name)[:249]
 
 
+def job_result_prefix(prefix: str, job_id: str) -> str:
+    """How every result topic of the job starts (`result_topic`)."""
+    return _UNSAFE.sub("_", f"{prefix}result.{job_id}.")[:249]
+
+
+def delete_result_topics(bootstrap: str, prefix: str, job_id: str) -> list[str]:
+    """Delete every result topic of the job, once no attempt will read them again (the job
+    ended for good: `ResultPartitionsReleased`); one already gone (another runner deleted it,
+    or this one before a restart) is no error. Returns the topics deleted."""
+    admin = admin_client(bootstrap)
+    start = job_result_prefix(prefix, job_id)
+    topics = sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(start))
+    if not topics:
+        return []
+    deleted = []
+    for topic, future in admin.delete_topics(topics, operation_timeout=30).items():
+        try:
+            future.result(30)
+            deleted.append(topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ResultPartitionError(f"cannot delete {topic}: {exc}") from exc
+    return sorted(deleted)
+
+
 def create_result_topics(bootstrap: str, topics: dict[str, int]) -> None:
     """Create the topics (name -> partitions) that do not exist yet, and grow those that have
     fewer partitions than asked (a job rescaled to more consumer subtasks), then wait until

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
 from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
@@ -37,6 +38,7 @@ from jobledger.schemas.cluster import (
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.tasks import (
+    ResultPartitionsReleased,
     TaskCancellationRequested,
     TaskDeploymentRequested,
     TaskSubmissionAccepted,
@@ -46,7 +48,7 @@ from jobledger.schemas.types import ExecutionState
 
 from ..client_properties import java_properties
 from ..kafka import TYPE_HEADER, append_events
-from . import checkpoint, task
+from . import checkpoint, exchange, task
 from .instances import TaskExecutorInstances, shutdown_cause
 from .kafka_source import FORMAT, register
 from .metrics import RunnerMetrics
@@ -56,10 +58,14 @@ from .task_producers import ProducerLeases
 
 log = logging.getLogger("jobledger.runner")
 
-BATCH_STARTERS = (TaskSubmissionAccepted, TaskCancellationRequested, TaskManagerConnectionClosed)
+BATCH_STARTERS = (
+    TaskSubmissionAccepted, TaskCancellationRequested, TaskManagerConnectionClosed,
+    ResultPartitionsReleased,
+)  # fmt: skip
 """The records of the TaskExecutor topic that start a micro-batch: those the runner acts on at
-once. A deployment waits for its acceptance, which follows it in the same partition; the rest
-(slot requests, offers, heartbeats, the runner's own reports) are read with the next batch."""
+once (a job's end may be the last record for a long time). A deployment waits for its
+acceptance, which follows it in the same partition; the rest (slot requests, offers,
+heartbeats, the runner's own reports) are read with the next batch."""
 
 MAX_AWAITING_ACCEPTANCE = 100_000
 """Deployments kept while their TaskExecutor's verdict is pending; a refused one is never
@@ -350,6 +356,15 @@ class TaskRunner:
         self.stopping.set()
         if first:
             self._shut_down()
+        try:
+            self._stop_spark_work()
+        except Py4JError as exc:  # its JVM is gone (killed): nothing runs there any more
+            log.warning("Spark's JVM is gone (%s); nothing left to stop there", _first_line(exc))
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.gate.close()
+        self.producer.close()
+
+    def _stop_spark_work(self) -> None:
         if self.query is not None:
             # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
             # collect as an error with a long Java trace: expected here, so not shown
@@ -359,9 +374,6 @@ class TaskRunner:
             running = list(self.groups.values())
         for group in running:
             self.spark.sparkContext.cancelJobGroup(group.name)
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.gate.close()
-        self.producer.close()
 
     def _shut_down(self) -> None:
         """The TaskExecutors' last word, once the heartbeats stopped (a beat after it would
@@ -486,6 +498,8 @@ class TaskRunner:
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
                 self._cancel_attempt(event.job_id, event.execution_attempt_id, accepted)
+            elif isinstance(event, ResultPartitionsReleased):
+                self.pool.submit(self._release_partitions, event.job_id)
         for job_id, received in accepted.items():
             deployments = [d for d, _ in received]
             payloads = [payload for _, payload in received]
@@ -541,6 +555,19 @@ class TaskRunner:
             self._report(deployment, ExecutionState.CANCELED)
         if everything:
             self.spark.sparkContext.cancelJobGroup(group.name)
+
+    def _release_partitions(self, job_id: str) -> None:
+        """The job ended for good: its result topics go. Each TaskExecutor a producer ran on
+        is told; the first to act deletes them, the others find them gone."""
+        try:
+            deleted = exchange.delete_result_topics(
+                self.config.bootstrap, self.config.prefix, job_id
+            )
+        except Exception as exc:
+            log.warning("could not delete job %s's result topics (%s)", job_id, _first_line(exc))
+            return
+        if deleted:
+            log.info("job %s ended: deleted its %d result topic(s)", job_id, len(deleted))
 
     def _run_group(self, group: Group) -> None:
         sc = self.spark.sparkContext

@@ -6,7 +6,8 @@ cluster the executors start their Python workers with the interpreter the driver
 same holds there as long as the workers share this machine's paths.
 
 On a standalone cluster (`spark://`) the runner reads Kafka through Spark's own connector,
-resolved by Ivy from Maven Central (`spark.jars.packages`) in exactly this PySpark's version:
+resolved by Ivy from Maven Central in exactly this PySpark's version (as `spark.jars.packages`
+would, but once and quietly: `connector.py`) and shipped to the executors as `spark.jars`:
 that is the deployment Spark documents, and its executors then read Kafka in the JVM. Local
 masters keep jobledger's Python data source: no download, so `local[*]` works offline, and the
 test suite exercises both Kafka paths.
@@ -20,9 +21,12 @@ import time
 from pathlib import Path
 
 import pyspark
+from pyspark import SparkConf, SparkContext
 from pyspark.errors import PySparkRuntimeError
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from .connector import connector_jars
 from .kafka_source import NATIVE_PROVIDER_CLASS, native_kafka_available, register
 
 # The runner executes many tiny micro-batches: Spark's 200 shuffle partitions would mean 200
@@ -78,10 +82,11 @@ def is_standalone(master: str) -> bool:
 
 
 def cluster_conf(master: str) -> dict[str, str]:
-    """What a standalone master needs on top of the defaults: the native Kafka connector."""
+    """What a standalone master needs on top of the defaults: the native Kafka connector's
+    jars (resolved on the first start, `connector.connector_jars`)."""
     if not is_standalone(master):
         return {}
-    return {PACKAGES: kafka_connector_package()}
+    return {"spark.jars": ",".join(connector_jars(kafka_connector_package()))}
 
 
 def spark_session(
@@ -101,6 +106,7 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        _launch_jvm_apart(master, app_name, settings)
         spark = builder.getOrCreate()
     except PySparkRuntimeError as exc:
         if exc.getCondition() != "JAVA_GATEWAY_EXITED" or PACKAGES not in settings:
@@ -123,6 +129,22 @@ def spark_session(
         raise
     register(spark)
     return spark
+
+
+def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start Spark's JVM (as `getOrCreate` would, with the same configuration) in a session of
+    its own, so that a signal to the runner's process group (a shell's `kill %1`, a terminal's
+    hang-up) reaches the runner alone: the runner stops its query, its Spark jobs and then
+    Spark in that order, instead of the JVM dying under it and the runner's stop ending in a
+    trace. The JVM still ends with the runner: it exits when its stdin, a pipe from this
+    process, closes. A process already served by a JVM (a session started before, or
+    spark-submit's) keeps it."""
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    conf.setAll(settings.items())
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 ROUTINE_WARNINGS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",)

@@ -22,6 +22,20 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
+  }
+  return node;
+}
+
 async function get(path) {
   const sep = path.includes("?") ? "&" : "?";
   const response = await fetch(`${path}${sep}at=${encodeURIComponent(state.at)}`);
@@ -30,8 +44,21 @@ async function get(path) {
   return body;
 }
 
+// a time in the browser's zone, with that zone's offset: a time without its zone is a guess
 function iso(ms) {
-  return ms > 0 ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "-";
+  if (!(ms > 0)) return "-";
+  const d = new Date(ms);
+  const pad = (n, width = 2) => String(Math.abs(n)).padStart(width, "0");
+  const offset = -d.getTimezoneOffset();
+  const zone = `${offset < 0 ? "-" : "+"}${pad(Math.trunc(offset / 60))}:${pad(offset % 60)}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} `
+    + `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)} ${zone}`;
+}
+
+// a span of milliseconds as the axis says it: whole seconds where the step allows
+function elapsed(ms, step) {
+  if (step >= 1000) return `${Math.round(ms / 1000)} s`;
+  return ms >= 1000 ? `${(ms / 1000).toFixed(step >= 100 ? 1 : 2)} s` : `${ms} ms`;
 }
 
 function seconds(ms) {
@@ -66,6 +93,8 @@ async function render() {
     renderJobs(jobs.jobs);
     renderTaskManagers(tms.taskmanagers, slots);
     renderJob(job);
+    renderSidebar(overview, slots, job);
+    placeSlider(overview["as-of"]);
     document.body.dataset.renderedAt = state.at;
   } catch (error) {
     if (mine === state.generation) showError(error.message);
@@ -131,6 +160,35 @@ function renderAsOf(asOf) {
     `as of ${asOf.position}: ${asOf.records} records; last offsets ${offsets || "none"}`;
 }
 
+// the slider shows the point the views show, however it was named (a link's `job/0@118`,
+// an id, a time): by records, the cut's size; by time, the time named; by the job's events,
+// the event's step
+function placeSlider(asOf) {
+  if (state.following) return;
+  const slider = document.getElementById("at");
+  if (state.mode === "records") slider.value = asOf.records;
+  else if (state.mode === "job" && state.jobEvents.includes(state.at)) {
+    slider.value = state.jobEvents.indexOf(state.at);
+  } else if (state.mode === "time" && state.at.startsWith("s@")) {
+    const named = state.at.slice(2);
+    slider.value = /^[0-9]+$/.test(named) ? Number(named) : Date.parse(named);
+  }
+  document.getElementById("at-text").textContent = state.at;
+}
+
+function renderSidebar(overview, slots, job) {
+  document.getElementById("nav-running-count").textContent = overview["jobs-running"];
+  document.getElementById("nav-completed-count").textContent =
+    overview["jobs-finished"] + overview["jobs-cancelled"] + overview["jobs-failed"];
+  document.getElementById("nav-tm-count").textContent = overview.taskmanagers;
+  document.getElementById("nav-pending-count").textContent = slots.pending.length;
+  const shown = Boolean(job && !job.missing);
+  for (const id of ["nav-job", "nav-graph", "nav-exceptions"]) {
+    document.getElementById(id).hidden = !shown;
+  }
+  document.getElementById("nav-job").textContent = shown ? `Job ${job.details.name}` : "";
+}
+
 function renderOverview(o) {
   const shown = ["taskmanagers", "slots-total", "slots-available", "jobs-running",
     "jobs-finished", "jobs-cancelled", "jobs-failed", "pending-slot-requests"];
@@ -160,6 +218,7 @@ function renderJob(loaded) {
     document.getElementById("job-id").textContent = state.job;
     document.getElementById("job-state").textContent = "not in the log at this point";
     for (const id of ["vertices", "exceptions"]) fill(document.querySelector(`#${id} tbody`), []);
+    document.getElementById("graph").replaceChildren();
     document.getElementById("vertex").hidden = true;
     document.getElementById("root-exception").textContent = "";
     return;
@@ -169,10 +228,11 @@ function renderJob(loaded) {
   const stateNode = document.getElementById("job-state");
   stateNode.textContent = job.state;
   stateNode.className = `state ${job.state}`;
+  renderGraph(job);
   fill(document.querySelector("#vertices tbody"), job.vertices.map((v) => el("tr", {
     class: `clickable${v.id === state.vertex ? " selected" : ""}`,
     "data-testid": `vertex-row-${v.id}`,
-    onclick: () => { state.vertex = v.id; state.explained = null; render(); },
+    onclick: () => { selectVertex(v.id); },
   },
   el("td", {}, v.id), el("td", {}, v.name), el("td", {}, v.parallelism),
   el("td", { class: `state ${v.status}` }, v.status),
@@ -187,6 +247,106 @@ function renderJob(loaded) {
   const explain = document.getElementById("explain");
   explain.hidden = !loaded.story;
   explain.textContent = loaded.story ? [loaded.story.target, ...loaded.story.lines].join("\n") : "";
+}
+
+const NODE = { width: 210, height: 74, across: 90, down: 26, margin: 12 };
+
+// each vertex's column: one right of its furthest input (a JobGraph is acyclic; a forged
+// cycle is cut where it closes), so data flows left to right as in Flink's plan view
+function columns(nodes) {
+  const byId = new Map(nodes.map((n) => [n.id, n]));
+  const column = new Map();
+  const place = (id, path) => {
+    if (column.has(id)) return column.get(id);
+    if (path.has(id) || !byId.has(id)) return -1;
+    path.add(id);
+    const inputs = byId.get(id).inputs.map((i) => place(i.id, path));
+    path.delete(id);
+    const at = Math.max(-1, ...inputs) + 1;
+    column.set(id, at);
+    return at;
+  };
+  for (const node of nodes) place(node.id, new Set());
+  return column;
+}
+
+function clip(text, room) {
+  return text.length > room ? `${text.slice(0, room - 1)}…` : text;
+}
+
+// the job graph as Flink's dashboard draws it: a box per vertex with its name and
+// parallelism, coloured by its state; an arrow per edge with its ship strategy
+function renderGraph(job) {
+  const graph = document.getElementById("graph");
+  const nodes = job.plan.nodes;
+  const status = new Map(job.vertices.map((v) => [v.id, v.status]));
+  const column = columns(nodes);
+  const rows = [];
+  const at = new Map();
+  for (const node of nodes) {
+    const c = column.get(node.id);
+    rows[c] = (rows[c] || 0) + 1;
+    at.set(node.id, {
+      x: NODE.margin + c * (NODE.width + NODE.across),
+      y: NODE.margin + (rows[c] - 1) * (NODE.height + NODE.down),
+    });
+  }
+  const width = 2 * NODE.margin + rows.length * NODE.width + Math.max(0, rows.length - 1) * NODE.across;
+  const height = 2 * NODE.margin + Math.max(1, ...rows.filter(Boolean)) * (NODE.height + NODE.down) - NODE.down;
+  graph.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  graph.setAttribute("width", width);
+  graph.setAttribute("height", height);
+  const arrow = svg("marker", {
+    id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8,
+    orient: "auto-start-reverse",
+  }, svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow-head" }));
+  const edges = nodes.flatMap((node) => node.inputs.filter((i) => at.has(i.id)).map((input) => {
+    const from = at.get(input.id);
+    const to = at.get(node.id);
+    const [x1, y1] = [from.x + NODE.width, from.y + NODE.height / 2];
+    const [x2, y2] = [to.x, to.y + NODE.height / 2];
+    const bend = Math.max(30, (x2 - x1) / 2);
+    return svg("g", { class: "edge", "data-testid": `graph-edge-${input.id}-${node.id}` },
+      svg("title", {}, `${input.id} -> ${node.id}: ${input.ship_strategy}, ${input.exchange}`),
+      svg("path", {
+        d: `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`,
+        "marker-end": "url(#arrow)",
+      }),
+      svg("text", { x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 6, "text-anchor": "middle" },
+        input.ship_strategy));
+  }));
+  const boxes = nodes.map((node) => {
+    const { x, y } = at.get(node.id);
+    const now = status.get(node.id) || "CREATED";
+    return svg("g", {
+      class: `vertex ${now}${node.id === state.vertex ? " selected" : ""}`,
+      "data-testid": `graph-vertex-${node.id}`, "data-state": now,
+      onclick: () => { selectVertex(node.id); },
+    },
+    svg("title", {}, `${node.description}\n${node.operators.join(" -> ")}`),
+    svg("rect", { x, y, width: NODE.width, height: NODE.height, rx: 6 }),
+    svg("rect", { x, y, width: 6, height: NODE.height, rx: 3, class: "state-bar" }),
+    svg("text", { x: x + 14, y: y + 22, class: "name" }, clip(node.description, 28)),
+    svg("text", { x: x + 14, y: y + 43 }, `Parallelism: ${node.parallelism}`),
+    svg("text", { x: x + 14, y: y + 62, class: "status" }, now));
+  });
+  graph.replaceChildren(svg("defs", {}, arrow), ...edges, ...boxes);
+}
+
+function selectVertex(id) {
+  state.vertex = id;
+  state.explained = null;
+  render();
+}
+
+const STATES = ["CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED",
+  "CANCELING", "CANCELED", "FAILED"];
+
+// the axis's step: 1, 2 or 5 times a power of ten, about six ticks over the span
+function step(width) {
+  const rough = width / 6;
+  const power = 10 ** Math.floor(Math.log10(Math.max(rough, 1)));
+  return [1, 2, 5, 10].map((m) => m * power).find((s) => s >= rough);
 }
 
 function renderVertex(job, vertex) {
@@ -223,7 +383,17 @@ function renderVertex(job, vertex) {
       rows.push(el("div", { class: "track" }, ...bars));
     }
   }
+  const every = step(span);
+  const ticks = [];
+  for (let t = 0; t <= span; t += every) {
+    ticks.push(el("span", { class: "tick", style: { left: place(start + t) } }, `+${elapsed(t, every)}`));
+  }
+  rows.push(el("div", { class: "label axis-label", "data-testid": "axis-start" }, `from ${iso(start)}`));
+  rows.push(el("div", { class: "axis", "data-testid": "axis" }, ...ticks));
   document.getElementById("timeline").replaceChildren(...rows);
+  const shown = new Set(attempts.flatMap((a) => Object.keys(a.timestamps)));
+  document.getElementById("legend").replaceChildren(...STATES.filter((s) => shown.has(s)).map(
+    (s) => el("span", { class: "key", "data-testid": `legend-${s}` }, el("span", { class: `swatch bar ${s}` }), s)));
 }
 
 function renderTaskManagers(tms, slots) {
