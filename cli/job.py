@@ -49,6 +49,7 @@ from .log_source import log_records, reducers_of
 from .options import (
     CommandFailed,
     bootstrap_of,
+    configuration_of,
     configuration_option,
     output_option,
     positive_float,
@@ -89,6 +90,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> Subparsers:
         "--job-id", help="the job's id (default: the JobGraph's job_id, else a fresh one)"
     )
     registry_option(c)
+    configuration_option(c)
     output_option(c)
     c.set_defaults(func=cmd_submit, parser=c)
 
@@ -198,7 +200,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     serde = EventSerde(registry_url=args.schema_registry)
     try:
         graph, name = load_job_graph(args.jobgraph)
-        checked = dispatcher.check_job_graph(graph, PRODUCER, serde, prefix, args.job_id, name)
+        limits = configuration_of(args).job_limits()
+        checked = dispatcher.check_job_graph(
+            graph, PRODUCER, serde, prefix, args.job_id, name, limits
+        )
         job = checked.event
         assert isinstance(job, JobSubmitted)
         warnings = _check_operators(job, prefix)

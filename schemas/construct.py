@@ -83,6 +83,8 @@ def _converter(annotation: Any, namespace: dict[str, Any]) -> str | None:
 def from_avro(cls: type[Record]) -> Callable[[dict[str, Any]], Any]:
     """The builder of `cls` from a record decoded and resolved to `cls`'s current
     schema (every field present). Raises KeyError or TypeError if the record is not one.
+    A class with an `__upcast__(record) -> record` has its records passed through it first:
+    a value an older writer put in a form today's writers no longer use is read in today's.
     Its source is written from the model's own field names and types, never from anything
     read: data only ever reaches it as the argument."""
     namespace: dict[str, Any] = {"_assemble": _assemble, "_cls": cls}
@@ -91,8 +93,13 @@ def from_avro(cls: type[Record]) -> Callable[[dict[str, Any]], Any]:
         convert = _converter(info.annotation, namespace) or "$"
         items.append(f"{name!r}: {convert.replace('$', f'_r[{name!r}]')}")
     namespace["_all"] = frozenset(cls.model_fields)
+    upcast = ""
+    if hasattr(cls, "__upcast__"):
+        namespace["_upcast"] = cls.__upcast__
+        upcast = "    _r = _upcast(_r)\n"
     source = (
         f"def build_{cls.__name__}(_r):\n"
+        f"{upcast}"
         f"    return _assemble(_cls, {{{', '.join(items)}}}, set(_all))\n"
     )
     exec(compile(source, f"<from_avro {cls.__name__}>", "exec"), namespace)

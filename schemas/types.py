@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, model_validator
 
 from .ids import SlotIndex
 from .model import CatalogEnum, Int32, Record
@@ -164,6 +166,17 @@ class ExecutionState(CatalogEnum):
     UNKNOWN = "UNKNOWN"
 
 
+class ConsumedPartitionGroup(Record):
+    """The producer subtasks whose result partitions a consumer subtask reads, as the one
+    contiguous range every input has (Flink's ConsumedPartitionGroup): all producers for
+    ALL_TO_ALL, shared by every consumer subtask; a slice of them for POINTWISE. Its size does
+    not depend on the parallelism, so no deployment grows with its producers (a list of them
+    made the deployments of a P x P ALL_TO_ALL job P^2 bytes on the log)."""
+
+    first_subtask_index: Int32 = Field(description="The first producer subtask read.")
+    number_of_subtasks: Int32 = Field(description="How many producer subtasks are read, from it.")
+
+
 class InputGateDeploymentDescriptor(Record):
     """Which upstream result partitions a deployed subtask consumes."""
 
@@ -173,8 +186,58 @@ class InputGateDeploymentDescriptor(Record):
         default=ResultPartitionType.PIPELINED, description="PIPELINED or BLOCKING."
     )
     consumed_subtask_indexes: list[Int32] = Field(
-        default_factory=list, description="Producer subtasks whose output this subtask reads."
+        default_factory=list,
+        description="Producer subtasks whose output this subtask reads, one by one, as "
+        "deployments before v4 of TaskDeploymentRequested listed them; read as "
+        "`consumed_partition_group` when they are a range (every one jobledger wrote was). "
+        "Empty in today's deployments.",
     )
+    consumed_partition_group: ConsumedPartitionGroup | None = Field(
+        default=None,
+        description="The producer subtasks this subtask reads, as one range (added in v4 of "
+        "TaskDeploymentRequested). None: `consumed_subtask_indexes` lists them.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validated_upcast(cls, fields: Any) -> Any:
+        """A validated gate (JSON, a test's constructor) is upcast as a decoded one is."""
+        if not isinstance(fields, dict):
+            return fields
+        upcast = upcast_input_gate(fields)
+        group = upcast.get("consumed_partition_group")
+        if isinstance(group, dict):
+            upcast["consumed_partition_group"] = ConsumedPartitionGroup(**group)
+        return upcast
+
+    @staticmethod
+    def __upcast__(fields: dict[str, Any]) -> dict[str, Any]:
+        """What `construct.from_avro` applies to a decoded record (see `upcast_input_gate`)."""
+        return upcast_input_gate(fields)
+
+    @property
+    def consumed_subtasks(self) -> range | list[int]:
+        """The producer subtasks read, in order, however the deployment wrote them."""
+        group = self.consumed_partition_group
+        if group is None:
+            return self.consumed_subtask_indexes
+        first = group.first_subtask_index
+        return range(first, first + group.number_of_subtasks)
+
+
+def upcast_input_gate(fields: dict[str, Any]) -> dict[str, Any]:
+    """An input gate as today's deployments write it: producers listed one by one (every
+    deployment before v4) that form a range become its ConsumedPartitionGroup, so an old
+    log's deployments equal the ones today's reducers derive for it (replay --verify) and a
+    reader needs one form only. A list that is no range is kept as it is: nothing is lost."""
+    listed = fields.get("consumed_subtask_indexes")
+    if not listed or fields.get("consumed_partition_group") is not None:
+        return fields
+    first = listed[0]
+    if any(index != first + n for n, index in enumerate(listed)):
+        return fields
+    group = {"first_subtask_index": first, "number_of_subtasks": len(listed)}
+    return {**fields, "consumed_subtask_indexes": [], "consumed_partition_group": group}
 
 
 class ResultPartitionDeploymentDescriptor(Record):

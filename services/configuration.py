@@ -20,6 +20,7 @@ from typing import Any
 from jobledger.schemas.types import RestartStrategy, RestartStrategyKind
 
 from .control.driver import DEDUP_WINDOW, ReducerDriver
+from .control.execution_graph import MAX_SUBTASKS_PER_JOB, JobLimits
 from .control.failover_strategy import FailoverStrategyName
 from .control.job_master import JobMasterConfig
 from .control.resource_manager import ResourceManager, ResourceManagerConfig
@@ -102,6 +103,13 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
     "jobledger.dedup-window": (
         _count, str(DEDUP_WINDOW), "input ids each partition remembers to drop a record "
         "delivered twice (an old record re-sent later is the reducers' to refuse)"),
+    "jobledger.job.max-subtasks": (
+        _count, str(JobLimits.max_subtasks), "the most subtasks one JobGraph may have (at most "
+        f"{MAX_SUBTASKS_PER_JOB}); job submit and the JobMaster refuse one beyond"),
+    "jobledger.job.max-deployment-bytes": (
+        _count, str(JobLimits.max_deployment_bytes), "the most bytes one run of a JobGraph's "
+        "deployments may put on the log (per subtask: its operators, inputs and outputs); "
+        "job submit and the JobMaster refuse one beyond"),
     "cluster.evenly-spread-out-slots": (
         _boolean, "true", "spread slots over TaskExecutors, false: fill one first (jobledger "
         "spreads unless told; Flink's default is false)"),
@@ -173,6 +181,13 @@ class Configuration:
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),
             deployment_timeout_ms=self.get("task.deployment.timeout"),
+            limits=self.job_limits(),
+        )
+
+    def job_limits(self) -> JobLimits:
+        return JobLimits(
+            max_subtasks=self.get("jobledger.job.max-subtasks"),
+            max_deployment_bytes=self.get("jobledger.job.max-deployment-bytes"),
         )
 
     def resource_manager(self) -> ResourceManagerConfig:

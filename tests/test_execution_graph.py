@@ -17,7 +17,7 @@ def build(*vertices) -> ExecutionGraph:
 
 
 def consumed(graph: ExecutionGraph, vid: str) -> list[list[int]]:
-    return [graph.input_gates(ev)[0].consumed_subtask_indexes
+    return [list(graph.input_gates(ev)[0].consumed_subtasks)
             for ev in graph.vertices[vid].subtasks]  # fmt: skip
 
 
@@ -70,5 +70,6 @@ def test_duplicate_vertex_ids_are_invalid():
 
 
 def test_a_job_with_too_many_subtasks_is_refused():
-    with pytest.raises(InvalidJobGraph, match="131072 subtasks exceed the limit of 100000"):
+    with pytest.raises(InvalidJobGraph, match=r"131072 subtasks exceed the limit of 50000 "
+                       r"\(jobledger.job.max-subtasks\)"):  # fmt: skip
         build(*(vertex(f"v{i}", 32768) for i in range(4)))

@@ -45,6 +45,7 @@ from jobledger.schemas.tasks import (
     TaskDeploymentRequested,
 )
 from jobledger.schemas.types import (
+    ConsumedPartitionGroup,
     ExecutionState,
     JobStatus,
     KeyGroupRange,
@@ -75,6 +76,10 @@ from .jobs import FULL, JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay
 PIPELINE = [vertex("src", 2), vertex("sink", 2, ("src", "ALL_TO_ALL", "PIPELINED"))]
 PRODUCER = "jobmaster"
 SLOT_POOL = "slotpool"
+
+
+def group(first: int, count: int) -> ConsumedPartitionGroup:
+    return ConsumedPartitionGroup(first_subtask_index=first, number_of_subtasks=count)
 
 
 def run_one(c: JobCluster, event: Event) -> Derived:
@@ -124,7 +129,8 @@ def test_an_eager_job_deploys_everything_once_all_slots_arrive_and_finishes():
         ("sink", 0), ("sink", 1), ("src", 0), ("src", 1),
     ]  # fmt: skip
     sink = next(d for d in deployed if d.vertex_id == "sink")
-    assert sink.inputs[0].consumed_subtask_indexes == [0, 1]
+    assert sink.inputs[0].consumed_partition_group == group(0, 2)
+    assert sink.inputs[0].consumed_subtask_indexes == [], "a range, never the producers listed"
     assert sink.max_parallelism == 128 and sink.number_of_subtasks == 2
     assert {d.job_master_id for d in deployed} == {JM}
     c.play()
@@ -144,7 +150,7 @@ def test_sm_2_lazy_from_sources_deploys_consumers_after_their_blocking_inputs_fi
     assert [d.vertex_id for d in c.deployments()] == ["src", "src"], "one producer still runs"
     c.play()
     assert [d.vertex_id for d in c.deployments()] == ["src", "src", "sink"]
-    assert c.deployments()[2].inputs[0].consumed_subtask_indexes == [0, 1]
+    assert c.deployments()[2].inputs[0].consumed_partition_group == group(0, 2)
     assert c.statuses()[-1] == "FINISHED"
 
 

@@ -12,7 +12,10 @@ each timeout is its own main-thread message) instead of hearing their timeouts h
 (FAILED). In 350, 553 and 579 a restart takes an available slot for one vertex and asks the
 RM for another's before it deploys the first (Flink's allocateSlotsAndDeploy also requests
 every slot first). In 545 and 754 a region cancelled within a reaction withdraws a waiting
-request when it reaches its vertex, where the slot freed before it was handed through it."""
+request when it reaches its vertex, where the slot freed before it was handed through it.
+Issue 44 re-recorded it once more: a deployment's input gate names its producers as one
+range (`consumed_partition_group`), no longer one by one; the old golden, each gate read as
+its range (`upcast_input_gate`), equals the new one record for record."""
 
 from __future__ import annotations
 

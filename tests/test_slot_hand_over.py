@@ -17,6 +17,8 @@ from jobledger.schemas.slots import (
 )
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import ExecutionState, JobStatus, ScheduleMode
+from jobledger.services.control.execution_graph import MAX_SUBTASKS_PER_JOB, JobLimits
+from jobledger.services.control.job_master import JobMasterConfig
 
 from .events import assert_derived, decision_id, derived_from, expect, types
 from .jobs import FULL, JOB, JobCluster, fixed_delay, vertex
@@ -26,7 +28,10 @@ def _cluster(vertices: int, parallelism: int, slots: int) -> JobCluster:
     """An EAGER job on one TaskExecutor of `slots` slots: the first `slots` subtasks hold one
     each (waiting for the others, as EAGER deploys all at once), every other one's request
     waits at the ResourceManager."""
-    cluster = JobCluster(task_executors=1, slots=slots)
+    # issue 42 cancels a job of 100,000 subtasks: above the default admission limit
+    # (`jobledger.job.max-subtasks`), within the bound every graph keeps
+    config = JobMasterConfig(limits=JobLimits(max_subtasks=MAX_SUBTASKS_PER_JOB))
+    cluster = JobCluster(task_executors=1, slots=slots, config=config)
     cluster.submit([vertex(f"v{i}", parallelism) for i in range(vertices)])
     return cluster
 

@@ -33,7 +33,7 @@ from jobledger.schemas.jobs import (
     JobSubmitted,
 )
 
-from ..control.execution_graph import ExecutionGraph, InvalidJobGraph
+from ..control.execution_graph import ExecutionGraph, InvalidJobGraph, JobLimits
 from ..control.resource_manager import ResourceManagerConfig
 from ..kafka import append_events, produce_encoded, produce_event
 from .produce import ReadyLine, RejectedLine, check_data
@@ -58,12 +58,14 @@ def check_job_graph(
     prefix: str,
     job_id: str | None = None,
     job_name: str | None = None,
+    limits: JobLimits | None = None,
 ) -> ReadyLine:
     """The `JobSubmitted` of a JobGraph document (its JSON form, with or without
     `"type": "JobSubmitted"` and an old header, which is replaced), checked as the module
     docstring says and encoded by `serde` for its topic under `prefix`: what `submit` writes.
     `job_id` overrides the document's (none: a fresh 32-hex-digit id, as Flink's JobID);
-    `job_name` is used where the document has none."""
+    `job_name` is used where the document has none; `limits` are the services' (`-D
+    jobledger.job.max-subtasks=...`; None: the defaults), which the JobMaster enforces again."""
     if not isinstance(graph, dict):
         raise JobGraphRefused(f"a JobGraph is a JSON object, not {type(graph).__name__}")
     kind = graph.get("type", JobSubmitted.type_name())
@@ -79,7 +81,7 @@ def check_job_graph(
         raise JobGraphRefused(checked.reason)
     assert isinstance(checked.event, JobSubmitted)
     try:
-        ExecutionGraph.build(checked.event, lambda vertex, subtask, attempt: "")
+        ExecutionGraph.build(checked.event, lambda vertex, subtask, attempt: "", limits=limits)
     except InvalidJobGraph as exc:
         raise JobGraphRefused(f"invalid JobGraph: {exc}") from None
     return checked

@@ -16,6 +16,7 @@ from typing import Any
 from jobledger.schemas.construct import trusted
 from jobledger.schemas.jobs import JobSubmitted
 from jobledger.schemas.types import (
+    ConsumedPartitionGroup,
     DistributionPattern,
     ExecutionState,
     InputGateDeploymentDescriptor,
@@ -28,7 +29,68 @@ from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_paralle
 from .reducer import columns, derived
 
 MAX_SUBTASKS_PER_JOB = 100_000
-"""A guard against hostile or mistaken JobGraphs: more subtasks than this are refused."""
+"""The most subtasks any graph holds (a snapshot's bound): `JobLimits.max_subtasks` may be
+set up to this."""
+
+DEPLOYMENT_BYTES = 320
+"""What one deployment costs the log besides its operators' text, its input gates and its
+result partitions (measured: 226-300 bytes for a subtask of a 10,000 x 10,000 job)."""
+DESCRIPTOR_BYTES = 64
+"""What one input gate or result partition adds to a deployment, at most (ids of up to 32
+characters, a ConsumedPartitionGroup: constant, whatever the parallelism)."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What one JobGraph may cost, so that none within them holds a services instance for
+    more than seconds: its subtasks (`jobledger.job.max-subtasks`) and the bytes its
+    deployments put on the log (`jobledger.job.max-deployment-bytes`). Checked by `job
+    submit` and again by the JobMaster reducer, where a JobSubmitted written straight to
+    Kafka is refused with the reason, before anything is derived from it."""
+
+    max_subtasks: int = 50_000
+    """10,000 x 10,000 is 20,000: 2.5x headroom; the reducers derive about 10,000 subtasks'
+    scheduling per second on this project's 2-core machine."""
+    max_deployment_bytes: int = 256 * 1024 * 1024
+
+    def refusal(self, job: JobSubmitted, parallelism: dict[str, int] | None = None) -> str | None:
+        """Why `job` (at the overriding `parallelism`) is beyond the limits; None if not."""
+        sizes = {v.vertex_id: (parallelism or {}).get(v.vertex_id, v.parallelism)
+                 for v in job.vertices}  # fmt: skip
+        total = sum(sizes.values())
+        limit = min(self.max_subtasks, MAX_SUBTASKS_PER_JOB)
+        if total > limit:
+            return (f"{total} subtasks exceed the limit of {limit} "
+                    "(jobledger.job.max-subtasks)")  # fmt: skip
+        cost = deployment_bytes(job, sizes)
+        if cost > self.max_deployment_bytes:
+            return (
+                f"its deployments would put about {cost} bytes on the log, over the limit of "
+                f"{self.max_deployment_bytes} (jobledger.job.max-deployment-bytes): each of "
+                "a vertex's subtasks carries its operators and its inputs and outputs"
+            )
+        return None
+
+
+def deployment_bytes(job: JobSubmitted, sizes: dict[str, int]) -> int:
+    """An upper estimate of the bytes a run's deployments put on the log: per subtask, the
+    fixed fields, its vertex's operator chain (names and configuration, as text) and one
+    descriptor per input and per consumer of its results."""
+    outputs: dict[str, int] = {}
+    for vertex in job.vertices:
+        for edge in vertex.inputs:
+            outputs[edge.source_vertex_id] = outputs.get(edge.source_vertex_id, 0) + 1
+    total = 0
+    for vertex in job.vertices:
+        operators = sum(
+            len(op.name.encode()) + sum(len(k.encode()) + len(v.encode()) for k, v in
+                                        op.config.items())
+            for op in vertex.operators
+        )  # fmt: skip
+        descriptors = len(vertex.inputs) + outputs.get(vertex.vertex_id, 0)
+        each = DEPLOYMENT_BYTES + len(vertex.invokable_class_name.encode()) + operators
+        total += sizes.get(vertex.vertex_id, 0) * (each + DESCRIPTOR_BYTES * descriptors)
+    return total
 
 
 class InvalidJobGraph(ValueError):
@@ -97,8 +159,10 @@ class ExecutionGraph:
     """The input gate of each ALL_TO_ALL input (consumer vertex, input's position), made on
     its first deployment: it is the same for every consumer subtask (every producer), so
     one is shared by all of their deployments, as Flink's ConsumedPartitionGroup is
-    (FLINK-20612). Made per deployment, its list of P producers cost P^2 for a job of two
-    ALL_TO_ALL vertices of parallelism P (a sixth of scheduling one of 4000)."""
+    (FLINK-21110)."""
+    failover_topology: Any = derived(default=None)
+    """The graph's shape as a failover reads it (`failover_strategy.RegionTopology`), made
+    on the first failure: the shape never changes, only the attempts' states do."""
 
     def __post_init__(self) -> None:
         self.flat = [ev for jv in self.vertices.values() for ev in jv.subtasks]
@@ -106,16 +170,20 @@ class ExecutionGraph:
             execution.attempt_id: ev for ev in self.flat for execution in (*ev.prior, ev.current)
         }
         self.all_to_all_gates = {}
+        self.failover_topology = None
 
     @classmethod
     def build(
-        cls, job: JobSubmitted, attempt_ids: AttemptIds, parallelism: dict[str, int] | None = None
-    ) -> ExecutionGraph:
-        """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling)."""
+        cls, job: JobSubmitted, attempt_ids: AttemptIds, parallelism: dict[str, int] | None = None,
+        limits: JobLimits | None = None,
+    ) -> ExecutionGraph:  # fmt: skip
+        """Expand the JobGraph; `parallelism` overrides vertices' parallelism (rescaling).
+        InvalidJobGraph if it cannot be expanded or is beyond `limits` (the defaults if
+        None), checked before any subtask is made."""
+        refusal = (limits or JobLimits()).refusal(job, parallelism)
+        if refusal is not None:
+            raise InvalidJobGraph(refusal)
         ordered = _topological_order(job.vertices)
-        total = sum((parallelism or {}).get(v.vertex_id, v.parallelism) for v in ordered)
-        if total > MAX_SUBTASKS_PER_JOB:
-            raise InvalidJobGraph(f"{total} subtasks exceed the limit of {MAX_SUBTASKS_PER_JOB}")
         vertices: dict[str, ExecutionJobVertex] = {}
         for vertex in ordered:
             p = (parallelism or {}).get(vertex.vertex_id, vertex.parallelism)
@@ -156,24 +224,23 @@ class ExecutionGraph:
         self.attempts[ev.current.attempt_id] = ev
 
     def input_gates(self, ev: ExecutionVertex) -> list[InputGateDeploymentDescriptor]:
-        """The producer subtasks each input of `ev` reads: all of them for ALL_TO_ALL, the
-        matching slice for POINTWISE. Built without validation (`construct.trusted`), as the
-        output partitions and the deployment that carries them are: validated, these records
-        took 2 µs each, 0.2% of a replay's instructions. An ALL_TO_ALL gate is made once per
-        input and shared (`all_to_all_gates`): events are frozen, and nothing changes a list
-        inside one."""
+        """The producer subtasks each input of `ev` reads, as one ConsumedPartitionGroup: all
+        of them for ALL_TO_ALL, the matching slice for POINTWISE. Built without validation
+        (`construct.trusted`), as the output partitions and the deployment that carries them
+        are: validated, these records took 2 µs each, 0.2% of a replay's instructions. An
+        ALL_TO_ALL gate is made once per input and shared (`all_to_all_gates`): events are
+        frozen, and nothing changes a record inside one."""
         job_vertex = self.vertices[ev.job_vertex_id]
         gates = []
         for position, edge in enumerate(job_vertex.vertex.inputs):
+            producers = self.vertices[edge.source_vertex_id].parallelism
             if edge.distribution_pattern is DistributionPattern.POINTWISE:
-                producers = self.vertices[edge.source_vertex_id].parallelism
                 consumed = pointwise_producers(producers, job_vertex.parallelism, ev.subtask_index)
                 gates.append(_gate(edge, consumed))
                 continue
             gate = self.all_to_all_gates.get((ev.job_vertex_id, position))
             if gate is None:
-                producers = self.vertices[edge.source_vertex_id].parallelism
-                gate = _gate(edge, list(range(producers)))
+                gate = _gate(edge, range(producers))
                 self.all_to_all_gates[ev.job_vertex_id, position] = gate
             gates.append(gate)
         return gates
@@ -214,22 +281,24 @@ class ExecutionGraph:
         }  # fmt: skip
 
 
-def _gate(edge: JobEdge, consumed: list[int]) -> InputGateDeploymentDescriptor:
+def _gate(edge: JobEdge, consumed: range) -> InputGateDeploymentDescriptor:
+    group = trusted(ConsumedPartitionGroup, dict(
+        first_subtask_index=consumed.start, number_of_subtasks=len(consumed),
+    ))  # fmt: skip
     return trusted(InputGateDeploymentDescriptor, dict(
         source_vertex_id=edge.source_vertex_id,
         distribution_pattern=edge.distribution_pattern,
         result_partition_type=edge.result_partition_type,
-        consumed_subtask_indexes=consumed,
+        consumed_partition_group=group,
     ))  # fmt: skip
 
 
-def pointwise_producers(producers: int, consumers: int, index: int) -> list[int]:
+def pointwise_producers(producers: int, consumers: int, index: int) -> range:
     """The producer subtasks a POINTWISE consumer subtask `index` reads from."""
     if producers >= consumers:
-        start = index * producers // consumers
-        end = (index + 1) * producers // consumers
-        return list(range(start, end))
-    return [index * producers // consumers]
+        return range(index * producers // consumers, (index + 1) * producers // consumers)
+    first = index * producers // consumers
+    return range(first, first + 1)
 
 
 def _max_parallelism(vertex: JobVertex, parallelism: int) -> int:

@@ -31,6 +31,9 @@ FAILOVER_STRATEGY_OPTION = "jobmanager.execution.failover-strategy"
 
 Key = tuple[str, int]
 """An execution vertex by (job vertex id, subtask index)."""
+Node = tuple[str, int]
+"""A node of the regions' dependency graph: a region by its first subtask's Key, or a block
+by ("", -1 - its position)."""
 
 PRODUCING = frozenset({
     ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING,
@@ -99,7 +102,51 @@ def _blocks(graph: ExecutionGraph) -> list[Block]:
 def pipelined_regions(graph: ExecutionGraph) -> dict[Key, int]:
     """Each execution vertex's region, numbered in the topological order of their first
     vertices."""
-    return _pipelined_regions(graph, _blocks(graph))
+    return topology(graph).region_of
+
+
+@dataclass(frozen=True)
+class RegionTopology:
+    """What a failover reads of a graph's shape, computed once per ExecutionGraph (its
+    `failover_topology`): the blocks, each subtask's region and the regions' members, and
+    which blocks each subtask produces for and consumes from. Only the attempts' states
+    change between two failures; recomputed per failure, this was O(subtasks) for each of
+    them, and a TimerFired timing out N slot requests fails N subtasks in one input."""
+
+    blocks: list[Block]
+    region_of: dict[Key, int]
+    members: dict[int, list[Key]]
+    """Each region's subtasks, in topological order."""
+    feeding: dict[Key, list[int]]
+    """The blocks (by position) each subtask produces for."""
+    fed: dict[Key, list[int]]
+    """The blocks each subtask consumes from."""
+    position: dict[Key, int]
+    """Each subtask's place in the graph's topological order."""
+
+
+def topology(graph: ExecutionGraph) -> RegionTopology:
+    """The graph's RegionTopology, made on its first failure and kept with it (a rescale
+    builds a new graph, and with it a new topology)."""
+    cached = graph.failover_topology
+    if isinstance(cached, RegionTopology):
+        return cached
+    blocks = _blocks(graph)
+    region_of = _pipelined_regions(graph, blocks)
+    members: dict[int, list[Key]] = {}
+    for key, region in region_of.items():
+        members.setdefault(region, []).append(key)
+    feeding: dict[Key, list[int]] = {}
+    fed: dict[Key, list[int]] = {}
+    for n, block in enumerate(blocks):
+        for key in block.producers:
+            feeding.setdefault(key, []).append(n)
+        for key in block.consumers:
+            fed.setdefault(key, []).append(n)
+    position = {_key(ev): n for n, ev in enumerate(graph.execution_vertices())}
+    made = RegionTopology(blocks, region_of, members, feeding, fed, position)
+    graph.failover_topology = made
+    return made
 
 
 def _pipelined_regions(graph: ExecutionGraph, blocks: list[Block]) -> dict[Key, int]:
@@ -124,30 +171,35 @@ def _pipelined_regions(graph: ExecutionGraph, blocks: list[Block]) -> dict[Key, 
             first = block.producers[0]
             for member in (*block.producers[1:], *block.consumers):
                 union(first, member)
-    arcs = set()
-    for block in blocks:
-        producer_regions = {find(p) for p in block.producers}
-        consumer_regions = {find(c) for c in block.consumers}
-        arcs |= {(p, c) for p in producer_regions for c in consumer_regions if p != c}
+    # the regions' dependencies pass through one node per block (its producers' regions ->
+    # the block -> its consumers' regions): a path between two regions exists through it
+    # exactly when an arc would, and a BLOCKING ALL_TO_ALL block of P x P single-subtask
+    # regions makes 2P arcs instead of P^2
+    arcs: set[tuple[Node, Node]] = set()
+    for n, block in enumerate(blocks):
+        hub: Node = ("", -1 - n)
+        arcs |= {(find(p), hub) for p in block.producers}
+        arcs |= {(hub, find(c)) for c in block.consumers}
     for cycle in _cycles(arcs):
-        for member in cycle[1:]:
-            union(cycle[0], member)
+        regions = [node for node in cycle if node[1] >= 0]
+        for member in regions[1:]:
+            union(regions[0], member)
     numbers: dict[Key, int] = {}
     return {k: numbers.setdefault(find(k), len(numbers)) for k in keys}
 
 
-def _cycles(arcs: set[tuple[Key, Key]]) -> list[list[Key]]:
-    """The strongly connected components of more than one region (Tarjan's algorithm,
+def _cycles(arcs: set[tuple[Node, Node]]) -> list[list[Node]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm,
     iterative so that a long chain of regions cannot exhaust the stack)."""
-    successors: dict[Key, list[Key]] = {}
+    successors: dict[Node, list[Node]] = {}
     for a, b in sorted(arcs):
         successors.setdefault(a, []).append(b)
         successors.setdefault(b, [])
-    index: dict[Key, int] = {}
-    low: dict[Key, int] = {}
-    stack: list[Key] = []
-    on_stack: set[Key] = set()
-    found: list[list[Key]] = []
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    stack: list[Node] = []
+    on_stack: set[Node] = set()
+    found: list[list[Node]] = []
     for root in successors:
         if root in index:
             continue
@@ -186,38 +238,38 @@ def tasks_needing_restart(
     strategy: str, graph: ExecutionGraph, failed: ExecutionVertex
 ) -> list[ExecutionVertex]:
     """getTasksNeedingRestart under the named strategy (a FailoverStrategyName value): the
-    vertices a failure of `failed` restarts, in topological order."""
+    vertices a failure of `failed` restarts, in topological order. Each block is read once
+    per failure, however many of the regions visited touch it (read per region, a BLOCKING
+    ALL_TO_ALL edge of P x P single-subtask regions was P^2), and only the regions restarted
+    are listed, not the whole graph."""
     if strategy == FailoverStrategyName.FULL:
         return list(graph.execution_vertices())
-    blocks = _blocks(graph)
-    region_of = _pipelined_regions(graph, blocks)
-    members: dict[int, list[Key]] = {}
-    for key, region in region_of.items():
-        members.setdefault(region, []).append(key)
-    vertex = {_key(ev): ev for ev in graph.execution_vertices()}
-    feeding: dict[Key, list[int]] = {}  # the blocks (by position) a subtask produces for
-    fed: dict[Key, list[int]] = {}  # the blocks a subtask consumes from
-    for n, block in enumerate(blocks):
-        for key in block.producers:
-            feeding.setdefault(key, []).append(n)
-        for key in block.consumers:
-            fed.setdefault(key, []).append(n)
-    start = region_of[_key(failed)]
+    shape = topology(graph)
+    start = shape.region_of[_key(failed)]
     visited = {start}
     queue = deque([start])
+    read_as_consumer: set[int] = set()
+    read_as_producer: set[int] = set()
     while queue:
         region = queue.popleft()
-        as_consumer = {n for key in members[region] for n in fed.get(key, [])}
-        as_producer = {n for key in members[region] for n in feeding.get(key, [])}
-        involved = [
-            p
-            for n in as_consumer
-            for p in blocks[n].producers
-            if vertex[p].current.state not in PRODUCING
-        ]
-        involved += [c for n in as_producer for c in blocks[n].consumers]
+        involved: list[Key] = []
+        for key in shape.members[region]:
+            for n in shape.fed.get(key, ()):
+                if n not in read_as_consumer:
+                    read_as_consumer.add(n)
+                    involved += [p for p in shape.blocks[n].producers
+                                 if _vertex(graph, p).current.state not in PRODUCING]  # fmt: skip
+            for n in shape.feeding.get(key, ()):
+                if n not in read_as_producer:
+                    read_as_producer.add(n)
+                    involved += shape.blocks[n].consumers
         for key in involved:
-            if region_of[key] not in visited:
-                visited.add(region_of[key])
-                queue.append(region_of[key])
-    return [ev for ev in graph.execution_vertices() if region_of[_key(ev)] in visited]
+            if shape.region_of[key] not in visited:
+                visited.add(shape.region_of[key])
+                queue.append(shape.region_of[key])
+    restarted = sorted((k for r in visited for k in shape.members[r]), key=shape.position.get)
+    return [_vertex(graph, key) for key in restarted]
+
+
+def _vertex(graph: ExecutionGraph, key: Key) -> ExecutionVertex:
+    return graph.vertices[key[0]].subtasks[key[1]]

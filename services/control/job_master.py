@@ -51,7 +51,7 @@ from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import JobStatus, OwnerKind, RestartStrategy
 
 from .decisions import Decisions
-from .execution_graph import ExecutionGraph, InvalidJobGraph
+from .execution_graph import ExecutionGraph, InvalidJobGraph, JobLimits
 from .failover_strategy import FailoverStrategyName
 from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
@@ -86,6 +86,9 @@ class JobMasterConfig:
     deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
     """How long a deployed attempt may take to report INITIALIZING before it fails (Flink's
     `submitTask` RPC timeout plays this part)."""
+    limits: JobLimits = field(default_factory=JobLimits)
+    """What one JobGraph may cost (`jobledger.job.max-subtasks`, `...max-deployment-bytes`):
+    a JobSubmitted beyond them is refused with the reason, before anything is derived."""
 
     def __post_init__(self) -> None:
         checked = FailoverStrategyName.from_option(self.failover_strategy).value
@@ -111,7 +114,7 @@ class JobMaster(Reducer):
         self.scheduler = Scheduler(
             self.job_id, pool, self.config.slot_request_timeout_ms,
             self.config.failover_strategy, self.config.restart_strategy,
-            deployment_timeout_ms=self.config.deployment_timeout_ms,
+            deployment_timeout_ms=self.config.deployment_timeout_ms, limits=self.config.limits,
         )  # fmt: skip
 
     @property

@@ -20,6 +20,7 @@ modified (its version bumped), so a slot arriving for it meanwhile deploys nothi
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -48,10 +49,12 @@ from .execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
     InvalidJobGraph,
+    JobLimits,
 )
 from .failover_strategy import PRODUCING, FailoverStrategyName
 from .job_status import TERMINAL, transition_refusal
 from .kv_state_location_registry import KvStateLocationRegistry
+from .reducer import derived
 from .restart_strategy import RestartBackoff
 from .scheduling_strategy import SchedulingStrategy, scheduling_strategy_for
 from .slot_pool import SlotPool
@@ -75,6 +78,10 @@ class PendingRestart:
 
     at: int
     versions: dict[tuple[str, int], int]
+
+
+def _due_at(restart: PendingRestart) -> int:
+    return restart.at
 
 
 @dataclass
@@ -101,6 +108,10 @@ class Scheduler:
     """The KvState locations of the graph's vertices (Flink keeps it by the ExecutionGraph)."""
     backoff: RestartBackoff | None = None
     pending_restarts: list[PendingRestart] = field(default_factory=list)
+    """In the order they fall due (then of their failures): a check for due restarts reads
+    only those due, where a check per failure that read them all was N^2 for a TimerFired
+    failing N subtasks one region each. Which are due, not their order, decides a restart:
+    every vertex's new attempt id derives from its key alone."""
     failure_cause: str | None = None
     parallelism: dict[str, int] = field(default_factory=dict)
     """Parallelism overrides of rescales, kept for every later incarnation."""
@@ -115,13 +126,20 @@ class Scheduler:
     """Event time by which each deployed attempt must have reported INITIALIZING, by
     ExecutionAttemptID; an attempt's entry goes once it reports, or at the next timer once it
     is no longer a DEPLOYING current attempt."""
+    limits: JobLimits = field(default_factory=JobLimits)
+    """What one JobGraph may cost; a rescale beyond them is refused too."""
     partition_hosts: list[str] = field(default_factory=list)
     """The TaskExecutors an attempt producing a result was deployed to, in any incarnation
     (Flink's JobMasterPartitionTracker, by TaskExecutor): the job's result partitions live
     there until the job ends for good. One entry per TaskExecutor."""
+    tracked_hosts: set[str] = derived()
+    """`partition_hosts` as a set: asked on every deployment, the list was a scan of up to
+    every TaskExecutor each time (P^2 for a job of P subtasks spread over P/4 of them)."""
 
     def __post_init__(self) -> None:
         self.pool.listener = self
+        self.pending_restarts.sort(key=_due_at)  # a snapshot written before they were kept so
+        self.tracked_hosts = set(self.partition_hosts)
 
     def _reject(self, out: Decisions, reason: str) -> None:
         out.reject(OwnerKind.JOB, self.job_id, reason)
@@ -160,7 +178,7 @@ class Scheduler:
         self, job: JobSubmitted, out: Decisions, parallelism: dict[str, int]
     ) -> ExecutionGraph:
         return ExecutionGraph.build(
-            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism
+            job, lambda v, i, n: out.derive(f"attempt/{v}/{i}/{n}"), parallelism, self.limits
         )
 
     def _install(self, graph: ExecutionGraph) -> None:
@@ -234,8 +252,9 @@ class Scheduler:
             return
         job_vertex = self.graph.vertices[ev.job_vertex_id]
         outputs = self.graph.output_partitions(ev)
-        if outputs and execution.resource_id not in self.partition_hosts:
+        if outputs and execution.resource_id not in self.tracked_hosts:
             self.partition_hosts.append(execution.resource_id)
+            self.tracked_hosts.add(execution.resource_id)
         execution.state = ExecutionState.DEPLOYING
         deadline = min(out.cause.event_time + self.deployment_timeout_ms, AVRO_LONG_MAX)
         self.deployment_deadlines[execution.attempt_id] = deadline
@@ -387,7 +406,7 @@ class Scheduler:
             self._release_execution_slot(execution, out)
         if self.status in (JobStatus.RUNNING, JobStatus.RESTARTING):
             strategy = self.scheduling_strategy
-            self._schedule_all(strategy.on_execution_state_change(self.graph, ev), out)
+            self._schedule_all(strategy.on_execution_state_change(self.graph, ev, before), out)
         self._check_job_done(out)
 
     def _cancel_task(self, ev: ExecutionVertex, out: Decisions) -> None:
@@ -466,10 +485,10 @@ class Scheduler:
             self._record_modifications(to_restart)
             if failed is not None:
                 self._release_execution_slot(failed, out)
-            self.pending_restarts.append(PendingRestart(
+            insort(self.pending_restarts, PendingRestart(
                 later(now, result.restart_delay_ms),
                 {(v.job_vertex_id, v.subtask_index): v.version for v in to_restart},
-            ))  # fmt: skip
+            ), key=_due_at)  # fmt: skip
             self.restarts += 1  # when decided, as Flink's ExecutionFailureHandler counts them
             if len(to_restart) == len(self.graph.execution_vertices()):
                 self.full_restarts += 1
@@ -540,15 +559,22 @@ class Scheduler:
                 job_status=status,
             )  # fmt: skip
         self.partition_hosts = []
+        self.tracked_hosts = set()
 
     def _vertices(self, restart: PendingRestart) -> list[ExecutionVertex]:
-        return [ev for ev in self.graph.execution_vertices()
-                if (ev.job_vertex_id, ev.subtask_index) in restart.versions]  # fmt: skip
+        """The restart's vertices in topological order, looked up by their keys: found by a
+        pass over every vertex, a TimerFired failing N subtasks of a vertex one region
+        each (N pending restarts, each asked on every failure) cost N^3."""
+        rank = {vid: n for n, vid in enumerate(self.graph.vertices)}
+        keys = sorted(restart.versions, key=lambda k: (rank[k[0]], k[1]))
+        return [self.graph.vertices[vid].subtasks[i] for vid, i in keys]
 
     def _due(self, restart: PendingRestart, now: int) -> bool:
-        """Its delay passed and its vertices were all cancelled (a rescale: every vertex)."""
-        vertices = None if self.rescaled is not None else self._vertices(restart)
-        return restart.at <= now and self._all_terminal(vertices)
+        """Its delay passed and its vertices were all cancelled (a rescale: every vertex);
+        the time is asked first, the cheaper question that most waiting restarts fail."""
+        if restart.at > now:
+            return False
+        return self._all_terminal(None if self.rescaled is not None else self._vertices(restart))
 
     def restart_if_due(self, out: Decisions) -> None:
         """Run every waiting restart that is due: a rescale installs the new graph; a failover
@@ -557,7 +583,12 @@ class Scheduler:
         if self.status is not JobStatus.RESTARTING:
             return
         now = out.cause.event_time
-        due = [r for r in self.pending_restarts if self._due(r, now)]
+        due = []
+        for restart in self.pending_restarts:  # by due time: the first not yet due ends it
+            if restart.at > now:
+                break
+            if self._due(restart, now):
+                due.append(restart)
         if not due:
             return
         if self.rescaled is not None:

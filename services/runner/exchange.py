@@ -245,12 +245,10 @@ def read_input_gate(
                     ends[origin] = int(msg.value())
                 else:
                     chunks.setdefault(origin, {})[int(chunk)] = json.loads(msg.value())
-            missing = [
-                p for p in gate.consumed_subtask_indexes
-                if not any(q == p and a >= oldest_attempt for q, a in ends)
-            ]  # fmt: skip
+            finished = {q for q, a in ends if a >= oldest_attempt}
+            missing = [p for p in gate.consumed_subtasks if p not in finished]
         except (LookupError, TimeoutError, KafkaException) as exc:
-            missing, error = gate.consumed_subtask_indexes, exc
+            missing, error = list(gate.consumed_subtasks), exc
         else:
             error = None
         if not missing:
@@ -262,7 +260,7 @@ def read_input_gate(
             )
         time.sleep(0.1)
     records: list[Any] = []
-    for producer in gate.consumed_subtask_indexes:
+    for producer in gate.consumed_subtasks:
         newest = (producer, max(a for p, a in ends if p == producer))
         received = chunks.get(newest, {})
         if sorted(received) != list(range(ends[newest])):
