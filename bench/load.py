@@ -8,9 +8,10 @@ on one `services run` instance and then on two (issue 28, item 2).
 A clean control plane fails no healthy job, however late its answers come: the TaskExecutors'
 slot timeouts once fired while a JobMaster's answer was still in flight, and under load 4 of
 50 jobs failed ("no JobManager associated for the job") and a P=1000 job failed ("Could not
-mark slot ... active"). Unit tests replay the bad interleavings (tests/test_partition_races.py);
-this benchmark is what shows it under real load, on a real broker, with the services as
-subprocesses, where the ordering is Kafka's and the lateness the machine's.
+mark slot ... active"). Unit tests replay the bad interleavings
+(tests/control/test_partition_races.py); this benchmark is what shows it under real load, on a
+real broker, with the services as subprocesses, where the ordering is Kafka's and the lateness
+the machine's.
 
 Two loads, each run as one phase per `--instances` count (default 1, then 2) on fresh topics:
 - `--jobs N`: N word counts (the demo's JobGraph, `--job-parallelism` each, a blocking
@@ -44,7 +45,7 @@ decisions per second (records naming a cause, written by the reducers, between t
 submission and the last end). Prints a line per phase and last one JSON line; with two
 instances, `scale_out` gives one instance's seconds over two's and two's decisions/s over
 one's. Every phase is bounded (`--limit`); every child is killed in a finally, with all it
-started (tests/processes.py `kill_tree`). Exit 0 only if every phase ended with no spurious
+started (tests/support/processes.py `kill_tree`). Exit 0 only if every phase ended with no spurious
 failure and every job FINISHED.
 """
 
@@ -125,7 +126,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' and the other benchmarks' helpers
 from bench.recovery import Instance  # noqa: E402
 from bench.soak import Children, until  # noqa: E402
-from tests.processes import kill_tree  # noqa: E402
+from tests.support.processes import kill_tree  # noqa: E402
 
 START_LIMIT_S = 180.0
 """How long the TaskExecutors (a Spark runner's JVM and query, or the stand-ins) and the

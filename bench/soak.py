@@ -69,7 +69,7 @@ from jobledger.services.runner.task import PRODUCER as RUNNER_PRODUCER
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' helpers: a signal to a runner with all it started
-from tests.processes import kill_tree  # noqa: E402
+from tests.support.processes import kill_tree  # noqa: E402
 
 TOPICS = re.compile(r"topics (\S+)\* on ")
 RUNNER_ID = "soak"

@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Every command: the module of this package that defines it, and its line in `--help`.
 A command's module is imported only when that command runs (PySpark, confluent-kafka, the
 event models take a second to import): `--version`, `--help` and a command's own parser pay
-for nothing else. `tests/test_cli.py` holds each line equal to its module's."""
+for nothing else. `tests/cli/test_cli.py` holds each line equal to its module's."""
 
 
 def _version() -> str:

@@ -14,7 +14,7 @@ for the direct one here). So the replay and service path builds models directly:
 
 Both set exactly what pydantic's own construction sets (`__dict__` in field order, the set
 fields, no extra, no private attributes), so the models compare, dump and hash the same;
-`tests/test_construct.py` proves it for every event class with random values.
+`tests/schemas/test_construct.py` proves it for every event class with random values.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _unknown(cls: type[Record], fields: dict[str, Any], names: frozenset[str]) -
 
 def trusted(cls: type[Record], fields: dict[str, Any]) -> Any:
     """`cls(**fields)` without validation, for values from trusted code whose types tests
-    check (`tests/test_construct.py` validates every decision of the golden scenarios).
+    check (`tests/schemas/test_construct.py` validates every decision of the golden scenarios).
     A missing or unknown field is a TypeError, as it is for the constructor."""
     try:
         return _from_fields(cls)(fields)

@@ -21,7 +21,7 @@ from jobledger.services.kafka import BOOTSTRAP_ENV
 from jobledger.services.kafka_topics import create_topics
 from jobledger.services.local import apache_kafka, broker
 
-from .secure_cluster import secured  # noqa: F401 (a session fixture two test modules share)
+from .support.secure_cluster import secured  # noqa: F401 (a session fixture two test modules share)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +57,19 @@ def test_broker_kind() -> str:
 
 
 test_broker_kind.__test__ = False  # a helper, not a test
+
+
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "broker_kind", "secured"})
+"""The fixtures every broker test reaches, directly or through `cluster` and the like."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `broker` every test that asks for a broker, whatever room it is shelved in, so
+    `pytest -m "not broker"` runs the pure tests of every folder and no module has to
+    remember the marker."""
+    for item in items:
+        if BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +149,7 @@ def broker_aborts_dangling_transactions(kafka_bootstrap: str, broker_kind: str) 
     from jobledger.services.kafka import read_committed_consumer
     from jobledger.services.kafka_reads import read_topic
 
-    from .processes import leave_transaction_open
+    from .support.processes import leave_transaction_open
 
     topic = f"probe-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})

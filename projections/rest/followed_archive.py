@@ -7,7 +7,7 @@ Each input record reaches its partition's reducers as it does live: unless the s
 admission refuses it (misrouted, or a forgery in a reducer's name: `ReducerDriver.refusal`),
 which is what they dead-letter. A task state report counts unless the JobMaster refuses it
 when it reduces it (the refusal derived then, not read later from the log). So the followed
-archive is the archive a replay of the same records gives (tests/test_followed_archive.py).
+archive is the archive a replay of the same records gives (tests/rest/test_followed_archive.py).
 """
 
 from __future__ import annotations

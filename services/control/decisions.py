@@ -95,7 +95,7 @@ class Decisions:
 
     def emit(self, cls: type[E], producer: str | None = None, **fields: Any) -> E:
         """The next decision, built without validation (`construct.trusted`): reducers pass
-        values of the fields' types, which `tests/test_construct.py` checks for every
+        values of the fields' types, which `tests/schemas/test_construct.py` checks for every
         decision of the golden scenarios through the validating model. `producer` names a
         component deciding inside the reducer (the JobMaster's SlotPool), else the reducer."""
         fields["event_id"] = self.derive(str(len(self.events)))

@@ -4,7 +4,7 @@ REST responses.
 
 A reducer's fields are its own to rename and re-index; a read model that read them broke with
 every such change. So a reducer answers questions through methods marked `@query`, which
-copy what they tell into these records, and tests/test_layers.py holds every projection to
+copy what they tell into these records, and tests/system/test_layers.py holds every projection to
 those methods: a reducer may change its state's shape as long as its queries answer alike.
 """
 
@@ -26,7 +26,7 @@ Q = TypeVar("Q", bound=Callable[..., object])
 def query(method: Q) -> Q:
     """Mark a method (or a property's getter) as part of its reducer's query surface: it
     changes nothing and answers in records or plain values. The mark is read from the source
-    by tests/test_layers.py; at run time the method is left as it is."""
+    by tests/system/test_layers.py; at run time the method is left as it is."""
     return method
 
 

@@ -54,7 +54,7 @@ def completes_requests(operation: F) -> F:
     operation the listener calls while it reacts adds what it completes to the same queue and
     returns, and the outermost one tells of it once the listener's reaction is done. (Telling
     a completion twice made the scheduler take a deployed attempt for an outdated one and hand
-    its slot to another: two attempts in one slot, tests/test_scheduler.py. Telling it from
+    its slot to another: two attempts in one slot, tests/control/test_scheduler.py. Telling it from
     within the nested operation made each hand-over of a freed slot one call deeper: a job
     cancelled with a few hundred requests pending raised RecursionError, issue 42.)"""
 

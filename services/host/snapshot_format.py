@@ -19,7 +19,7 @@ The driver's dedup windows (OrderedDicts of event ids) are one packed string of 
 Every count, run and width read is checked against the rows it builds, so a forged one is
 refused, never allocated. The decoder itself allocates an array's items before any check,
 so no array of the schema has items written in no bytes (a null), whose forged count no
-bytes would bound (`tests/test_snapshot.py` holds the schema to it).
+bytes would bound (`tests/host/test_snapshot.py` holds the schema to it).
 
 Fields marked `derived()` are left out: indexes a class rebuilds in `__post_init__` from the
 fields that are written (the ResourceManager's free-slot index, the ExecutionGraph's attempt

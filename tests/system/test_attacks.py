@@ -1,0 +1,400 @@
+"""Issue 31's attacks, each tried against a secured cluster (`jobledger broker --secure`, the
+services checking signatures against the keyring) while a victim job runs: every one is
+refused with its reason (a dead letter, or Kafka's refusal), the job runs to FINISHED as its
+own runner says, and `replay --verify` calls the log clean.
+
+The attackers hold what any tenant of the cluster holds: the `client` principal's Kafka
+credentials, and a signing key of their own (`mallory`, a client; `rogue`, a runner that owns
+other TaskExecutors; `eve`, a client whose key was revoked). Some write no signature at all,
+or reuse a real signature over other bytes. The runner of the victim's TaskExecutor is the
+test itself, signing as `runner`: what it reports is what a real runner would, at the moment
+the test chooses (the Spark runner signing for real is `test_broker_secure.py`'s end-to-end
+test)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from jobledger.schemas import Event, EventSerde
+from jobledger.schemas.cluster import TaskManagerRegistered
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.jobs import (
+    JobCancellationRequested,
+    JobMasterLeadershipGranted,
+    JobStatusChanged,
+    JobSubmitted,
+)
+from jobledger.schemas.tasks import (
+    TaskDeploymentRequested,
+    TaskExecutionStateChanged,
+    TaskFinalStateReported,
+    TaskSubmissionAccepted,
+)
+from jobledger.schemas.timers import CLOCK, TimerFired
+from jobledger.schemas.topics import TopicRole, topic_name
+from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind
+from jobledger.services import kafka
+from jobledger.services.client.dispatcher import now_ms, submission
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX, produce_event
+from jobledger.services.signing import SigningKey
+
+from ..support.events import ANY
+from ..support.jobs import vertex
+from ..support.secure_cluster import SecureBroker, cli
+
+pytestmark = pytest.mark.broker
+
+SERDE = EventSerde()
+TE = "runner-0"
+"""The victim's TaskExecutor: the `runner` principal's (it owns `runner-*`)."""
+
+
+def _event(cls: type[Event], producer: str, **fields: Any) -> Event:
+    return cls(event_id=uuid.uuid4().hex, event_time=now_ms(), producer=producer, **fields)
+
+
+@dataclass
+class Writer:
+    """A transactional producer on one principal's Kafka credentials, signing with `key` (or
+    not at all); each write is a transaction of its own, and says where its record went."""
+
+    secured: SecureBroker
+    prefix: str
+    principal: str
+    key: SigningKey | None
+    delivered: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ids = {"client": "jobledger-cli-", "runner": f"jobledger-runner-{self.prefix}"}
+        config = self.secured.config(self.principal)
+        self.producer = kafka.producer(
+            config.pop("bootstrap.servers"), f"{ids[self.principal]}{uuid.uuid4()}",
+            extra={**config, "log_level": 0, "on_delivery": self._delivered}, signer=self.key,
+        )  # fmt: skip
+
+    def _delivered(self, error: object, msg: Message) -> None:
+        if error is None:
+            self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
+
+    def write(self, *events: Event) -> list[tuple[str, int, int]]:
+        self.delivered.clear()
+        self.producer.begin_transaction()
+        for event in events:
+            produce_event(self.producer, self.prefix, event, SERDE)
+        self.producer.commit_transaction(30)
+        return list(self.delivered)
+
+    def write_raw(self, topic: str, key: bytes, value: bytes, headers: dict) -> tuple:
+        self.delivered.clear()
+        self.producer.begin_transaction()
+        self.producer.produce(topic, key=key, value=value, headers=headers)
+        self.producer.commit_transaction(30)
+        return self.delivered[0]
+
+
+@dataclass
+class SecuredCluster:
+    secured: SecureBroker
+    prefix: str
+    keys: dict[str, SigningKey]
+    names: dict[str, str]
+    """The attackers' principals: mallory, rogue and eve, with a tag of this test's."""
+    workdir: Path
+
+    def as_(self, principal: str, key: str | None = None) -> list[str]:
+        folder = self.secured.home / "secure"
+        return ["--bootstrap", self.secured.bootstrap, "--topic-prefix", self.prefix,
+                "-F", str(folder / f"{principal}.properties"),
+                "--signing-key", str(folder / f"{key or principal}.key")]  # fmt: skip
+
+    def writer(self, principal: str, key: str | None) -> Writer:
+        signer = self.keys[key] if key else None
+        return Writer(self.secured, self.prefix, principal, signer)
+
+    def topic(self, role: TopicRole) -> str:
+        return topic_name(role, self.prefix)
+
+    def reader(self) -> Consumer:
+        return Consumer({
+            **self.secured.config("client"), "group.id": f"jobledger-reader-{uuid.uuid4()}",
+            "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": 0,
+        })  # fmt: skip
+
+    def read(self, role: TopicRole, until, limit_s: float = 60.0) -> list[Event]:
+        """The events of `role`'s topic from its start until `until(events)` holds."""
+        consumer, topic = self.reader(), self.topic(role)
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            events: list[Event] = []
+            deadline = time.monotonic() + limit_s
+            while not until(events):
+                assert time.monotonic() < deadline, f"{topic}: not there in {limit_s:.0f} s"
+                for msg in consumer.consume(500, 0.2):
+                    if msg.error() is None:
+                        events.append(SERDE.decode(msg.value(), msg.topic()))
+            return events
+        finally:
+            consumer.close()
+
+
+@pytest.fixture
+def cluster(secured: SecureBroker, tmp_path: Path) -> Iterator[SecuredCluster]:
+    """A fresh prefix with its ACLs and topics, the attackers' keys (eve's revoked), and the
+    services running on it, checking every input against the keyring."""
+    prefix = f"att{uuid.uuid4().hex[:6]}."
+    granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
+    assert granted.returncode == 0, granted.stderr
+    tag = uuid.uuid4().hex[:6]
+    names = {"mallory": f"mallory-{tag}", "rogue": f"rogue-{tag}", "eve": f"eve-{tag}"}
+    for who, role in (("mallory", "client"), ("rogue", "runner"), ("eve", "client")):
+        made = secured.run("keys", "new", names[who], "--role", role)
+        assert made.returncode == 0, made.stderr
+    assert secured.run("keys", "revoke", names["eve"]).returncode == 0
+    folder = secured.home / "secure"
+    keys = {who: SigningKey.load(folder / f"{name}.key") for who, name in names.items()}
+    keys |= {p: SigningKey.load(folder / f"{p}.key") for p in ("client", "runner", "services")}
+    c = SecuredCluster(secured, prefix, keys, names, tmp_path)
+    with services_on(c):
+        yield c
+
+
+@contextlib.contextmanager
+def services_on(c: SecuredCluster, *options: str) -> Iterator[None]:
+    """`c`'s topics created, and `services run` on them (with `options`) checking every input
+    against the keyring, for as long as the block runs."""
+    secured = c.secured
+    created = secured.run("topics", "create", *c.as_("admin"))
+    assert created.returncode == 0, created.stderr
+    log = open(c.workdir / "services.log", "wb")  # noqa: SIM115 (the child keeps it)
+    services = subprocess.Popen(
+        [sys.executable, "-m", "jobledger.cli", "services", "run", *c.as_("services"),
+         "--keyring", str(secured.home / "secure" / "keyring.json"), *options],
+        stdout=log, stderr=log, env=secured_env(secured),
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        services.terminate()
+        try:
+            services.wait(60)
+        except subprocess.TimeoutExpired:
+            services.kill()
+
+
+def secured_env(secured: SecureBroker) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env["JOBLEDGER_HOME"] = str(secured.home)
+    return env
+
+
+def dead_letters(c: SecuredCluster, positions: dict[str, tuple]) -> dict[str, str]:
+    """The reason each record at `positions` (attack -> (topic, partition, offset)) was
+    dead-lettered for, once the services have dead-lettered them all."""
+    wanted = {where: attack for attack, where in positions.items()}
+
+    def judged(events: list[Event]) -> bool:
+        found = {(e.source_topic, e.source_partition, e.source_offset) for e in events
+                 if isinstance(e, DeadLettered)}  # fmt: skip
+        return set(wanted) <= found
+
+    letters = c.read(TopicRole.DEAD_LETTER, judged)
+    return {
+        wanted[where]: e.reason
+        for e in letters
+        if (where := (e.source_topic, e.source_partition, e.source_offset)) in wanted
+    }
+
+
+def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(cluster):
+    c = cluster
+    runner, client = c.writer("runner", "runner"), c.writer("client", "client")
+    runner.write(_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
+                        number_of_slots=2, resource_profile=ANY))  # fmt: skip
+    job = _event(JobSubmitted, "cli", job_id=uuid.uuid4().hex, job_name="victim",
+                 vertices=[vertex("v", 2)])  # fmt: skip
+    client.write(*submission(job, "cli"))
+
+    def deployed(events: list[Event]) -> bool:
+        return sum(isinstance(e, TaskSubmissionAccepted) and e.job_id == job.job_id
+                   for e in events) == 2  # fmt: skip
+
+    events = c.read(TopicRole.TASK_EXECUTOR, deployed)
+    deployments = [
+        e for e in events if isinstance(e, TaskDeploymentRequested) and e.job_id == job.job_id
+    ]
+    assert sorted(d.resource_id for d in deployments) == [TE, TE]
+    first, jm = deployments[0].execution_attempt_id, deployments[0].job_master_id
+    mallory, rogue, eve = (c.writer("client", who) for who in ("mallory", "rogue", "eve"))
+    unsigned = c.writer("client", None)
+    names = c.names
+
+    def report(state: ExecutionState, attempt: str = first, **more: Any) -> Event:
+        return _event(TaskExecutionStateChanged, "runner", job_id=job.job_id, job_master_id=jm,
+                      execution_attempt_id=attempt, execution_state=state, resource_id=TE,
+                      **more)  # fmt: skip
+
+    finish = [
+        report(s, d.execution_attempt_id)
+        for d in deployments
+        for s in (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
+    ]
+    forged_decision = _event(JobStatusChanged, "jobmaster", job_id=job.job_id,
+                             from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
+                             cause_event_id=uuid.uuid4().hex)  # fmt: skip
+    tick = TimerFired(event_id=uuid.uuid4().hex, event_time=now_ms() + 2 * 3600_000,
+                      producer=CLOCK, scope=OwnerKind.JOB, owner_id=job.job_id)  # fmt: skip
+    rogue_te = _event(TaskManagerRegistered, "runner", resource_id="tm-rogue",
+                      address="evil", number_of_slots=16, resource_profile=ANY)  # fmt: skip
+    cancel = _event(JobCancellationRequested, "mallory", job_id=job.job_id)
+    seize = _event(JobMasterLeadershipGranted, "mallory", job_id=job.job_id,
+                   job_master_id="jm-mallory")  # fmt: skip
+    who_m, who_r = f"{names['mallory']} (client)", f"{names['rogue']} (runner)"
+    client_only = "a client writes only submissions and requests about its jobs"
+    attacks: dict[str, tuple[Writer, list[Event]]] = {
+        "finish a job that never ran": (mallory, finish),
+        "finish it unsigned": (unsigned, finish[:1]),
+        "fail a task as another runner": (rogue, [report(ExecutionState.FAILED, error="boom")]),
+        "fail a task as a client": (mallory, [report(ExecutionState.FAILED, error="boom")]),
+        "cancel someone's job": (mallory, [cancel]),
+        "cancel with a revoked key": (eve, [cancel]),
+        "steal every slot": (mallory, [rogue_te]),
+        "steal every slot as a runner": (rogue, [rogue_te]),
+        "seize leadership": (mallory, [seize]),
+        "seize leadership as the submitter": (client, [seize]),
+        "move time": (mallory, [tick]),
+        "forge a decision": (mallory, [forged_decision]),
+    }
+    positions: dict[str, tuple] = {}
+    for attack, (writer, forged) in attacks.items():
+        for n, where in enumerate(writer.write(*forged)):
+            positions[f"{attack} #{n}" if len(forged) > 1 else attack] = where
+    # a real signature of the runner's, over other bytes than it signed
+    topic = c.topic(TopicRole.JOB)
+    signed_value = SERDE.encode(report(ExecutionState.RUNNING), topic)
+    swapped_value = SERDE.encode(report(ExecutionState.FAILED, error="boom"), topic)
+    headers = c.keys["runner"].headers(topic, job.job_id.encode(), signed_value,
+                                       "TaskExecutionStateChanged")  # fmt: skip
+    positions["reuse a signature"] = mallory.write_raw(
+        topic, job.job_id.encode(), swapped_value,
+        {"jobledger.type": "TaskExecutionStateChanged", **headers},
+    )  # fmt: skip
+
+    reasons = dead_letters(c, positions)
+    runner_key = c.keys["runner"].key_id
+    eve_key = c.keys["eve"]
+    jid, submitter_only = job.job_id, "only its submitter or an admin may"
+    no_time = "only the services decide and keep time"
+    expected = {
+        **{f"finish a job that never ran #{n}": f"{who_m} wrote TaskExecutionStateChanged: "
+           f"{client_only}" for n in range(6)},
+        "finish it unsigned": "unsigned record (no jobledger.signer/jobledger.signature header)",
+        "fail a task as another runner": f"{who_r} reported attempt {first} of job {jid}, "
+        f"which runs on TaskExecutor {TE}, not its own (it is runner's)",
+        "fail a task as a client": f"{who_m} wrote TaskExecutionStateChanged: {client_only}",
+        "cancel someone's job": f"{who_m} wrote JobCancellationRequested for job {jid}, "
+        f"submitted by client: {submitter_only}",
+        "steal every slot": f"{who_m} wrote TaskManagerRegistered: {client_only}",
+        "steal every slot as a runner": f"{who_r} wrote TaskManagerRegistered for TaskExecutor "
+        "'tm-rogue', which is not its own (the keyring states no owner)",
+        "seize leadership": f"{who_m} wrote JobMasterLeadershipGranted for job {jid}, "
+        f"submitted by client: {submitter_only}",
+        "seize leadership as the submitter": f"client (client) wrote JobMasterLeadershipGranted "
+        f"for job {jid}, which has a leader: leadership is granted only by the submission or an "
+        "admin",
+        "move time": f"{who_m} wrote TimerFired: {no_time}",
+        "forge a decision": f"{who_m} wrote a decision: {no_time}",
+        "reuse a signature": f"bad signature for key {runner_key} (runner): the record is not "
+        "what that key signed",
+    }  # fmt: skip
+    revoked = reasons.pop("cancel with a revoked key")
+    assert revoked.startswith(f"signed by key {eve_key.key_id} of {names['eve']}, revoked at ")
+    assert reasons == expected
+
+    # the victim's own runner finishes it: nothing the attackers wrote changed its course
+    for d in deployments:
+        runner.write(*(report(s, d.execution_attempt_id) for s in (
+            ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)),
+            _event(TaskFinalStateReported, "runner", job_id=job.job_id, resource_id=TE,
+                   execution_attempt_id=d.execution_attempt_id,
+                   execution_state=ExecutionState.FINISHED))  # fmt: skip
+    waited = c.secured.run("job", "wait", job.job_id, *c.as_("client"), "--timeout", "60")
+    assert waited.stdout.startswith(f"job {job.job_id} FINISHED at "), waited.stderr
+
+    def ended(events: list[Event]) -> bool:
+        return any(isinstance(e, JobStatusChanged) and e.job_id == job.job_id
+                   and e.to_status is JobStatus.FINISHED for e in events)  # fmt: skip
+
+    forged = {e.event_id for _, events in attacks.values() for e in events}
+    story = [e for e in c.read(TopicRole.JOB, ended)
+             if getattr(e, "job_id", None) == job.job_id and e.event_id not in forged]  # fmt: skip
+    assert [(e.from_status.value, e.to_status.value) for e in story
+            if isinstance(e, JobStatusChanged)] == [
+        ("INITIALIZING", "CREATED"), ("CREATED", "RUNNING"), ("RUNNING", "FINISHED"),
+    ]  # fmt: skip
+    assert {e.job_master_id for e in story if isinstance(e, JobMasterLeadershipGranted)} == {jm}
+    keyring = str(c.secured.home / "secure" / "keyring.json")
+    verified = c.secured.run("replay", "--verify", "--keyring", keyring, *c.as_("client"))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.strip().endswith("inputs: no difference"), verified.stdout
+
+
+def test_kafka_refuses_what_signatures_cannot_stop(cluster):
+    """Fencing a service (its transactional id) and taking its partitions (its consumer
+    group) happen before any record is written: the ACLs of `broker --secure` refuse them to
+    the client's credentials, and a topic sink into jobledger's own topics is refused at
+    submission (and by the runner, `operators.confined_topic`)."""
+    c = cluster
+    config = c.secured.config("client")
+    fence = Producer(
+        {
+            **config,
+            "log_level": 0,
+            "transactional.id": f"jobledger-{c.topic(TopicRole.RESOURCE_MANAGER)}-0",
+        }
+    )
+    with pytest.raises(KafkaException) as refused:
+        fence.init_transactions(30)
+    assert refused.value.args[0].name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    member = Consumer({**config, "group.id": f"{SERVICES_GROUP_PREFIX}{c.prefix}",
+                       "log_level": 0, "session.timeout.ms": 6000})  # fmt: skip
+    try:
+        member.subscribe([c.topic(TopicRole.JOB)])
+        message = None
+        for _ in range(30):
+            message = member.poll(1)
+            if message is not None:
+                break
+        assert message is not None and message.error().name() == "GROUP_AUTHORIZATION_FAILED"
+    finally:
+        member.close()
+    graph = json.loads((Path(__file__).resolve().parents[2] / "examples" / "jobgraph.json")
+                       .read_text())  # fmt: skip
+    graph["vertices"][-1]["operators"].append(
+        {"name": "topic", "config": {"topic": c.topic(TopicRole.JOB)}}
+    )
+    path = c.workdir / "into-the-log.json"
+    path.write_text(json.dumps(graph))
+    refused_job = cli(c.secured.home, "job", "submit", str(path), *c.as_("client"))
+    assert refused_job.returncode == 1
+    assert f"is one of jobledger's own topics (prefix {c.prefix!r})" in refused_job.stderr
