@@ -1,6 +1,6 @@
 """The topics of a jobledger cluster and the partition key of each.
 
-Topics are inboxes partitioned by owner (DESIGN.md rule 4): an event is written to the topic
+Topics are inboxes partitioned by owner (design rule D-4): an event is written to the topic
 of the reducer that consumes it, keyed by the id of the owner instance, so one partition holds
 everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps several clusters
 (or tests) apart on one broker.

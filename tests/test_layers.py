@@ -1,4 +1,4 @@
-"""The pure/I-O wall, held by a test instead of a convention (DESIGN.md rule 2: reducers know
+"""The pure/I-O wall, held by a test instead of a convention (design rule D-2: reducers know
 nothing of Kafka, Spark or clocks). The imports of every module are read from its source, so
 a reducer that starts to read the time, a socket or a random number fails here, as does an
 event catalog that reaches up into the services or the projections."""
