@@ -8,6 +8,7 @@ everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps sev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -55,3 +56,9 @@ def topic_specs(partitions: int) -> list[TopicSpec]:
 
 def topic_name(role: TopicRole, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}{role.value}"
+
+
+def roles_by_topic(prefix: str, roles: Iterable[TopicRole] = TopicRole) -> dict[str, TopicRole]:
+    """The role of each of `roles`' topics under `prefix`, by topic name: what a reader of
+    records (which carry their topic's name) needs to tell what a record's topic holds."""
+    return {topic_name(role, prefix): role for role in roles}

@@ -96,28 +96,15 @@ def _module_name(path: Path) -> str:
     return ".".join(["jobledger", *parts])
 
 
-def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
-    """Imports under `if TYPE_CHECKING:`: for annotations only, never run, so no circle."""
-    return {
-        node
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
-        for stmt in block.body
-        for node in ast.walk(stmt)
-    }
-
-
 def _project_imports(path: Path) -> set[str]:
-    """The project modules `path` imports at run time, as absolute names (`from . import x`
-    resolved to the module x when it is one, else to the package)."""
+    """The project modules `path` imports, as absolute names (`from . import x` resolved to the
+    module x when it is one, else to the package). Imports for type hints count too: a circle
+    through a hint is still two modules that cannot be read or changed apart."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     tree = ast.parse(path.read_text(), str(path))
-    skipped = _type_checking_only(tree)
     for node in ast.walk(tree):
-        if node in skipped:
-            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
