@@ -246,6 +246,15 @@ def test_the_engine_meets_the_wire_form_of_a_key_group_range_only_in_key_groups(
     assert importers == []
 
 
+# -- the query rule, and why it has a type follower of its own ------------------------------
+# The standard tools were weighed and do not serve. ruff's SLF001 flags only `_private`
+# members, while the reducers' fields are public (the reducers read each other's, and replay
+# and snapshots need them public). mypy and pyright check types, not who may read which
+# attribute: holding a read model to `@query` methods would need a plugin or a stub per
+# reducer hiding its fields, more code than the follower below and a second copy of every
+# reducer's surface to keep in step. So the follower stays: it resolves a read's receiver to
+# the reducer it reaches and allows only the members marked `@query`.
+
 RULED = ("JobMaster", "SlotPool", "ResourceManager", "TaskExecutor", "Scheduler", "TaskSlotTable")
 """The control plane's stateful objects: the reducers, and the scheduler and slot table they
 hold. A read model asks them only what they answer as queries (services/control/queries.py)."""
