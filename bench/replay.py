@@ -46,7 +46,7 @@ from fastavro import parse_schema
 from forked import in_fork
 
 from jobledger.projections.log.log_file import export_schema, read_export
-from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas import Event, EventSerde, roles_by_topic, topic_name
 from jobledger.schemas.cluster import ResourceManagerConnected, TaskManagerRegistered
 from jobledger.schemas.jobs import JobMasterLeadershipGranted, JobSubmitted
 from jobledger.schemas.kvstate import KvStateRegistered
@@ -331,7 +331,7 @@ def replay_partitions(
 
 
 def merged(drivers: dict[tuple[str, int], ReducerDriver], prefix: str) -> ReducerDriver:
-    roles = {topic_name(role, prefix): role for role in INPUT_ROLES}
+    roles = roles_by_topic(prefix, INPUT_ROLES)
     return PartitionedDriver(
         drivers={(roles[topic], p): driver for (topic, p), driver in drivers.items()}
     ).merged()

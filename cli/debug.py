@@ -20,7 +20,7 @@ from jobledger.projections.debugging.timeline import draw as draw_timeline
 from jobledger.projections.log.log_file import LOG_ROLES, LogRecord
 from jobledger.projections.log.log_index import IndexedCut, LogIndex
 from jobledger.projections.log.positions import FORMS, Cut, Position, PositionError, cut
-from jobledger.schemas import DecodeError, EventSerde, topic_name
+from jobledger.schemas import DecodeError, EventSerde, roles_by_topic
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka, kafka_reads, kafka_topics
 from jobledger.services.control.driver import ReducerDriver
@@ -128,7 +128,7 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
     prefix = prefix_of(args)
     serde = EventSerde(registry_url=args.schema_registry)
     consumer = kafka.read_committed_consumer(bootstrap_of(args))
-    roles = {topic_name(role, prefix): role for role in LOG_ROLES}
+    roles = roles_by_topic(prefix, LOG_ROLES)
     starts = {
         (topic, p): upto.offsets.get(f"{role.value}/{p}", -1) + 1
         for topic, role in roles.items()

@@ -1,4 +1,4 @@
-"""Entry script for `spark-submit`: `spark-submit [--packages ...] submit.py [runner options]`.
+"""Entry script for `spark-submit`: `spark-submit [--packages ...] cli/spark_submit.py [options]`.
 
 spark-submit runs a file, not a module; this file only hands over to the runner's CLI.
 """

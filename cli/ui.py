@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from jobledger.projections.log.log_file import LOG_ROLES, LogRecord, read_export
 from jobledger.projections.log.positions import log_order
-from jobledger.schemas import DecodeError, EventSerde, topic_name
+from jobledger.schemas import DecodeError, EventSerde, roles_by_topic
 from jobledger.services import kafka, kafka_reads, kafka_topics
 
 from .log_source import reducers_of
@@ -73,7 +73,7 @@ class LiveLog:
     def __init__(self, consumer: Consumer, prefix: str, serde: EventSerde) -> None:
         self.consumer = consumer
         self.serde = serde
-        self.roles = {topic_name(role, prefix): role for role in LOG_ROLES}
+        self.roles = roles_by_topic(prefix, LOG_ROLES)
         self.assignment = [
             TopicPartition(topic, p, -2)
             for topic in self.roles

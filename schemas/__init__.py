@@ -4,7 +4,7 @@ from .catalog import EVENT_TYPES, EVENTS_BY_NAME, SchemaCatalog, UnknownSchemaEr
 from .json_form import InvalidEventError, event_from_json, event_to_dict, event_to_json
 from .model import Event
 from .serde import DecodeError, EventSerde
-from .topics import DEFAULT_PREFIX, TopicRole, topic_name
+from .topics import DEFAULT_PREFIX, TopicRole, roles_by_topic, topic_name
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -20,5 +20,6 @@ __all__ = [
     "event_from_json",
     "event_to_dict",
     "event_to_json",
+    "roles_by_topic",
     "topic_name",
 ]

@@ -1,5 +1,5 @@
 """Dead letters: input records a service could not even read, kept with the reason and the
-original bytes (DESIGN.md rule 7). Valid events that break a state machine are decisions
+original bytes (design rule D-7). Valid events that break a state machine are decisions
 (EventRejected), not dead letters.
 
 A dead letter always fits on its topic: a record whose key and value together are larger than

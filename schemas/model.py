@@ -61,7 +61,7 @@ class Record(BaseModel):
 class Event(Record):
     """The header every event carries, then the event's own fields.
 
-    `cause_event_id` names the input a decision was derived from (DESIGN.md rule 3); inputs
+    `cause_event_id` names the input a decision was derived from (design rule D-3); inputs
     from outside actors leave it null.
     """
 

@@ -1,5 +1,5 @@
 """Rejections: an input that breaks a state machine becomes a decision with a reason
-(DESIGN.md rule 3), never an exception that stops a service."""
+(design rule D-3), never an exception that stops a service."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The topics of a jobledger cluster and the partition key of each.
 
-Topics are inboxes partitioned by owner (DESIGN.md rule 4): an event is written to the topic
+Topics are inboxes partitioned by owner (design rule D-4): an event is written to the topic
 of the reducer that consumes it, keyed by the id of the owner instance, so one partition holds
 everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps several clusters
 (or tests) apart on one broker.
@@ -8,6 +8,7 @@ everything one owner needs. Topic names are `<prefix><role>`; a prefix keeps sev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -55,3 +56,9 @@ def topic_specs(partitions: int) -> list[TopicSpec]:
 
 def topic_name(role: TopicRole, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}{role.value}"
+
+
+def roles_by_topic(prefix: str, roles: Iterable[TopicRole] = TopicRole) -> dict[str, TopicRole]:
+    """The role of each of `roles`' topics under `prefix`, by topic name: what a reader of
+    records (which carry their topic's name) needs to tell what a record's topic holds."""
+    return {topic_name(role, prefix): role for role in roles}

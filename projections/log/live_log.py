@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message
 
-from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
+from jobledger.schemas import DecodeError, Event, EventSerde, roles_by_topic, topic_name
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.host import snapshot
@@ -69,7 +69,7 @@ def read_live(
     of the `asked` types decoded (of the job topic, only `job`'s if given: its records are
     keyed by job id), every input partition's state rebuilt from its snapshot."""
     wanted = None if job is None else job.encode()
-    roles = {topic_name(role, prefix): role for role in LOG_ROLES}
+    roles = roles_by_topic(prefix, LOG_ROLES)
     partitions: dict[tuple[TopicRole, int], list[Message]] = {}
     for msg in watch(read_topics(consumer, list(roles), True, True), "reading the log"):
         partitions.setdefault((roles[msg.topic()], msg.partition()), []).append(msg)

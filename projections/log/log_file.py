@@ -26,6 +26,7 @@ from jobledger.schemas import (
     DecodeError,
     Event,
     EventSerde,
+    roles_by_topic,
     topic_name,
 )
 from jobledger.schemas.avro import full_name, inline_named_types, record_schema
@@ -79,7 +80,7 @@ def read_log(
     partition, partitions in a stable order (topic role, partition); each signed one with its
     `provenance` unless told not to (a reader that checks no signature need not hold every
     record's value twice)."""
-    roles = {topic_name(role, prefix): role for role in LOG_ROLES}
+    roles = roles_by_topic(prefix, LOG_ROLES)
     messages = sorted(
         read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
         key=lambda m: (LOG_ROLES.index(roles[m.topic()]), m.partition(), m.offset()),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobledger.services.control.job_status import TERMINAL
+
 from ..debugging.slots import slot_report
 from .archived_execution_graph import ClusterArchive
 
@@ -17,12 +19,11 @@ def cluster_overview(archive: ClusterArchive) -> dict[str, Any]:
     live = [rid for rid in report.task_executors if rid in registered]
     slots = [s for rid in live for s in report.task_executors[rid]]
     statuses = [job.status for job in archive.jobs.values()]
-    ended = ("FINISHED", "CANCELED", "FAILED", "SUSPENDED")
     return {
         "taskmanagers": len(live),
         "slots-total": len(slots),
         "slots-available": sum(1 for s in slots if s["at_resource_manager"] == "FREE"),
-        "jobs-running": sum(1 for s in statuses if s not in ended),
+        "jobs-running": sum(1 for s in statuses if s not in TERMINAL),
         "jobs-finished": statuses.count("FINISHED"),
         "jobs-cancelled": statuses.count("CANCELED"),
         "jobs-failed": statuses.count("FAILED"),

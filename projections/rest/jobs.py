@@ -12,13 +12,12 @@ from typing import Any
 
 from jobledger.schemas.types import ExecutionState, JobStatus
 from jobledger.services.control.execution_graph import ExecutionJobVertex
+from jobledger.services.control.job_status import TERMINAL
 
 from .archived_execution_graph import ArchivedExecution, ArchivedJob, ClusterArchive
 
 EXECUTION_STATES = [s.value for s in ExecutionState if s is not ExecutionState.UNKNOWN]
 JOB_STATUSES = [s.value for s in JobStatus if s is not JobStatus.UNKNOWN]
-GLOBALLY_TERMINAL = ("FINISHED", "FAILED", "CANCELED")
-ENDED = (*GLOBALLY_TERMINAL, "SUSPENDED")
 
 AGGREGATE_ORDER = ("FAILED", "CANCELING", "CANCELED", "INITIALIZING", "RUNNING")
 """Flink's aggregate state of a vertex (ExecutionJobVertex.getAggregateJobVertexState): the
@@ -33,7 +32,7 @@ def _duration(start: int, end: int, now: int) -> int:
 
 
 def end_time(job: ArchivedJob) -> int:
-    return job.status_timestamps.get(job.status, -1) if job.status in ENDED else -1
+    return job.status_timestamps.get(job.status, -1) if job.status in TERMINAL else -1
 
 
 def state_counts(states: list[str]) -> dict[str, int]:

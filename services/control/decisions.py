@@ -2,7 +2,7 @@
 
 A derived event's id is a function of its cause (its id and the owner it was routed to) and
 its position among the cause's derived events, its time is the cause's event time, and it
-names the cause: the same log in gives the same decisions out, bit for bit (DESIGN.md rule 2).
+names the cause: the same log in gives the same decisions out, bit for bit (design rule D-2).
 Event ids are chosen by clients, so the owner is part of the basis: two inputs sharing an id
 on two topics or partitions derive decisions with ids of their own.
 """

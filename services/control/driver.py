@@ -234,7 +234,7 @@ class ReducerDriver:
 
     def process(self, event: Event) -> list[Event]:
         """Reduce one event at its owner; its own decisions coming back are records only, and
-        an input seen within the dedup window is dropped (DESIGN.md rule 5).
+        an input seen within the dedup window is dropped (design rule D-5).
 
         An input that was only rejected changed nothing, so its id is not remembered as seen:
         a later event with that id (the real request, after copies that came before its job's

@@ -6,7 +6,7 @@ strategy's counted failures. It changes none of them and derives no decision; th
 applies the result (counts the failure, marks and cancels the vertices, schedules the
 restart or fails the job). So a failure's consequences can be asked, and tested, on their own.
 
-Rules (reference/flink-behavior.md): a failure that suppresses restarts (KV-3) or carries an
+Rules (docs/reference/flink-rules.md): a failure that suppresses restarts (KV-3) or carries an
 unrecoverable error in its cause chain (RS-4) is not counted and restarts nothing; any other
 is counted, and restarts what the failover strategy names (every vertex for a global
 failure, RS-5) if the restart strategy still allows it (RS-1..RS-3), after its delay.

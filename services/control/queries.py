@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from jobledger.schemas.types import JobStatus, ResourceProfile
 
-if TYPE_CHECKING:  # the reducers import this module: their enums are named for hints only
-    from .resource_manager import SlotState
-    from .task_slot_table import TaskSlotState
+from .slot_states import SlotState, TaskSlotState
 
 Q = TypeVar("Q", bound=Callable[..., object])
 

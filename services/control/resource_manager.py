@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
@@ -54,6 +53,7 @@ from .decisions import Decisions
 from .queries import PendingSlotRequestInfo, TaskManagerInfo, TaskManagerSlot, query
 from .reducer import Reducer, derived, handles
 from .slot_placement import FreeSlotIndex, SlotPlacement
+from .slot_states import SlotState
 from .task_slot_table import slot_count_refusal
 
 PRODUCER = "resourcemanager"
@@ -70,13 +70,6 @@ class ResourceManagerConfig:
     resource_manager_id: str = "resourcemanager"
     placement: SlotPlacement = SlotPlacement.SPREAD
     heartbeat_timeout_ms: int = 50_000
-
-
-class SlotState(StrEnum):
-    FREE = "FREE"
-    PENDING = "PENDING"
-    ALLOCATED = "ALLOCATED"
-    OCCUPIED = "OCCUPIED"
 
 
 @dataclass

@@ -62,7 +62,7 @@ from .slot_pool import SlotPool
 SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request timeout."
 
 DEFAULT_DEPLOYMENT_TIMEOUT_MS = 120_000
-"""`task.deployment.timeout` unless configured (the README says how it was measured)."""
+"""`task.deployment.timeout` unless configured (docs/operations/faults.md: how it was measured)."""
 
 AVRO_LONG_MAX = 2**63 - 1
 """A deadline is kept in snapshots as an Avro long: one past it is never reached anyway."""

@@ -15,7 +15,7 @@ Invariants:
 Its user (the job's Scheduler) calls it through a method API in Flink's names and hears
 what became of each request as its SlotRequestListener (slot_request_listener.py); the log
 drives it with input events, whose handlers are thin wrappers over the same methods. Every
-decision is a derived event (DESIGN.md rules 2 and 3); time is the event time of the input,
+decision is a derived event (design rules D-2 and D-3); time is the event time of the input,
 timeouts fire on TimerFired.
 """
 
@@ -650,7 +650,7 @@ class SlotPool(Reducer):
     @handles(SlotOffered)
     @completes_requests
     def on_slot_offered(self, event: SlotOffered, out: Decisions) -> None:
-        """offerSlot, exactly as the seed: registered TM, repeated offer, AllocationID clash,
+        """offerSlot, exactly as seed 002: registered TM, repeated offer, AllocationID clash,
         the request waiting on the AllocationID, the first matching request, else available."""
         reason = self._offer_refusal(event)
         if reason is not None:

@@ -69,7 +69,8 @@ from .decisions import Decisions
 from .event_time import later
 from .queries import TaskSlotInfo, query
 from .reducer import Reducer, handles
-from .task_slot_table import TaskSlotState, TaskSlotTable, slot_count_refusal
+from .slot_states import TaskSlotState
+from .task_slot_table import TaskSlotTable, slot_count_refusal
 
 PRODUCER = "taskexecutor"
 

@@ -20,6 +20,7 @@ from jobledger.schemas.types import ResourceProfile, ResourceProfileKind, SlotSt
 
 from .reducer import derived
 from .resource_profile import fits_within, scale, subtract
+from .slot_states import TaskSlotState
 
 MAX_SLOTS_PER_TASK_EXECUTOR = 4096
 """A slot table larger than this is a mistake or an attack, not a TaskExecutor."""
@@ -30,12 +31,6 @@ def slot_count_refusal(number_of_slots: int) -> str | None:
     if 1 <= number_of_slots <= MAX_SLOTS_PER_TASK_EXECUTOR:
         return None
     return f"a TaskExecutor has 1 to {MAX_SLOTS_PER_TASK_EXECUTOR} slots, not {number_of_slots}"
-
-
-class TaskSlotState(StrEnum):
-    ALLOCATED = "ALLOCATED"
-    ACTIVE = "ACTIVE"
-    RELEASING = "RELEASING"
 
 
 class AddTaskResult(StrEnum):

@@ -2,7 +2,7 @@
 replay --jobs`, and a service rebuilding the partitions it takes over
 (`rebuild.Rebuilder.rebuild_all`).
 
-Partitions are independent by design (DESIGN.md rule 4): each has its own reducers and its
+Partitions are independent by design (design rule D-4): each has its own reducers and its
 own dedup window, so replaying groups of them in separate processes and putting the drivers
 together gives the state one process gives (`PartitionedDriver.merged()` is the same either
 way). Threads would not help: the reducers are pure Python and hold the interpreter lock.

@@ -44,7 +44,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from jobledger.schemas import DecodeError, Event, EventSerde, topic_name
+from jobledger.schemas import DecodeError, Event, EventSerde, roles_by_topic, topic_name
 from jobledger.schemas.model import MAX_EVENT_BYTES
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
@@ -160,7 +160,7 @@ class ServiceRuntime:
             # (the rebalance it causes meets `_check_partition_counts`), not 5 minutes
             "topic.metadata.refresh.interval.ms": 5_000,
         })  # fmt: skip
-        self.roles = {topic_name(role, self.prefix): role for role in INPUT_ROLES}
+        self.roles = roles_by_topic(self.prefix, INPUT_ROLES)
         self.clock = Clock(self.config.timer_interval_ms)
         self.health = HealthReport(self.config.health_interval_s)
         self.rebuilder = Rebuilder(

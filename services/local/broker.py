@@ -2,9 +2,7 @@
 
 Apache Kafka itself (`apache_kafka.py`: a single-node KRaft broker from Maven Central's jars):
 it fences zombie producers, aborts transactions whose producer died, compacts, and adds
-partitions, which the services and the runner rely on. (The Java-free Tansu broker offered
-beside it once hung one demo run in about fifteen and could not fence a producer; Spark needs
-Java anyway, so it served no user of the main job and is gone.)
+partitions, which the services and the runner rely on.
 
 `--secure` (`secure.py`) adds TLS, SCRAM principals per role and ACLs. A secure broker keeps
 its data apart from an insecure one's (`kafka-data-secure`, `kafka-cluster-secure`): storage

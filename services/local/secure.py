@@ -88,8 +88,8 @@ from . import tls
 from .loopback import BrokerError
 
 PRINCIPALS = ROLES
-"""One SCRAM user per role of DESIGN.md's trust boundaries (named as the role its signing key
-has in the keyring); `admin` is a super user."""
+"""One SCRAM user per role of the design's trust boundaries (docs/reference/design-rules.md),
+named as the role its signing key has in the keyring; `admin` is a super user."""
 CONTROLLER = "controller"
 """The KRaft controllers' PLAIN user, on the CONTROLLER listener only; a super user."""
 MECHANISM = "SCRAM-SHA-512"

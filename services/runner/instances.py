@@ -6,8 +6,8 @@ was given is the JobMasters' to fail; only the current instance's acceptances ru
 TaskExecutor's instances are ordered by the event times of their registrations (the
 ResourceManager refuses one not newer than the last), so this runner dates each
 registration after the one before. An instance replaced by one this runner did not make
-means another process holds the TaskExecutor: the runner stops (README: "the one whose
-instance is replaced stops with exit code 1")."""
+means another process holds the TaskExecutor: the runner stops (docs/operations/faults.md:
+"the one whose instance is replaced stops with exit code 1")."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 The runner's JVM closes its sockets to the Python workers as it stops (SIGTERM, the end of
 the demo); a worker in the middle of reading or writing its task's data then fails with a
 broken pipe, and PySpark's daemon prints that as a trace into the runner's log: four of them
-after `kill %2 %3` in the README's walk-through. Nothing is lost by then (the runner reports
+after `kill %1 %2` in the walk-through (docs/getting-started/walk-through.md). Nothing is
+lost by then (the runner reports
 what it stopped, and the JVM is going), so the worker ends quietly instead. Any other
 failure is PySpark's to report, as before. Spark starts this module in place of
 `pyspark.daemon` (`spark.python.daemon.module`, `session.DEFAULT_CONF`).

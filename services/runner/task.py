@@ -33,6 +33,7 @@ from jobledger.schemas.types import ExecutionState, OperatorSpec
 
 from .. import kafka, signing
 from ..control.decisions import derived_id
+from ..control.execution_state import TERMINAL
 from ..control.key_groups import compute_key_group_range_for_operator_index
 from . import kv_state, task_producers
 from .exchange import ResultWriter, create_result_topics, read_input_gate
@@ -53,7 +54,6 @@ from .operators import (
 from .start_gate import may_start
 
 PRODUCER = "runner"
-FINAL_STATES = frozenset({ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED})
 
 
 class InjectedFailure(RuntimeError):
@@ -176,7 +176,7 @@ class TaskIO:
         self.output()
         for state, error in self.pending:
             self.emit(state_event(self.deployment, state, error))
-            if state in FINAL_STATES:
+            if state in TERMINAL:
                 self.emit(final_state_event(self.deployment, state))
         self.pending = []
         self.producer.flush(60)

@@ -1,4 +1,4 @@
-"""JobMaster: whole jobs driven by events through the reducers (rules JM-*, ES-8/9, JS-3,
+"""JobMaster: whole jobs driven by events through the reducers (rules JM-*, ES-8, ES-9, JS-3,
 RS-2..RS-9, SM-1/2, KV-3/KV-14), with a stand-in task runner answering deployments.
 
 Where a test gives one input, it asserts the JobMaster's decisions from it whole and in order;

@@ -1,4 +1,4 @@
-"""Key groups, one test per rule KG-* with the vectors of flink-behavior.md section 6."""
+"""Key groups, one test per rule KG-* with the vectors of docs/reference/flink-rules.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SlotPool: one test per rule SP-* of flink-behavior.md (seed 002 wins where they differ),
-each giving a state and one event and asserting the exact derived events, in order."""
+"""SlotPool: one test per rule SP-* of docs/reference/flink-rules.md (seed 002 wins where they
+differ), each giving a state and one event and asserting the exact derived events, in order."""
 
 from __future__ import annotations
 

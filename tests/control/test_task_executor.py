@@ -1,5 +1,5 @@
-"""TaskExecutor: one test per rule TE-* of flink-behavior.md that events can express, each
-asserting the exact derived events, in order."""
+"""TaskExecutor: one test per rule TE-* of docs/reference/flink-rules.md that events can
+express, each asserting the exact derived events, in order."""
 
 from __future__ import annotations
 

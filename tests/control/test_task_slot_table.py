@@ -1,4 +1,4 @@
-"""TaskSlotTable, one test per rule of flink-behavior.md section 4b (TST-*).
+"""TaskSlotTable, one test per rule of docs/reference/flink-rules.md (TST-*).
 
 The table answers with values, not events: results, slots and slot reports are compared whole,
 the way the reducer tests compare derived events."""

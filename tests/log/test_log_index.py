@@ -20,7 +20,7 @@ import pytest
 from jobledger.cli import log_source as cli_log
 from jobledger.cli import main
 from jobledger.projections.debugging.history import iso, jobs_in
-from jobledger.projections.log import log_index
+from jobledger.projections.log import index_build, log_index
 from jobledger.projections.log.log_file import LogRecord, read_export, write_export
 from jobledger.projections.log.positions import log_order
 from jobledger.schemas.deadletters import DeadLettered
@@ -189,7 +189,7 @@ def test_every_answer_is_the_one_read_from_the_whole_file(
     log: str, logs: dict[str, Path], capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(log_index, "CHECKPOINT", 37)
+    monkeypatch.setattr(index_build, "CHECKPOINT", 37)
     monkeypatch.setenv("JOBLEDGER_HOME", str(tmp_path))
     whole_reads = []
     read_whole = cli_log.log_records
@@ -317,7 +317,7 @@ def test_a_damaged_snapshot_costs_time_not_correctness(
     logs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(log_index, "CHECKPOINT", 20)
+    monkeypatch.setattr(index_build, "CHECKPOINT", 20)
     log = tmp_path / "log.avro"
     log.write_bytes(logs["wordcount-fail-once"].read_bytes())
     args = ["diff", "count:50", "--file", str(log), "-o", "json"]

@@ -82,7 +82,8 @@ def test_registrations_of_one_task_executor_are_dated_each_after_the_last():
 
 
 def test_an_instance_replaced_by_another_process_s_stops_the_runner_not_one_replaced_by_its_own():
-    """README: two live runners with one --runner-id take the TaskExecutor from each other;
+    """docs/operations/faults.md: two live runners with one --runner-id take the TaskExecutor
+    from each other;
     "the one whose instance is replaced stops with exit code 1 and says so"."""
     clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
     [old] = executors.register(None, 1)
