@@ -6,7 +6,9 @@ broken pipe, and PySpark's daemon prints that as a trace into the runner's log: 
 after `kill %2 %3` in the README's walk-through. Nothing is lost by then (the runner reports
 what it stopped, and the JVM is going), so the worker ends quietly instead. Any other
 failure is PySpark's to report, as before. Spark starts this module in place of
-`pyspark.daemon` (`spark.python.daemon.module`, `session.DEFAULT_CONF`).
+`pyspark.daemon` for its jobs' workers (`spark.python.daemon.module`, `session.DEFAULT_CONF`),
+and the workers' interpreter script does for the data source planners' daemons, which
+Spark starts as `pyspark.daemon` whatever that setting says (`worker_python.py`).
 """
 
 from __future__ import annotations
