@@ -15,7 +15,7 @@ Where jobledger's time goes is printed per parallelism as a table of hops, media
 repeats. After each job its records are read back from the topics: a hop ends when the last
 record of its kind is produced (its Kafka timestamp), so it includes committing the
 transaction of the hop before and the next service polling it. Inside the runner, where the
-log has no record, the runner's own timings (`TaskRunner.timings`) split the wait for the
+log has no record, the runner's own timings (`SparkJobs.timings`) split the wait for the
 micro-batch from the Spark job. The hops add up to the job's time. Below the hops, the
 micro-batches that read the job's acceptances are split as Spark's progress reports split them
 (`StreamingQueryProgress.durationMs`: asking the source for offsets, planning, writing the
@@ -47,7 +47,7 @@ from jobledger.schemas.types import JobVertex
 from jobledger.services.kafka import transactional_producer
 from jobledger.services.runner.exchange import create_result_topics
 from jobledger.services.runner.kafka_source import FORMAT, register
-from jobledger.services.runner.runner import GroupTiming
+from jobledger.services.runner.spark_jobs import GroupTiming
 
 HOPS = (
     ("client -> JobMaster", "SlotRequested", "job started, slots asked for"),
@@ -108,7 +108,7 @@ def runner_timings(cluster: Cluster, job_id: str, timeout_s: float = 10.0) -> li
     which can be after the tasks' reports made the job FINISHED and the client read it."""
     deadline = time.monotonic() + timeout_s
     while True:
-        timings = [t for t in cluster.runner.timings if t.job_id == job_id]
+        timings = [t for t in cluster.runner.jobs.timings if t.job_id == job_id]
         if timings or time.monotonic() > deadline:
             return timings
         time.sleep(0.01)

@@ -7,7 +7,9 @@ after `kill %1 %2` in the walk-through (docs/getting-started/walk-through.md). N
 lost by then (the runner reports
 what it stopped, and the JVM is going), so the worker ends quietly instead. Any other
 failure is PySpark's to report, as before. Spark starts this module in place of
-`pyspark.daemon` (`spark.python.daemon.module`, `session.DEFAULT_CONF`).
+`pyspark.daemon` for its jobs' workers (`spark.python.daemon.module`, `session.DEFAULT_CONF`),
+and the workers' interpreter script does for the data source planners' daemons, which
+Spark starts as `pyspark.daemon` whatever that setting says (`worker_python.py`).
 """
 
 from __future__ import annotations

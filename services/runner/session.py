@@ -1,7 +1,9 @@
 """The runner's SparkSession: small, quiet, and able to read and write Kafka.
 
 Python workers must run this interpreter (the project's virtualenv): tasks unpickle the Kafka
-data source by importing `jobledger`, which another Python may not have. On a standalone
+data source by importing `jobledger`, which another Python may not have. Unless
+`PYSPARK_PYTHON` says otherwise, they run it through `worker_python.py`'s script, which keeps
+PySpark's daemons quiet when the JVM goes away. On a standalone
 cluster the executors start their Python workers with the interpreter the driver names, so the
 same holds there as long as the workers share this machine's paths.
 
@@ -16,7 +18,6 @@ test suite exercises both Kafka paths.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from .connector import connector_jars
 from .kafka_source import NATIVE_PROVIDER_CLASS, native_kafka_available, register
+from .worker_python import worker_python
 
 # The runner executes many tiny micro-batches: Spark's 200 shuffle partitions would mean 200
 # near-empty tasks per aggregation, and the UI is a port nobody reads.
@@ -102,8 +104,10 @@ def spark_session(
     already running in this process is returned, and settings fixed at its start (master, UI,
     packages) stay as they were.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    python = str(worker_python())
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    # the driver's Python workers too (the data source lookup at Spark's start)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     settings = {**DEFAULT_CONF, **cluster_conf(master), **(conf or {})}
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

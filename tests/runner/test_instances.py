@@ -108,17 +108,17 @@ def test_an_instance_replaced_by_another_process_s_stops_the_runner_not_one_repl
 
 
 def test_the_runner_stops_when_another_process_replaced_its_instance_registers_when_lost():
-    """`TaskRunner._on_connection_closed`: a replacement by another process is `_fail` (the
+    """`Registration.on_connection_closed`: a replacement by another process is `fail` (the
     command exits 1 with the reason), a loss is a new registration."""
-    from jobledger.services.runner.runner import TaskRunner
+    from jobledger.services.runner.registration import Registration
 
     clock, executors = Clock(), TaskExecutorInstances("r", 1, slots=1, producer="runner")
     [mine] = executors.register(None, 1)
     executors.accepted(_accepted(clock, "r-0", mine.instance_id))
     failed: list[str] = []
     started_over: list[list[str]] = []
-    runner = SimpleNamespace(task_executors=executors, _fail=failed.append,
-                             _start_over=started_over.append,
+    runner = SimpleNamespace(task_executors=executors, fail=failed.append,
+                             start_over=started_over.append,
                              stopping=threading.Event())  # fmt: skip
 
     def closed(successor: str | None) -> TaskManagerConnectionClosed:
@@ -126,8 +126,8 @@ def test_the_runner_stops_when_another_process_replaced_its_instance_registers_w
                      resource_manager_id="rm", cause="c",
                      replaced_by_instance_id=successor)  # fmt: skip
 
-    TaskRunner._on_connection_closed(runner, closed("theirs"))
+    Registration.on_connection_closed(runner, closed("theirs"))
     assert (len(failed), started_over) == (1, [])
     assert failed[0].startswith("another process registered TaskExecutor r-0 (instance theirs)")
-    TaskRunner._on_connection_closed(runner, closed(None))
+    Registration.on_connection_closed(runner, closed(None))
     assert started_over == [["r-0"]]

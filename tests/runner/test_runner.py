@@ -312,14 +312,14 @@ def test_a_cancellation_stops_a_running_task(spark, cluster, tmp_path):
         )
         write(cluster, slow, accepted(slow))
         deadline = time.monotonic() + 60
-        while "slow" not in runner.gate.started and time.monotonic() < deadline:
+        while "slow" not in runner.jobs.gate.started and time.monotonic() < deadline:
             time.sleep(0.2)
         started = time.monotonic()
         write(cluster, cancellation(slow))
         ends = final_states(cluster, expected=1, timeout_s=60)
         cancelled_within = time.monotonic() - started
         # the cancelled Spark job's id was fenced; the next task never writes under it
-        fenced = set(runner.gate.leases.fenced)
+        fenced = set(runner.jobs.gate.leases.fenced)
         after = deployment(cluster, "after", resource_id="cancel-0")
         write(cluster, after, accepted(after))
         ends = final_states(cluster, expected=2, timeout_s=60)

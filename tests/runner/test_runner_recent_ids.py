@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the runner needs the `spark` extra")
 
-from jobledger.services.runner.runner import RecentIds
+from jobledger.services.runner.routing import RecentIds
 
 
 def test_it_holds_no_more_than_its_limit_however_many_ids_come() -> None:
