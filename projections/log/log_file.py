@@ -143,8 +143,12 @@ def export_schema(provenance: bool = True) -> dict[str, Any]:
     }
 
 
-def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
-    """Write the records to an Avro Object Container File; returns how many."""
+def write_export(
+    records: Iterable[LogRecord], out: BinaryIO, metadata: dict[str, str] | None = None
+) -> int:
+    """Write the records to an Avro Object Container File; returns how many. `metadata` goes
+    in the file's header, where a reader that does not know a key passes it by (the log's
+    checkpoints: `checkpoints.export_metadata`)."""
     schema = parse_schema(export_schema())
     count = 0
 
@@ -162,7 +166,7 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
                 "provenance": None if signed is None else signed.packed,
             }
 
-    writer(out, schema, rows(), codec="deflate")
+    writer(out, schema, rows(), codec="deflate", metadata=metadata)
     return count
 
 
@@ -214,6 +218,8 @@ class ExportFile:
             blocks = block_reader(self._file, return_record_name=True,
                                   return_record_name_override=True)  # fmt: skip
             self.writer_schema = blocks.writer_schema
+            self.metadata: dict[str, str] = dict(blocks.metadata)
+            """The file header's metadata (`write_export`'s, and Avro's own keys)."""
             written = schema_fingerprint(parse_schema(blocks.writer_schema))
             if written not in _fingerprints_read_as_written():
                 self._file.seek(0)
