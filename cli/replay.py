@@ -83,7 +83,8 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     # the checkpoints before the records: each then covers records the export holds
     checkpoints = read_checkpoints(bootstrap_of(args), prefix_of(args))
-    records = log_source.log_records(args, None, provenance=True)
+    records = log_source.log_records(args, None, provenance=True,
+                                     unsigned_too=bool(checkpoints))  # fmt: skip
     with open(args.file, "wb") as out:
         count = write_export(records, out, export_metadata(checkpoints))
     print(f"exported {count} records to {args.file}", file=sys.stderr)

@@ -4,9 +4,10 @@ An auditor trusts the keyring's public keys and nothing in the file. The checks,
 reporting its first failure with its position, in this order:
 
 1. each partition's records come in strictly increasing offsets (none moved or duplicated);
-2. every record is signed by a key of the keyring, unrevoked when it was appended, and its
-   event is what its signed bytes decode to (an export holds both: an event edited beside
-   intact bytes would replay as something nobody signed);
+2. every record the services did not dead-letter is signed by a key of the keyring,
+   unrevoked when it was appended (what they refused changed nothing, and is still a leaf),
+   and every record's event is what its bytes decode to (an export holds both: an event
+   edited beside intact bytes would replay as something nobody signed);
 3. every checkpoint the export carries is a note signed by a services key, all of one
    cluster (no two logs spliced), and per partition their sizes never shrink and one size
    has one root (none rolled back or forked);
@@ -35,7 +36,7 @@ from jobledger.services.transparency import Checkpoint, CompactRange, open_note
 
 from .checkpoints import CheckpointRecord, record_leaf
 from .log_file import LOG_ROLES, LogRecord
-from .replay import SignatureCheck, position, verify
+from .replay import SignatureCheck, dead_lettered, position, verify
 
 Partition = tuple[TopicRole, int]
 
@@ -100,13 +101,17 @@ def _partitions(records: list[LogRecord]) -> dict[Partition, list[LogRecord]]:
 
 def _check_records(records: list[LogRecord], keyring: Keyring) -> None:
     serde = EventSerde()
+    refused = dead_lettered(records)
     for record in records:
+        judged = (record.role.value, record.partition, record.offset) not in refused
         signed = record.provenance
         if signed is None:
-            raise AuditFailed(f"{position(record)}: {UNSIGNED}")
-        signer = signed.check(keyring, record.timestamp)
-        if isinstance(signer, str):
-            raise AuditFailed(f"{position(record)}: {signer}")
+            why = UNSIGNED if judged else "the export holds none of its bytes"
+            raise AuditFailed(f"{position(record)}: {why}")
+        if judged:
+            signer = signed.check(keyring, record.timestamp)
+            if isinstance(signer, str):
+                raise AuditFailed(f"{position(record)}: {signer}")
         parts = signed.record()
         if _role_of(parts.topic) is not record.role:
             raise AuditFailed(f"{position(record)}: signed for topic {parts.topic}, exported "
@@ -174,8 +179,7 @@ def _check_roots(
                                   f"the export {len(records)}: records dropped or the log "
                                   "rolled back")  # fmt: skip
             while tree.size < checkpoint.size:
-                leaf = record_leaf(records[tree.size])
-                tree.append(leaf or b"")
+                tree.append(record_leaf(records[tree.size]) or b"")  # none: refused above
             if tree.root() != checkpoint.root:
                 span = _span(records, verified, checkpoint.size)
                 raise AuditFailed(f"{where}: {checkpoint.origin} at size {checkpoint.size}: "

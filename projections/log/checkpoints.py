@@ -39,7 +39,7 @@ from jobledger.services.transparency import (
 )
 
 from .log_file import LOG_ROLES, LogRecord
-from .provenance import SIGNING_HEADERS, Provenance, provenance_of
+from .provenance import provenance_of
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class CheckpointRecord:
 
 def record_leaf(record: LogRecord) -> bytes | None:
     """A record's leaf hash, from what an export holds of it; None if it holds no bytes of it
-    (an unsigned record: an export keeps only the signed ones' bytes)."""
+    (an export of a log without checkpoints keeps only the signed ones')."""
     if record.provenance is None:
         return None
     return leaf_hash(leaf_data(record.offset, record.timestamp, record.provenance.packed))
@@ -67,11 +67,7 @@ def record_leaf(record: LogRecord) -> bytes | None:
 
 def message_leaf(msg: Message) -> bytes:
     """A record's leaf hash as read from its topic: the bytes an export keeps of it."""
-    value = msg.value() or b""
-    packed = provenance_of(msg, value) or Provenance.of(
-        msg.topic(), msg.key(), value,
-        [(n, h or b"") for n, h in msg.headers() or () if n in SIGNING_HEADERS],
-    )  # fmt: skip
+    packed = provenance_of(msg, msg.value() or b"", unsigned_too=True)
     return leaf_hash(leaf_data(msg.offset(), msg.timestamp()[1], packed.packed))
 
 

@@ -73,12 +73,13 @@ class SkippedRecord:
 
 
 def read_log(
-    consumer: Consumer, prefix: str, serde: EventSerde, provenance: bool = True
-) -> Iterator[LogRecord | SkippedRecord]:
+    consumer: Consumer, prefix: str, serde: EventSerde, provenance: bool = True,
+    unsigned_too: bool = False,
+) -> Iterator[LogRecord | SkippedRecord]:  # fmt: skip
     """Every record of the log's topics up to their current end, in offset order per
     partition, partitions in a stable order (topic role, partition); each signed one with its
     `provenance` unless told not to (a reader that checks no signature need not hold every
-    record's value twice)."""
+    record's value twice), and with `unsigned_too` every one (`provenance_of`)."""
     roles = {topic_name(role, prefix): role for role in LOG_ROLES}
     messages = sorted(
         read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
@@ -92,8 +93,8 @@ def read_log(
         except DecodeError as exc:
             yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
             continue
-        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event,
-                        provenance_of(msg, value) if provenance else None)  # fmt: skip
+        kept = provenance_of(msg, value, unsigned_too) if provenance else None
+        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event, kept)
 
 
 def processed_by_services(bootstrap: str, prefix: str) -> Callable[[LogRecord], bool]:
