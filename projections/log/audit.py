@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from jobledger.schemas import DecodeError, EventSerde
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.control.driver import ReducerDriver
-from jobledger.services.signing import UNSIGNED, Keyring
+from jobledger.services.signing import UNSIGNED, Keyring, Signer
 from jobledger.services.transparency import Checkpoint, CompactRange, open_note
 
 from .checkpoints import CheckpointRecord, record_leaf
@@ -72,7 +72,7 @@ def audit(
 ) -> AuditReport:
     """Every check of the module docstring; AuditFailed at the first that fails."""
     partitions = _partitions(records)
-    _check_records(records, keyring)
+    signers = _check_records(records, keyring)
     heads = _check_checkpoints(checkpoints, keyring)
     for i, note in enumerate(trusted):
         opened = open_note(note, keyring, 0)
@@ -81,7 +81,7 @@ def audit(
         heads.append((f"trusted checkpoint {i + 1}", opened.checkpoint))
     report = AuditReport(records=len(records), checkpoints=len(checkpoints))
     _check_roots(partitions, heads, report)
-    matched, divergence = verify(records, driver_factory, signatures=SignatureCheck(keyring))
+    matched, divergence = verify(records, driver_factory, signatures=_Checked(keyring, signers))
     if divergence is not None:
         raise AuditFailed(divergence.describe().split("\n")[0])
     report.decisions = matched
@@ -99,9 +99,25 @@ def _partitions(records: list[LogRecord]) -> dict[Partition, list[LogRecord]]:
     return by_partition
 
 
-def _check_records(records: list[LogRecord], keyring: Keyring) -> None:
+class _Checked(SignatureCheck):
+    """`replay.verify`'s check of who may write what, over the signers `_check_records`
+    found (checking each signature again cost the audit as much as the rest of it)."""
+
+    def __init__(self, keyring: Keyring, signers: dict[int, Signer]) -> None:
+        super().__init__(keyring)
+        self.signers = signers
+
+    def signer(self, record: LogRecord) -> Signer | str:
+        found = self.signers.get(id(record))
+        return super().signer(record) if found is None else found
+
+
+def _check_records(records: list[LogRecord], keyring: Keyring) -> dict[int, Signer]:
+    """Each admitted record's signer, by the record's id(); AuditFailed at the first record
+    refused."""
     serde = EventSerde()
     refused = dead_lettered(records)
+    signers: dict[int, Signer] = {}
     for record in records:
         judged = (record.role.value, record.partition, record.offset) not in refused
         signed = record.provenance
@@ -112,6 +128,7 @@ def _check_records(records: list[LogRecord], keyring: Keyring) -> None:
             signer = signed.check(keyring, record.timestamp)
             if isinstance(signer, str):
                 raise AuditFailed(f"{position(record)}: {signer}")
+            signers[id(record)] = signer
         parts = signed.record()
         if _role_of(parts.topic) is not record.role:
             raise AuditFailed(f"{position(record)}: signed for topic {parts.topic}, exported "
@@ -123,6 +140,7 @@ def _check_records(records: list[LogRecord], keyring: Keyring) -> None:
         if event != record.event:
             raise AuditFailed(f"{position(record)}: the exported {record.event.type_name()} is "
                               "not the event its signed bytes hold")  # fmt: skip
+    return signers
 
 
 def _role_of(topic: str) -> TopicRole | None:
