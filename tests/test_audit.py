@@ -345,3 +345,26 @@ def test_any_drop_duplicate_or_swap_fails_the_audit(log, data):
         tampered[i], tampered[i + 1] = log[i + 1], log[i]
     with pytest.raises(AuditFailed):
         audit(tampered, checkpoints_of(log), KEYS)
+
+
+def test_an_export_without_checkpoints_or_with_unreadable_ones_says_so(
+    capsys, tmp_path, log, keyring
+):
+    """An export of a log never checkpointed is checked but attested by nothing; one whose
+    checkpoints cannot be read, or name no partition of a log, fails in one line."""
+    status, out = audited(capsys, tmp_path, log, [], keyring)
+    assert (status, out) == (0, "audit passed: 29 records, 0 of them under 0 signed "
+                                "checkpoints, 29 after the last checkpoint of their partition; "
+                                "21 decisions derived again")  # fmt: skip
+    export = tmp_path / "bad.avro"
+    with export.open("wb") as out:
+        write_export(log, out, {"jobledger.checkpoints": "{not json"})
+    assert main(["audit", str(export), "--keyring", str(keyring)]) == 1
+    assert capsys.readouterr().out.startswith(
+        "audit failed: the export's checkpoints are unreadable (JSONDecodeError("
+    )
+    origin = origin_of(CLUSTER, "jobledger.snapshot", 0)
+    note = Checkpoint(origin, 1, bytes(32), 1).signed(SERVICES, "services")
+    status, out = audited(capsys, tmp_path, log, [CheckpointRecord(0, 0, note)], keyring)
+    assert (status, out) == (1, f"audit failed: checkpoint@0: origin {origin} names no "
+                                "partition of a log")  # fmt: skip

@@ -17,7 +17,6 @@ a second checkpointer fences the first: one writer per partition, sizes that onl
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -40,8 +39,6 @@ from jobledger.services.transparency import (
 
 from .log_file import LOG_ROLES, LogRecord
 from .provenance import provenance_of
-
-log = logging.getLogger(__name__)
 
 RANGE_HEADER = "jobledger.compact-range"
 EXPORT_METADATA_KEY = "jobledger.checkpoints"
