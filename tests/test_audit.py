@@ -25,6 +25,8 @@ from jobledger.projections.log.checkpoints import (
 from jobledger.projections.log.log_file import LogRecord, read_export, write_export
 from jobledger.projections.log.provenance import Provenance
 from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas.deadletters import DeadLettered
+from jobledger.schemas.jobs import JobCancellationRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.control.driver import DECIDING_PRODUCERS
 from jobledger.services.signing import TYPE_HEADER, Keyring, SigningKey
@@ -368,3 +370,41 @@ def test_an_export_without_checkpoints_or_with_unreadable_ones_says_so(
     status, out = audited(capsys, tmp_path, log, [CheckpointRecord(0, 0, note)], keyring)
     assert (status, out) == (1, f"audit failed: checkpoint@0: origin {origin} names no "
                                 "partition of a log")  # fmt: skip
+
+
+def with_refused_input(log: list[LogRecord], letter_key: SigningKey) -> list[LogRecord]:
+    """`log` and an unsigned cancel on the job's partition, dead-lettered by a dead letter
+    `letter_key` signs."""
+    last = log[-1].timestamp
+    job = next(r for r in log if r.event.type_name() == "JobSubmitted")
+    offset = 1 + max(r.offset for r in log if r.role is job.role)
+    cancel = JobCancellationRequested(event_id="cancel-1", event_time=last + 1,
+                                      producer="eve", job_id=job.event.job_id)  # fmt: skip
+    unsigned = signed(LogRecord(job.role, job.partition, offset, last + 1, cancel), CLIENT)
+    parts = unsigned.provenance.record()
+    unsigned = replace(unsigned, provenance=Provenance.of(
+        parts.topic, parts.key, parts.value, parts.headers[:1]))  # fmt: skip
+    dead = DeadLettered(
+        event_id="dead-1", event_time=last + 2, producer="the service runtime",
+        source_topic=topic_name(job.role), source_partition=job.partition,
+        source_offset=offset, reason="unsigned record",
+    )  # fmt: skip
+    letter = signed(LogRecord(TopicRole.DEAD_LETTER, 0, 0, last + 2, dead), letter_key)
+    return [*log, unsigned, letter]
+
+
+def test_a_refused_input_is_a_leaf_but_its_dead_letter_must_be_the_services(
+    capsys, tmp_path, log, keyring
+):
+    """An unsigned input the services dead-lettered changed nothing: the audit checks no
+    signature of it, yet it is a leaf of its partition's tree. A dead letter takes its input
+    out of replay and out of the signature check, so one signed by anyone but the services
+    would hide an input nobody may have written."""
+    refused = with_refused_input(log, SERVICES)
+    status, out = audited(capsys, tmp_path, refused, checkpoints_of(refused), keyring)
+    assert (status, out) == (0, "audit passed: 31 records, 31 of them under 9 signed "
+                                "checkpoints; 21 decisions derived again")  # fmt: skip
+    forged = with_refused_input(log, CLIENT)
+    status, out = audited(capsys, tmp_path, forged, [], keyring)
+    assert (status, out) == (1, f"audit failed: {where(forged[-1])}: a dead letter signed by "
+                                "alice (admin): only the services dead-letter")  # fmt: skip

@@ -6,6 +6,7 @@ reporting its first failure with its position, in this order:
 1. each partition's records come in strictly increasing offsets (none moved or duplicated);
 2. every record the services did not dead-letter is signed by a key of the keyring,
    unrevoked when it was appended (what they refused changed nothing, and is still a leaf),
+   every dead letter by a services key (a dead letter takes its input out of replay),
    and every record's event is what its bytes decode to (an export holds both: an event
    edited beside intact bytes would replay as something nobody signed);
 3. every checkpoint the export carries is a note signed by a services key, all of one
@@ -128,6 +129,9 @@ def _check_records(records: list[LogRecord], keyring: Keyring) -> dict[int, Sign
             signer = signed.check(keyring, record.timestamp)
             if isinstance(signer, str):
                 raise AuditFailed(f"{position(record)}: {signer}")
+            if record.role is TopicRole.DEAD_LETTER and signer.role != "services":
+                raise AuditFailed(f"{position(record)}: a dead letter signed by {signer.principal} "
+                                  f"({signer.role}): only the services dead-letter")  # fmt: skip
             signers[id(record)] = signer
         parts = signed.record()
         if _role_of(parts.topic) is not record.role:
