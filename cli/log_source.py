@@ -71,13 +71,15 @@ def reducers_of(args: argparse.Namespace) -> Callable[[], ReducerDriver]:
 
 
 def log_records(
-    args: argparse.Namespace, from_file: Path | None, provenance: bool = False
-) -> list[LogRecord]:
+    args: argparse.Namespace, from_file: Path | None, provenance: bool = False,
+    unsigned_too: bool = False,
+) -> list[LogRecord]:  # fmt: skip
     """The log, from an exported file or from the broker (undecodable records reported),
     read under the bulk collection policy: every record read stays alive, and the collector
     walking them all again and again cost half the reading of a million. Signed records
     keep their `provenance` only if asked (to export or check them): a signed log read with
-    it held a third more memory, and a signed export replayed a tenth slower."""
+    it held a third more memory, and a signed export replayed a tenth slower. With
+    `unsigned_too`, from the broker, unsigned records keep theirs too (`provenance_of`)."""
     if from_file is not None:
         with bulk_replay():
             return list(progress(read_export(from_file, provenance), f"reading {from_file}"))
@@ -88,7 +90,7 @@ def log_records(
         with bulk_replay():
             records = list(progress(read_log(
                 consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
-                provenance,
+                provenance, unsigned_too,
             ), "reading the log"))  # fmt: skip
     finally:
         consumer.close()

@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "services": ("services", "the reducers as Kafka services"),
     "export": ("replay", "write the log to an Avro container file"),
     "replay": ("replay", "rebuild every reducer's state from the log"),
+    "checkpoint": ("audit", "write signed checkpoints (Merkle tree heads) of every partition "
+                   "of the log"),
+    "audit": ("audit", "check an export offline: signatures, checkpoints, decisions"),
     "history": ("debug", "every event of one job across all topics, in log order, each with its "
                 "cause"),
     "explain": ("debug", "why: an event's causes, a task's story (JOB/VERTEX[SUBTASK]#ATTEMPT), "

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobledger.projections.debugging.tables import state_table
+from jobledger.projections.log.checkpoints import export_metadata, read_checkpoints
 from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.projections.log.positions import Position, cut, log_order
 from jobledger.projections.log.replay import (
@@ -28,11 +29,13 @@ from . import log_source
 from .log_source import processed_by, reducers_of, replayed
 from .options import (
     at_option,
+    bootstrap_of,
     configuration_option,
     epoch_ms,
     non_negative_int,
     position_of,
     positive_int,
+    prefix_of,
     registry_option,
 )
 
@@ -78,9 +81,12 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    records = log_source.log_records(args, None, provenance=True)
+    # the checkpoints before the records: each then covers records the export holds
+    checkpoints = read_checkpoints(bootstrap_of(args), prefix_of(args))
+    records = log_source.log_records(args, None, provenance=True,
+                                     unsigned_too=bool(checkpoints))  # fmt: skip
     with open(args.file, "wb") as out:
-        count = write_export(records, out)
+        count = write_export(records, out, export_metadata(checkpoints))
     print(f"exported {count} records to {args.file}", file=sys.stderr)
     return 0
 

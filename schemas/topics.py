@@ -24,6 +24,9 @@ class TopicRole(StrEnum):
     KV_STATE = "kvstate"
     """Keyed state the task runner publishes for queryable-state lookups, keyed by
     `<KvStateID>/<key>`; compacted, so the latest value of every key is kept."""
+    CHECKPOINT = "checkpoint"
+    """Signed tree heads of every partition of the log (`jobledger checkpoint`), keyed by the
+    partition's origin; never compacted, so an auditor sees every checkpoint ever written."""
 
 
 DEFAULT_PREFIX = "jobledger."
@@ -51,6 +54,7 @@ def topic_specs(partitions: int) -> list[TopicSpec]:
         TopicSpec(TopicRole.DEAD_LETTER, partitions, {}),
         TopicSpec(TopicRole.SNAPSHOT, partitions, compacted),
         TopicSpec(TopicRole.KV_STATE, partitions, compacted),
+        TopicSpec(TopicRole.CHECKPOINT, 1, {}),
     ]
 
 

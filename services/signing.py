@@ -266,7 +266,7 @@ class Keyring:
             return f"signed by key {named!r}, which is not in the keyring"
         type_name = found.get(TYPE_HEADER, b"").decode(errors="replace")
         try:
-            self._key(entry).verify(signature, signed_bytes(topic, key, value, type_name))
+            self.public_key(entry).verify(signature, signed_bytes(topic, key, value, type_name))
         except InvalidSignature:
             return (
                 f"bad signature for key {entry.key_id} ({entry.principal}): the record is not "
@@ -279,7 +279,8 @@ class Keyring:
             )
         return Signer(entry.principal, entry.role)
 
-    def _key(self, entry: KeyEntry) -> Ed25519PublicKey:
+    def public_key(self, entry: KeyEntry) -> Ed25519PublicKey:
+        """`entry`'s public key (made once: a checker asks per record)."""
         public = self._public.get(entry.key_id)
         if public is None:
             raw = base64.b64decode(entry.public_key)

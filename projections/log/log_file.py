@@ -74,12 +74,13 @@ class SkippedRecord:
 
 
 def read_log(
-    consumer: Consumer, prefix: str, serde: EventSerde, provenance: bool = True
-) -> Iterator[LogRecord | SkippedRecord]:
+    consumer: Consumer, prefix: str, serde: EventSerde, provenance: bool = True,
+    unsigned_too: bool = False,
+) -> Iterator[LogRecord | SkippedRecord]:  # fmt: skip
     """Every record of the log's topics up to their current end, in offset order per
     partition, partitions in a stable order (topic role, partition); each signed one with its
     `provenance` unless told not to (a reader that checks no signature need not hold every
-    record's value twice)."""
+    record's value twice), and with `unsigned_too` every one (`provenance_of`)."""
     roles = roles_by_topic(prefix, LOG_ROLES)
     messages = sorted(
         read_topics(consumer, list(roles), from_beginning=True, stop_at_end=True),
@@ -93,8 +94,8 @@ def read_log(
         except DecodeError as exc:
             yield SkippedRecord(role, msg.partition(), msg.offset(), str(exc))
             continue
-        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event,
-                        provenance_of(msg, value) if provenance else None)  # fmt: skip
+        kept = provenance_of(msg, value, unsigned_too) if provenance else None
+        yield LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event, kept)
 
 
 def processed_by_services(bootstrap: str, prefix: str) -> Callable[[LogRecord], bool]:
@@ -144,8 +145,12 @@ def export_schema(provenance: bool = True) -> dict[str, Any]:
     }
 
 
-def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
-    """Write the records to an Avro Object Container File; returns how many."""
+def write_export(
+    records: Iterable[LogRecord], out: BinaryIO, metadata: dict[str, str] | None = None
+) -> int:
+    """Write the records to an Avro Object Container File; returns how many. `metadata` goes
+    in the file's header, where a reader that does not know a key passes it by (the log's
+    checkpoints: `checkpoints.export_metadata`)."""
     schema = parse_schema(export_schema())
     count = 0
 
@@ -163,7 +168,7 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
                 "provenance": None if signed is None else signed.packed,
             }
 
-    writer(out, schema, rows(), codec="deflate")
+    writer(out, schema, rows(), codec="deflate", metadata=metadata)
     return count
 
 
@@ -215,6 +220,8 @@ class ExportFile:
             blocks = block_reader(self._file, return_record_name=True,
                                   return_record_name_override=True)  # fmt: skip
             self.writer_schema = blocks.writer_schema
+            self.metadata: dict[str, str] = dict(blocks.metadata)
+            """The file header's metadata (`write_export`'s, and Avro's own keys)."""
             written = schema_fingerprint(parse_schema(blocks.writer_schema))
             if written not in _fingerprints_read_as_written():
                 self._file.seek(0)

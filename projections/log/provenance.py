@@ -90,15 +90,18 @@ ABSENT_LENGTH = ABSENT.to_bytes(4, "big")
 _length = Struct(">I").pack
 
 
-def provenance_of(msg: Message, value: bytes) -> Provenance | None:
-    """A record's provenance, if it carries a signature header (else None: nothing to keep);
-    `value` is the record's (each `msg.value()` is a copy of its own)."""
-    headers = msg.headers()
-    for name, _ in headers or ():  # most records of most logs: unsigned, with one header
+def provenance_of(msg: Message, value: bytes, unsigned_too: bool = False) -> Provenance | None:
+    """A record's provenance, if it carries a signature header or `unsigned_too` (else None:
+    nothing to keep); `value` is the record's (each `msg.value()` is a copy of its own). An
+    export of a checkpointed log keeps every record's, unsigned ones too (what an attacker
+    wrote and the services dead-lettered): each is a leaf of its partition's tree."""
+    headers = msg.headers() or ()
+    for name, _ in headers:  # most records of most logs: unsigned, with one header
         if name in SIGNATURE_HEADERS:
             break
     else:
-        return None
+        if not unsigned_too:
+            return None
     kept = [(name, header or b"") for name, header in headers if name in SIGNING_HEADERS]
     return Provenance.of(msg.topic(), msg.key(), value, kept)
 
@@ -110,6 +113,6 @@ AVRO_FIELD: dict[str, Any] = {
     "doc": "A signed record's topic, key, value and jobledger.type, jobledger.signer and "
     "jobledger.signature headers (each header's name, then its value), each as a 4-byte "
     "big-endian length and its bytes (an absent key: length 0xFFFFFFFF); null for an "
-    "unsigned record.",
+    "unsigned record, unless the export carries checkpoints (then every record has it).",
 }
 """How an export holds a provenance (`log_file.export_schema`)."""

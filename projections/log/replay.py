@@ -34,7 +34,7 @@ from jobledger.services.control.driver import (
 from jobledger.services.host.gc_policy import bulk_replay
 from jobledger.services.host.parallel import run_groups
 from jobledger.services.host.poison import infrastructure, reduce_skipping
-from jobledger.services.signing import UNSIGNED, Keyring
+from jobledger.services.signing import UNSIGNED, Keyring, Signer
 
 from .log_file import LogRecord
 
@@ -185,13 +185,17 @@ class SignatureCheck:
     checked: int = 0
     """How many signatures held."""
 
+    def signer(self, record: LogRecord) -> Signer | str:
+        """Who signed `record`, or why the keyring refuses it (`Keyring.check`)."""
+        signed = record.provenance
+        return UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
+
     def refusal(self, record: LogRecord, owner: ReducerDriver) -> SignatureRefused | None:
         """Why `record`, about to reach `owner` (its partition's driver), should not have, or
         None."""
         if owner.awaited(record.event):
             return None
-        signed = record.provenance
-        signer = UNSIGNED if signed is None else signed.check(self.keyring, record.timestamp)
+        signer = self.signer(record)
         if isinstance(signer, str):
             return SignatureRefused(position(record), signer)
         reason = owner.admit(record.event, signer.principal, signer.role, self.keyring.owners())

@@ -33,9 +33,10 @@ Alter. Every rule is ALLOW; what no rule allows is refused.
                                                              snapshots
   services  topics Pjob Presourcemanager          W          decisions go to the owners' inboxes
             Ptaskexecutor
-  services  topics Pdeadletter Psnapshot          W          only the services dead-letter and
-                                                             snapshot (no one else may forge a
-                                                             dead letter or a state to restart from)
+  services  topics Pdeadletter Psnapshot          W          only the services dead-letter,
+            Pcheckpoint                                      snapshot and checkpoint (no one else
+                                                             may forge a dead letter, a state to
+                                                             restart from or a tree head)
   services  group jobledger-services-P*           R D        only they join it: a member that never
                                                              processes stalls every partition
   services  transactional id jobledger-P*         W D        only they may fence a service
@@ -257,7 +258,7 @@ def acl_bindings(prefix: str) -> list[AclBinding]:
         *(("services", Resource.TOPIC, t, Pattern.LITERAL, (op.WRITE,)) for t in inputs),
         *(
             ("services", Resource.TOPIC, topic_name(role, prefix), Pattern.LITERAL, (op.WRITE,))
-            for role in (TopicRole.DEAD_LETTER, TopicRole.SNAPSHOT)
+            for role in (TopicRole.DEAD_LETTER, TopicRole.SNAPSHOT, TopicRole.CHECKPOINT)
         ),
         ("services", Resource.GROUP, services_group, Pattern.PREFIXED, (op.READ, op.DESCRIBE)),
         ("services", Resource.TRANSACTIONAL_ID, f"jobledger-{prefix}", Pattern.PREFIXED,

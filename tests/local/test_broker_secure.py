@@ -136,9 +136,9 @@ def test_only_the_services_take_a_service_s_transactional_id(secured):
     _transactional(secured.config("services"), service_id).init_transactions(30)
 
 
-def test_only_the_services_write_dead_letters_and_snapshots(secured):
+def test_only_the_services_write_dead_letters_snapshots_and_checkpoints(secured):
     writers = {"client": "jobledger-cli-", "runner": f"jobledger-runner-{PREFIX}"}
-    for role in (TopicRole.DEAD_LETTER, TopicRole.SNAPSHOT):
+    for role in (TopicRole.DEAD_LETTER, TopicRole.SNAPSHOT, TopicRole.CHECKPOINT):
         topic = topic_name(role, PREFIX)
         for writer, ids in writers.items():
             config, transactional_id = secured.config(writer), f"{ids}{uuid.uuid4()}"

@@ -162,21 +162,33 @@ class SecuredCluster:
 def cluster(secured: SecureBroker, tmp_path: Path) -> Iterator[SecuredCluster]:
     """A fresh prefix with its ACLs and topics, the attackers' keys (eve's revoked), and the
     services running on it, checking every input against the keyring."""
+    c = secured_cluster(secured, tmp_path)
+    with services_on(c):
+        yield c
+
+
+def secured_cluster(
+    secured: SecureBroker, tmp_path: Path, attackers: bool = True
+) -> SecuredCluster:
+    """A fresh prefix with its ACLs, and (unless told not) the attackers' keys (eve's
+    revoked)."""
     prefix = f"att{uuid.uuid4().hex[:6]}."
     granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
     assert granted.returncode == 0, granted.stderr
     tag = uuid.uuid4().hex[:6]
     names = {"mallory": f"mallory-{tag}", "rogue": f"rogue-{tag}", "eve": f"eve-{tag}"}
+    if not attackers:
+        names = {}
     for who, role in (("mallory", "client"), ("rogue", "runner"), ("eve", "client")):
-        made = secured.run("keys", "new", names[who], "--role", role)
-        assert made.returncode == 0, made.stderr
-    assert secured.run("keys", "revoke", names["eve"]).returncode == 0
+        if who in names:
+            made = secured.run("keys", "new", names[who], "--role", role)
+            assert made.returncode == 0, made.stderr
+    if names:
+        assert secured.run("keys", "revoke", names["eve"]).returncode == 0
     folder = secured.home / "secure"
     keys = {who: SigningKey.load(folder / f"{name}.key") for who, name in names.items()}
     keys |= {p: SigningKey.load(folder / f"{p}.key") for p in ("client", "runner", "services")}
-    c = SecuredCluster(secured, prefix, keys, names, tmp_path)
-    with services_on(c):
-        yield c
+    return SecuredCluster(secured, prefix, keys, names, tmp_path)
 
 
 @contextlib.contextmanager
@@ -398,3 +410,40 @@ def test_kafka_refuses_what_signatures_cannot_stop(cluster):
     refused_job = cli(c.secured.home, "job", "submit", str(path), *c.as_("client"))
     assert refused_job.returncode == 1
     assert f"is one of jobledger's own topics (prefix {c.prefix!r})" in refused_job.stderr
+
+
+def test_the_services_checkpoints_make_an_export_that_audits_clean(secured, tmp_path):
+    """Issue 48 item 3 on the real broker: `jobledger checkpoint`, as the services, writes
+    signed tree heads of every partition twice (the second run goes on from the first's);
+    an export carries them, and `jobledger audit` finds every record under one, an unsigned
+    record the services refused among them."""
+    c = secured_cluster(secured, tmp_path, attackers=False)
+    keyring = str(c.secured.home / "secure" / "keyring.json")
+    with services_on(c, "--timer-interval-ms", "0"):
+        runner, client = c.writer("runner", "runner"), c.writer("client", "client")
+        runner.write(_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
+                            number_of_slots=2, resource_profile=ANY))  # fmt: skip
+        job = _event(JobSubmitted, "cli", job_id=uuid.uuid4().hex, job_name="audited",
+                     vertices=[vertex("v", 2)])  # fmt: skip
+        client.write(*submission(job, "cli"))
+        c.read(TopicRole.TASK_EXECUTOR, lambda events: sum(
+            isinstance(e, TaskSubmissionAccepted) for e in events) == 2)  # fmt: skip
+        first = c.secured.run("checkpoint", "--once", *c.as_("services"))
+        assert first.returncode == 0, first.stderr
+        where = c.writer("client", None).write(
+            _event(JobCancellationRequested, "cli", job_id=job.job_id))[0]  # fmt: skip
+        assert "unsigned record" in dead_letters(c, {"unsigned": where})["unsigned"]
+    # the services stopped: every input of the export has its decisions in it
+    second = c.secured.run("checkpoint", "--once", *c.as_("services"))
+    assert second.returncode == 0, second.stderr
+    grown = sorted(line.split("/")[1] for line in second.stdout.splitlines())
+    assert grown == [c.topic(TopicRole.DEAD_LETTER), c.topic(TopicRole.JOB)], second.stdout
+    export = tmp_path / "log.avro"
+    exported = c.secured.run("export", str(export), *c.as_("client"))
+    assert exported.returncode == 0, exported.stderr
+    count = int(exported.stderr.split()[1])
+    audited = c.secured.run("audit", str(export), "--keyring", keyring)
+    checkpoints = len(first.stdout.splitlines()) + len(second.stdout.splitlines())
+    assert audited.stdout.startswith(
+        f"audit passed: {count} records, {count} of them under {checkpoints} signed "
+        "checkpoints; "), audited.stdout + audited.stderr  # fmt: skip

@@ -139,7 +139,8 @@ def test_a_module_imports_only_its_own_layer_and_the_layers_below(module):
 
 SHARED = "services"
 """`services/kafka.py` (with `kafka_topics.py`, `kafka_reads.py`), `client_properties.py`,
-`configuration.py`, `home.py` and `signing.py`: what every room of the engine uses."""
+`configuration.py`, `home.py`, `signing.py` and `transparency.py`: what every room of the
+engine uses."""
 
 ROOMS = {
     "services.control": set(),
@@ -190,6 +191,7 @@ def test_every_module_of_the_engine_and_the_read_models_is_in_a_room():
         "jobledger.services.kafka_reads",
         "jobledger.services.kafka_topics",
         "jobledger.services.signing",
+        "jobledger.services.transparency",
     ]
 
 
