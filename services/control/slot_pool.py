@@ -521,6 +521,7 @@ class SlotPool(Reducer):
         self.release_slot(event.slot_request_id, out)
 
     @handles(SlotRequestRefused)
+    @completes_requests
     def on_request_refused(self, event: SlotRequestRefused, out: Decisions) -> None:
         """The ResourceManager refused the request (its tenant is over a limit): it fails
         with that reason, and there is nothing to cancel there."""
