@@ -38,8 +38,9 @@ def vertex(parallelism: int) -> JobVertex:
                      parallelism=parallelism)  # fmt: skip
 
 
-def simulate(jobs: int, task_executors: int, tenants: bool) -> list[int]:
-    """The small client's latencies (ms of event time), one per job it submitted."""
+def simulate(jobs: int, task_executors: int, tenants: bool) -> dict[str, list[int]]:
+    """Each client's latencies (ms of event time from submission to FINISHED), one per job
+    that finished."""
     options = ["heartbeat.timeout=1 h"]
     if not tenants:
         options += ["jobledger.principal.max-jobs-in-flight=0",
@@ -67,7 +68,7 @@ def simulate(jobs: int, task_executors: int, tenants: bool) -> list[int]:
         lazy = ScheduleMode.LAZY_FROM_SOURCES
         at(t, JobSubmitted, job_id=job_id, job_name=kind, vertices=[vertex(parallelism)],
            schedule_mode=lazy, principal=who if tenants else None)  # fmt: skip
-    latencies: list[int] = []
+    finished: dict[str, list[int]] = {}
     while inbox:
         t, _, event = heapq.heappop(inbox)
         events = [event]
@@ -82,16 +83,17 @@ def simulate(jobs: int, task_executors: int, tenants: bool) -> list[int]:
                 for state in (ExecutionState.INITIALIZING, ExecutionState.RUNNING):
                     at(t, TaskExecutionStateChanged, execution_state=state, **fields)
                 done = t + RUN_MS[kind]
-                at(done, TaskExecutionStateChanged, execution_state=ExecutionState.FINISHED,
-                   **fields)  # fmt: skip
                 at(done, TaskFinalStateReported, job_id=derived.job_id,
                    resource_id=derived.resource_id,
                    execution_attempt_id=derived.execution_attempt_id,
                    execution_state=ExecutionState.FINISHED)  # fmt: skip
-            elif (isinstance(derived, JobStatusChanged) and derived.job_id.startswith("small")
-                  and derived.to_status.value == "FINISHED"):  # fmt: skip
-                latencies.append(derived.event_time - submitted[derived.job_id])
-    return latencies
+                at(done, TaskExecutionStateChanged, execution_state=ExecutionState.FINISHED,
+                   **fields)  # fmt: skip
+            elif isinstance(derived, JobStatusChanged) and derived.to_status.value == "FINISHED":
+                finished.setdefault(derived.job_id.split("-")[0], []).append(
+                    derived.event_time - submitted[derived.job_id]
+                )
+    return finished
 
 
 def percentile(values: list[int], p: float) -> int | None:
@@ -107,13 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     result = {}
     for name, tenants in (("fifo", False), ("tenants", True)):
         started = time.monotonic()
-        lat = simulate(args.jobs, args.task_executors, tenants)
+        finished = simulate(args.jobs, args.task_executors, tenants)
+        lat = finished.get("small", [])
         result[name] = {"small_finished": len(lat), "small_submitted": 120,
                         "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99),
+                        "flood_finished": len(finished.get("flood", [])),
+                        "hog_ms": max(finished.get("hog", [0])),
                         "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
         print(
             f"{name}: the small client's jobs finished {len(lat)}/120, p50 "
-            f"{result[name]['p50_ms']} ms, p99 {result[name]['p99_ms']} ms",
+            f"{result[name]['p50_ms']} ms, p99 {result[name]['p99_ms']} ms; the flood's "
+            f"{result[name]['flood_finished']}/{args.jobs}; the hog in "
+            f"{result[name]['hog_ms']} ms",
             file=sys.stderr,
         )
     print(json.dumps(result))

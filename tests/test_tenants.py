@@ -4,12 +4,22 @@ time, slots held); each test asserts the exact derived events, in order."""
 
 from __future__ import annotations
 
-from jobledger.schemas.slots import SlotFreed, SlotRequested, SlotRequestRefused
+from jobledger.schemas.slots import (
+    SlotAllocationRequested,
+    SlotFreed,
+    SlotRequestCancelled,
+    SlotRequested,
+    SlotRequestFailed,
+    SlotRequestRefused,
+)
+from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind, ScheduleMode
 from jobledger.services.configuration import Configuration
 from jobledger.services.control.resource_manager import ResourceManager, ResourceManagerConfig
 from jobledger.services.control.tenants import TenantLimits
 
-from .events import UNKNOWN, assert_derived, expect
+from .events import UNKNOWN, assert_derived, derived_from, expect, rejection
+from .jobs import JOB, JobCluster, vertex
+from .test_job_master import pool_rejected, pooled, status
 from .test_resource_manager import RM, asked
 
 
@@ -122,3 +132,62 @@ def test_the_limits_are_flink_style_options_with_documented_defaults():
         "jobledger.principal.max-slots=16",
     ])  # fmt: skip
     assert parsed.resource_manager().tenants == TenantLimits(3, 0, 16)
+
+
+def cluster(**limits: int) -> JobCluster:
+    """One TaskExecutor of two slots, under a ResourceManager holding tenants to `limits`."""
+    rm = ResourceManager(ResourceManagerConfig(tenants=TenantLimits(**limits)))
+    return JobCluster(task_executors=1, slots=2, resource_manager=rm)
+
+
+def test_a_refused_job_fails_with_the_reason_and_cancels_its_other_request():
+    c = cluster(max_jobs_in_flight=1)
+    c.submit([vertex("only", 1)], job="job-0", principal="mallory")
+    log = c.submit([vertex("only", 2)], principal="mallory")
+    requests = [e for e in log if isinstance(e, SlotRequested)]
+    r1, r2 = requests
+    cause = (
+        "principal 'mallory' has 1 jobs in flight, the limit "
+        "(jobledger.principal.max-jobs-in-flight=1)"
+    )
+    refusals = []
+    for request in requests:
+        refusal = derived_from(log, request, "resourcemanager")
+        assert_derived(refusal, [refused(request.allocation_id, JOB, cause)])
+        refusals += refusal
+    first, second = refusals
+    released = f"Pending slot request with SlotRequestId {r2.slot_request_id} has been released."
+    slot2 = {"job_id": JOB, "slot_request_id": r2.slot_request_id,
+             "allocation_id": r2.allocation_id, "cause": released}  # fmt: skip
+    assert_derived(derived_from(log, first, "jobmaster"), [
+        pooled(SlotRequestFailed, job_id=JOB, slot_request_id=r1.slot_request_id,
+               allocation_id=r1.allocation_id, cause=cause),
+        status(JobStatus.RUNNING, JobStatus.FAILING, f"{r1.slot_request_id}: {cause}"),
+        pooled(SlotRequestFailed, **slot2), pooled(SlotRequestCancelled, **slot2),
+        status(JobStatus.FAILING, JobStatus.FAILED, f"{r1.slot_request_id}: {cause}"),
+    ])  # fmt: skip
+    # the second refusal finds its request already released, and the RM never opened it
+    assert_derived(derived_from(log, second, "slotpool"), [
+        pool_rejected(second, f"allocation {r2.allocation_id} is no pending request"),
+    ])  # fmt: skip
+    cancel = next(e for e in log if isinstance(e, SlotRequestCancelled))
+    assert_derived(derived_from(log, cancel, "resourcemanager"), [
+        rejection(cancel, OwnerKind.RESOURCE_MANAGER, "resourcemanager",
+                  f"allocation {r2.allocation_id} has no open request"),
+    ])  # fmt: skip
+    assert c.driver.job_masters["job-0"].status is JobStatus.RUNNING
+
+
+def test_a_slot_a_wide_job_frees_goes_to_the_tenant_waiting_not_the_jobs_next_subtask():
+    """The cause bench/fairness.py found: the wide job's pool kept each freed slot for its
+    own next subtask, so another tenant waited for the whole job."""
+    c = cluster()
+    c.submit([vertex("wide", 3)], mode=ScheduleMode.LAZY_FROM_SOURCES, principal="bob")
+    small = c.submit([vertex("only", 1)], job="job-2", principal="alice")
+    assert not [e for e in small if isinstance(e, SlotAllocationRequested)]
+    first = c.deployments()[0].execution_attempt_id
+    c.report(first, ExecutionState.RUNNING)
+    log = c.report(first, ExecutionState.FINISHED)
+    freed = next(e for e in log if isinstance(e, SlotFreed))
+    (asked_again,) = derived_from(log, freed, "resourcemanager")
+    assert asked_again.job_id == "job-2"

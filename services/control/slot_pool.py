@@ -70,6 +70,7 @@ from .resource_profile import is_matching
 from .slot_request_listener import Completion, SlotRequestListener, completes_requests
 
 PRODUCER = "slotpool"
+_SHARED = "released by a job of a named tenant: the ResourceManager shares it (tenants)"
 
 MAX_BLOCKED_TASK_MANAGERS = 64
 """TaskManagers a pool avoids at once; past this many the one blocked first is forgotten, so
@@ -505,14 +506,24 @@ class SlotPool(Reducer):
 
     @completes_requests
     def release_slot(self, slot_request_id: str, out: Decisions) -> None:
-        """Cancel a waiting request (SP-11) or return its slot to the pool (SP-10)."""
+        """Cancel a waiting request (SP-11) or return its slot to the pool (SP-10). A job of a
+        named tenant (`principal`) keeps no slot it does not use: the slot goes back to the
+        ResourceManager, which gives it to the neediest tenant waiting (`tenants`), this job
+        again if none is needier. Kept, it would serve this job's next request first, and a
+        job wider than the cluster would hold every slot to its last subtask while other
+        tenants waited. Jobs naming no principal keep Flink's reuse, so logs written before
+        tenants replay alike."""
         if self._refuse_unless_started(out):
             return
         if self.pending(slot_request_id):
             reason = f"Pending slot request with SlotRequestId {slot_request_id} has been released."
             self._fail_request(slot_request_id, reason, out)
         elif slot_request_id in self.allocated_slots:
-            self._fulfill_or_make_available(self._take_allocated(slot_request_id), out)
+            slot = self._take_allocated(slot_request_id)
+            if self.principal is None:
+                self._fulfill_or_make_available(slot, out)
+            else:
+                self._free_on_task_executor(slot, _SHARED, out)
         else:
             self._reject(out, f"slot request {slot_request_id} is unknown to the pool")
 
