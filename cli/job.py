@@ -89,6 +89,11 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> Subparsers:
     c.add_argument(
         "--job-id", help="the job's id (default: the JobGraph's job_id, else a fresh one)"
     )
+    c.add_argument(
+        "--principal", help="the tenant the job counts against (its limits and slot share; "
+        "default: the JobGraph's principal, else none: 'anonymous'); a secured cluster "
+        "dead-letters any name but the signer's own",
+    )  # fmt: skip
     registry_option(c)
     configuration_option(c)
     output_option(c)
@@ -202,7 +207,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         graph, name = load_job_graph(args.jobgraph)
         limits = configuration_of(args).job_limits()
         checked = dispatcher.check_job_graph(
-            graph, PRODUCER, serde, prefix, args.job_id, name, limits
+            graph, PRODUCER, serde, prefix, args.job_id, name, limits, args.principal
         )
         job = checked.event
         assert isinstance(job, JobSubmitted)

@@ -28,6 +28,12 @@ class JobSubmitted(Event):
     restart_strategy: RestartStrategy = Field(
         default_factory=RestartStrategy, description="What to do when a task fails."
     )
+    principal: str | None = Field(
+        default=None,
+        description="The tenant the job counts against (its per-principal limits and slot "
+        "share): the record's signer on a secured cluster, which refuses any other name; "
+        "chosen by the client on an unsigned one. None: the tenant 'anonymous'.",
+    )
 
 
 class JobMasterLeadershipGranted(Event):

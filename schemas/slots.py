@@ -34,6 +34,24 @@ class SlotRequested(Event):
         description="TaskExecutors the job takes no slot of (a deployment there was not "
         "acknowledged in time): the ResourceManager serves the request elsewhere.",
     )
+    principal: str | None = Field(
+        default=None,
+        description="The job's tenant (its JobSubmitted's principal; None: 'anonymous'): the "
+        "ResourceManager shares slots fairly between tenants and holds each to its limits.",
+    )
+
+
+class SlotRequestRefused(Event):
+    """The ResourceManager refused a slot request: its job's tenant is over one of its limits
+    (`jobledger.principal.*`). The pool fails the request, and with it the job's task."""
+
+    topic_role = TopicRole.JOB
+    key_field = "job_id"
+    produced_by = "the ResourceManager"
+
+    job_id: JobID
+    allocation_id: AllocationID
+    cause: str = Field(description="Which limit, and the tenant's count against it.")
 
 
 class SlotRequestCancelled(Event):

@@ -27,6 +27,7 @@ from .control.resource_manager import ResourceManager, ResourceManagerConfig
 from .control.slot_placement import SlotPlacement
 from .control.slot_pool import SlotPoolConfig
 from .control.task_executor import TaskExecutorConfig
+from .control.tenants import TenantLimits
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000}
 _DURATION = re.compile(r"(\d{1,15})\s*(ms|s|min|h)?")
@@ -110,6 +111,17 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
         _count, str(JobLimits.max_deployment_bytes), "the most bytes one run of a JobGraph's "
         "deployments may put on the log (per subtask: its operators, inputs and outputs); "
         "job submit and the JobMaster refuse one beyond"),
+    "jobledger.principal.max-jobs-in-flight": (
+        _count, str(TenantLimits.max_jobs_in_flight), "the most jobs one principal may have "
+        "holding or awaiting slots (0: no limit); the ResourceManager refuses the slot requests "
+        "of one more, which fails with the reason"),
+    "jobledger.principal.max-submissions-per-second": (
+        _count, str(TenantLimits.max_submissions_per_second), "how many jobs one principal may "
+        "start a second, on event time, a second's worth at once (0: no limit); the "
+        "ResourceManager refuses the slot requests of one beyond, which fails with the reason"),
+    "jobledger.principal.max-slots": (
+        _count, str(TenantLimits.max_slots), "the most slots one principal may hold (0: no "
+        "limit); its requests beyond wait while other principals' are served"),
     "cluster.evenly-spread-out-slots": (
         _boolean, "true", "spread slots over TaskExecutors, false: fill one first (jobledger "
         "spreads unless told; Flink's default is false)"),
@@ -195,6 +207,14 @@ class Configuration:
         return ResourceManagerConfig(
             placement=SlotPlacement.SPREAD if spread else SlotPlacement.PACK,
             heartbeat_timeout_ms=self.get("heartbeat.timeout"),
+            tenants=self.tenant_limits(),
+        )
+
+    def tenant_limits(self) -> TenantLimits:
+        return TenantLimits(
+            max_jobs_in_flight=self.get("jobledger.principal.max-jobs-in-flight"),
+            max_submissions_per_second=self.get("jobledger.principal.max-submissions-per-second"),
+            max_slots=self.get("jobledger.principal.max-slots"),
         )
 
     def new_driver(self) -> ReducerDriver:

@@ -35,6 +35,7 @@ from jobledger.schemas.jobs import (
 
 from ..control.execution_graph import ExecutionGraph, InvalidJobGraph, JobLimits
 from ..control.resource_manager import ResourceManagerConfig
+from ..control.tenants import principal_refusal
 from ..kafka import append_events, produce_encoded, produce_event
 from .produce import ReadyLine, RejectedLine, check_data
 
@@ -59,13 +60,16 @@ def check_job_graph(
     job_id: str | None = None,
     job_name: str | None = None,
     limits: JobLimits | None = None,
+    principal: str | None = None,
 ) -> ReadyLine:
     """The `JobSubmitted` of a JobGraph document (its JSON form, with or without
     `"type": "JobSubmitted"` and an old header, which is replaced), checked as the module
     docstring says and encoded by `serde` for its topic under `prefix`: what `submit` writes.
     `job_id` overrides the document's (none: a fresh 32-hex-digit id, as Flink's JobID);
     `job_name` is used where the document has none; `limits` are the services' (`-D
-    jobledger.job.max-subtasks=...`; None: the defaults), which the JobMaster enforces again."""
+    jobledger.job.max-subtasks=...`; None: the defaults), which the JobMaster enforces again;
+    `principal` overrides the document's (the tenant the job counts against, docs/operations/
+    tenants.md), refused here if the JobMaster would refuse it."""
     if not isinstance(graph, dict):
         raise JobGraphRefused(f"a JobGraph is a JSON object, not {type(graph).__name__}")
     kind = graph.get("type", JobSubmitted.type_name())
@@ -75,11 +79,16 @@ def check_job_graph(
     fields["job_id"] = job_id or fields.get("job_id") or uuid.uuid4().hex
     if job_name is not None:
         fields.setdefault("job_name", job_name)
+    if principal is not None:
+        fields["principal"] = principal
     _check_json_data(fields, "the JobGraph")
     checked = check_data(1, {"type": JobSubmitted.type_name(), **fields}, producer, serde, prefix)
     if isinstance(checked, RejectedLine):
         raise JobGraphRefused(checked.reason)
     assert isinstance(checked.event, JobSubmitted)
+    refusal = principal_refusal(checked.event.principal)
+    if refusal is not None:
+        raise JobGraphRefused(refusal)
     try:
         ExecutionGraph.build(checked.event, lambda vertex, subtask, attempt: "", limits=limits)
     except InvalidJobGraph as exc:

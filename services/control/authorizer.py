@@ -151,6 +151,11 @@ def _client_refusal(event: Event, principal: str, who: str, jobs: JobView) -> st
         submitter = jobs.submitter_of(event.job_id)
         if submitter not in (None, principal):
             return f"{who} submitted job {event.job_id}, which {submitter} submitted"
+        if event.principal not in (None, principal):
+            return (
+                f"{who} submitted job {event.job_id} as principal {event.principal!r}: a job "
+                "counts against its signer's limits, or the anonymous tenant's"
+            )
         return None
     if isinstance(event, (*SUBMITTER_EVENTS, JobMasterLeadershipGranted)):
         submitter = jobs.submitter_of(event.job_id)

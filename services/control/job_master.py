@@ -44,6 +44,7 @@ from jobledger.schemas.slots import (
     BatchSlotRequestTimeoutCheckDisabled,
     NewAllocatedSlotRequested,
     SlotOffered,
+    SlotRequestRefused,
     SlotRequestReleased,
 )
 from jobledger.schemas.tasks import TaskExecutionStateChanged, TaskSubmissionRejected
@@ -59,6 +60,7 @@ from .queries import JobMasterInfo, PendingRestartInfo, query
 from .reducer import Reducer, handles
 from .scheduler import DEFAULT_DEPLOYMENT_TIMEOUT_MS, NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
+from .tenants import principal_refusal
 
 PRODUCER = "jobmaster"
 
@@ -205,6 +207,11 @@ class JobMaster(Reducer):
         if self.job is not None:
             self._reject(out, f"job {self.job_id} was already submitted")
             return
+        refusal = principal_refusal(event.principal)
+        if refusal is not None:
+            self._reject(out, f"invalid JobSubmitted: {refusal}")
+            return
+        self.pool.principal = event.principal
         try:
             self.scheduler.create_execution_graph(event, out)
         except InvalidJobGraph as exc:
@@ -335,6 +342,7 @@ class JobMaster(Reducer):
     @handles(SlotRequestReleased)
     @handles(BatchSlotRequestTimeoutCheckDisabled)
     @handles(JobMasterStopped)
+    @handles(SlotRequestRefused)
     def on_slot_event(self, event: Event, out: Decisions) -> None:
         self.pool.handle(event, out)
 

@@ -18,8 +18,13 @@ Invariants:
   not yet confirmed), ALLOCATED to one allocation, or OCCUPIED by an allocation the
   ResourceManager did not make;
 - a request is waiting or pending at exactly one slot, until its TaskExecutor confirms it;
-- waiting requests are served in the order they arrived, each by the first slot that
-  matches it; a request re-queued after a failure keeps its place.
+- each request belongs to its job's tenant (`tenants`). A free slot goes to the tenant that
+  holds the fewest slots among those whose requests wait (the oldest waiting request breaks
+  a tie), and within a tenant requests are served in the order they arrived, each by the
+  first slot that matches it; a request re-queued after a failure keeps its place. With one
+  tenant (every log written before tenants) that is first come, first served;
+- a new job of a tenant over its limits (jobs in flight, submissions per second) has its
+  requests refused with the reason, never queued; a tenant holding its `max_slots` waits.
 
 There is one ResourceManager; its inputs are the `resourcemanager` topic.
 """
@@ -45,6 +50,7 @@ from jobledger.schemas.slots import (
     SlotFreed,
     SlotRequestCancelled,
     SlotRequested,
+    SlotRequestRefused,
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
@@ -55,8 +61,11 @@ from .reducer import Reducer, derived, handles
 from .slot_placement import FreeSlotIndex, SlotPlacement
 from .slot_states import SlotState
 from .task_slot_table import slot_count_refusal
+from .tenants import TenantLimits, tenant_of
 
 PRODUCER = "resourcemanager"
+RATE_SWEEP = 64
+"""How many tenants' submission rates are kept between sweeps of those at rest."""
 RETIRED_LIMIT = 4096
 """How many lost TaskExecutors' last instances are remembered (oldest loss forgotten first),
 so their registrations, re-sent, are refused. A TaskExecutor forgotten here could be
@@ -70,6 +79,7 @@ class ResourceManagerConfig:
     resource_manager_id: str = "resourcemanager"
     placement: SlotPlacement = SlotPlacement.SPREAD
     heartbeat_timeout_ms: int = 50_000
+    tenants: TenantLimits = field(default_factory=TenantLimits)
 
 
 @dataclass
@@ -140,6 +150,23 @@ class SlotRequest:
     assigned: tuple[str, int] | None = None
     blocked: list[str] = field(default_factory=list)
     """TaskExecutors the job takes no slot of: the request is served elsewhere."""
+    tenant: str = tenant_of(None)
+    """Its job's principal (`tenants`)."""
+
+
+@dataclass
+class TenantShare:
+    """What one tenant has at the ResourceManager now: an index over `requests` and `queue`,
+    rebuilt from them, so a snapshot holds none of it."""
+
+    waiting: list[tuple[int, str]] = field(default_factory=list)
+    """A heap of (arrival, AllocationID) over its queued requests, so serving the oldest does
+    not sort thousands of waiting ones per freed slot; entries no longer in `queue` (or there
+    under another arrival) are stale."""
+    held: int = 0
+    """Slots picked for its requests (pending at their TaskExecutor, or allocated)."""
+    jobs: dict[str, int] = field(default_factory=dict)
+    """Its jobs in flight, each with its number of open requests."""
 
 
 @dataclass
@@ -150,9 +177,6 @@ class ResourceManager(Reducer):
     """Open requests by AllocationID, until their slot is freed."""
     queue: dict[str, int] = field(default_factory=dict)
     """The requests no slot has been picked for: AllocationID -> arrival number."""
-    queue_order: list[tuple[int, str]] = field(default_factory=list)
-    """A heap of (arrival, AllocationID) over `queue`, so serving the oldest requests does not
-    sort thousands of waiting ones per freed slot; entries no longer in `queue` are stale."""
     arrivals: int = 0
     registrations: int = 0
     task_managers_lost: int = 0
@@ -160,7 +184,14 @@ class ResourceManager(Reducer):
     retired: dict[str, RetiredInstance] = field(default_factory=dict)
     """The last instance of each TaskExecutor lost and not registered since, in the order
     they were lost; at most RETIRED_LIMIT."""
+    submission_rates: dict[str, int] = field(default_factory=dict)
+    """Each tenant's theoretical arrival time (`TenantLimits.next_arrival`), while ahead of
+    `latest_request_time`."""
+    latest_request_time: int | None = None
+    """The latest event time of a slot request read: the tenants' rates are judged on it."""
     free_slot_index: FreeSlotIndex = derived()
+    shares: dict[str, TenantShare] = derived(default_factory=dict)
+    """Each tenant with open requests, by principal."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -168,6 +199,19 @@ class ResourceManager(Reducer):
         self.free_slot_index = FreeSlotIndex(self.config.placement)
         for te in self.task_executors.values():
             self.free_slot_index.changed(te)
+        for request in self.requests.values():
+            share = self._share(request.tenant)
+            share.jobs[request.job_id] = share.jobs.get(request.job_id, 0) + 1
+            share.held += request.assigned is not None
+        for allocation_id, arrival in self.queue.items():
+            share = self.shares[self.requests[allocation_id].tenant]
+            heapq.heappush(share.waiting, (arrival, allocation_id))
+
+    def _share(self, tenant: str) -> TenantShare:
+        share = self.shares.get(tenant)
+        if share is None:
+            share = self.shares[tenant] = TenantShare()
+        return share
 
     # -- queries -------------------------------------------------------------------------
 
@@ -416,6 +460,16 @@ class ResourceManager(Reducer):
         if event.allocation_id in self.requests:
             self._reject(out, f"allocation {event.allocation_id} was already requested")
             return
+        tenant = tenant_of(event.principal)
+        refusal = self._admission_refusal(tenant, event)
+        if refusal is not None:
+            out.emit(
+                SlotRequestRefused,
+                job_id=event.job_id,
+                allocation_id=event.allocation_id,
+                cause=refusal,
+            )
+            return
         self.arrivals += 1
         self.requests[event.allocation_id] = SlotRequest(
             event.job_id,
@@ -425,9 +479,44 @@ class ResourceManager(Reducer):
             event.job_master_id,
             self.arrivals,
             blocked=list(event.blocked_resource_ids),
+            tenant=tenant,
         )
+        jobs = self._share(tenant).jobs
+        jobs[event.job_id] = jobs.get(event.job_id, 0) + 1
         self._enqueue(event.allocation_id, self.arrivals)
         self._serve_waiting(out)
+
+    def _admission_refusal(self, tenant: str, event: SlotRequested) -> str | None:
+        """Why the request's job may not start (None: it may, or it is in flight already):
+        its tenant's limits, judged at the latest request time read (`tenants`). A job let
+        in counts against its tenant's rate."""
+        now = event.event_time
+        if self.latest_request_time is not None:
+            now = max(now, self.latest_request_time)
+        self.latest_request_time = now
+        share = self.shares.get(tenant)
+        if share is not None and event.job_id in share.jobs:
+            return None
+        limits = self.config.tenants
+        rate = self.submission_rates.get(tenant, 0)
+        refusal = limits.admission_refusal(tenant, len(share.jobs) if share else 0, rate, now)
+        if refusal is None and limits.max_submissions_per_second:
+            if tenant not in self.submission_rates:
+                self._forget_rested_rates(now)
+            self.submission_rates[tenant] = limits.next_arrival(rate, now)
+        return refusal
+
+    def _forget_rested_rates(self, now: int) -> None:
+        """Before a tenant's rate is added to every RATE_SWEEP already kept, drop those that
+        have caught up with `now` (no different from none): bounded state, at a cost shared
+        by the tenants that grew it, and a function of the state alone, as replay needs."""
+        if len(self.submission_rates) % RATE_SWEEP:
+            return
+        limits = self.config.tenants
+        self.submission_rates = {
+            tenant: at for tenant, at in self.submission_rates.items()
+            if not limits.rested(at, now)
+        }  # fmt: skip
 
     @handles(SlotRequestCancelled)
     def on_request_cancelled(self, event: SlotRequestCancelled, out: Decisions) -> None:
@@ -457,7 +546,7 @@ class ResourceManager(Reducer):
         self._requeue_pending(te.slots[event.slot_index], keep=event.allocation_id)
         request = self.requests.get(event.allocation_id)
         if request is not None:
-            request.assigned = (te.resource_id, event.slot_index)
+            self._assign(request, (te.resource_id, event.slot_index))
             self.queue.pop(event.allocation_id, None)
         self._place(
             te, event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
@@ -499,20 +588,35 @@ class ResourceManager(Reducer):
         self.free_slot_index.changed(te)
 
     def _forget(self, allocation_id: str) -> None:
-        self.requests.pop(allocation_id, None)
+        request = self.requests.pop(allocation_id, None)
         self.queue.pop(allocation_id, None)
+        if request is None:
+            return
+        share = self.shares[request.tenant]
+        share.held -= request.assigned is not None
+        left = share.jobs.pop(request.job_id) - 1
+        if left:
+            share.jobs[request.job_id] = left
+        elif not share.jobs:
+            del self.shares[request.tenant]
+
+    def _assign(self, request: SlotRequest, slot: tuple[str, int] | None) -> None:
+        """Every change of a request's slot goes through here, so its tenant's count holds."""
+        self.shares[request.tenant].held += (slot is not None) - (request.assigned is not None)
+        request.assigned = slot
 
     def _requeue_pending(self, slot: Slot, keep: str | None = None) -> None:
         """A request pending at `slot` (other than `keep`) waits again, keeping its place."""
         if slot.state is SlotState.PENDING and slot.allocation_id != keep:
             request = self.requests.get(slot.allocation_id)
             if request is not None:
-                request.assigned = None
+                self._assign(request, None)
                 self._enqueue(request.allocation_id, request.arrival)
 
     def _enqueue(self, allocation_id: str, arrival: int) -> None:
         self.queue[allocation_id] = arrival
-        heapq.heappush(self.queue_order, (arrival, allocation_id))
+        share = self.shares[self.requests[allocation_id].tenant]
+        heapq.heappush(share.waiting, (arrival, allocation_id))
 
     def _valid_index(self, te: RegisteredTaskExecutor, index: int, out: Decisions) -> bool:
         if 0 <= index < len(te.slots):
@@ -521,22 +625,26 @@ class ResourceManager(Reducer):
         return False
 
     def _serve_waiting(self, out: Decisions) -> None:
-        """Give each waiting request, oldest first, the first free slot that matches it."""
-        unserved: list[tuple[int, str]] = []
-        while self.queue_order and self.free_slot_index.free_total:
-            arrival, allocation_id = heapq.heappop(self.queue_order)
-            if self.queue.get(allocation_id) != arrival:
-                continue
+        """Give free slots to waiting requests, one at a time to the tenant holding the fewest
+        (`_next_tenant`), each its oldest request's first matching slot. A request no free
+        slot matches waits on, and its tenant's next is tried."""
+        unserved: dict[str, list[tuple[int, str]]] = {}
+        tenants = [tenant for tenant, share in self.shares.items() if share.waiting]
+        while tenants and self.free_slot_index.free_total:
+            tenant = self._next_tenant(tenants)
+            if tenant is None:
+                break
+            arrival, allocation_id = heapq.heappop(self.shares[tenant].waiting)
             request = self.requests[allocation_id]
             te = self.free_slot_index.pick(
                 request.resource_profile, self.task_executors, request.blocked
             )
             if te is None:
-                unserved.append((arrival, allocation_id))
+                unserved.setdefault(tenant, []).append((arrival, allocation_id))
                 continue
             index = te.first_free()
             self._place(te, index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
-            request.assigned = (te.resource_id, index)
+            self._assign(request, (te.resource_id, index))
             del self.queue[request.allocation_id]
             out.emit(
                 SlotAllocationRequested,
@@ -548,8 +656,28 @@ class ResourceManager(Reducer):
                 resource_manager_id=self.config.resource_manager_id,
                 job_master_id=request.job_master_id,
             )
-        for entry in unserved:
-            heapq.heappush(self.queue_order, entry)
+        for tenant, entries in unserved.items():
+            for entry in entries:
+                heapq.heappush(self.shares[tenant].waiting, entry)
+
+    def _next_tenant(self, tenants: list[str]) -> str | None:
+        """The tenant among `tenants` to serve next: the one holding the fewest slots, then
+        the one whose oldest waiting request is oldest (Flink's and YARN's fair schedulers
+        serve the neediest first, too). `tenants` loses those with nothing left to try (stale
+        heap entries are dropped on the way) and those at their `max_slots`."""
+        best: tuple[int, int, str] | None = None
+        for tenant in list(tenants):
+            share = self.shares[tenant]
+            waiting = share.waiting
+            while waiting and self.queue.get(waiting[0][1]) != waiting[0][0]:
+                heapq.heappop(waiting)
+            if not waiting or self.config.tenants.at_slot_limit(share.held):
+                tenants.remove(tenant)
+                continue
+            rank = (share.held, waiting[0][0], tenant)
+            if best is None or rank < best:
+                best = rank
+        return None if best is None else best[2]
 
     # -- the query surface (queries.py) ---------------------------------------------------
 
@@ -585,10 +713,16 @@ class ResourceManager(Reducer):
 
     @query
     def requests_queued_before(self, allocation_id: str) -> int:
-        """How many queued requests arrived before the one for `allocation_id` and so are
-        served first (0 if that one is not queued)."""
+        """How many queued requests of its tenant arrived before the one for `allocation_id`
+        and so are served first (0 if that one is not queued); other tenants' take turns."""
         mine = self.queue.get(allocation_id)
-        return 0 if mine is None else sum(1 for order in self.queue.values() if order < mine)
+        if mine is None:
+            return 0
+        tenant = self.requests[allocation_id].tenant
+        return sum(
+            1 for other, order in self.queue.items()
+            if order < mine and self.requests[other].tenant == tenant
+        )  # fmt: skip
 
 
 def _task_manager_info(te: RegisteredTaskExecutor) -> TaskManagerInfo:

@@ -55,6 +55,7 @@ from jobledger.schemas.slots import (
     SlotRequested,
     SlotRequestFailed,
     SlotRequestFulfilled,
+    SlotRequestRefused,
     SlotRequestReleased,
     SlotRequestTimedOut,
 )
@@ -69,6 +70,7 @@ from .resource_profile import is_matching
 from .slot_request_listener import Completion, SlotRequestListener, completes_requests
 
 PRODUCER = "slotpool"
+_SHARED = "released by a job of a named tenant: the ResourceManager shares it (tenants)"
 
 MAX_BLOCKED_TASK_MANAGERS = 64
 """TaskManagers a pool avoids at once; past this many the one blocked first is forgotten, so
@@ -128,6 +130,9 @@ class SlotPool(Reducer):
     blocked_task_managers: dict[str, None] = field(default_factory=dict)
     """TaskManagers the job takes no more slots of, oldest first: a deployment there was not
     acknowledged in time (Flink's blocklist, per JobMaster)."""
+    principal: str | None = None
+    """The job's tenant, as its JobSubmitted names it: every request carries it to the
+    ResourceManager, which shares slots between tenants (`tenants`)."""
     listener: SlotRequestListener | None = derived(default=None)
     """Set by the Scheduler that owns the pool."""
     completed: list[Completion] = derived(default_factory=list)
@@ -390,6 +395,7 @@ class SlotPool(Reducer):
             if request.deadline is not None
             else 0,
             blocked_resource_ids=list(self.blocked_task_managers),
+            principal=self.principal,
         )
 
     # -- requests from the scheduler -----------------------------------------------------
@@ -500,14 +506,24 @@ class SlotPool(Reducer):
 
     @completes_requests
     def release_slot(self, slot_request_id: str, out: Decisions) -> None:
-        """Cancel a waiting request (SP-11) or return its slot to the pool (SP-10)."""
+        """Cancel a waiting request (SP-11) or return its slot to the pool (SP-10). A job of a
+        named tenant (`principal`) keeps no slot it does not use: the slot goes back to the
+        ResourceManager, which gives it to the neediest tenant waiting (`tenants`), this job
+        again if none is needier. Kept, it would serve this job's next request first, and a
+        job wider than the cluster would hold every slot to its last subtask while other
+        tenants waited. Jobs naming no principal keep Flink's reuse, so logs written before
+        tenants replay alike."""
         if self._refuse_unless_started(out):
             return
         if self.pending(slot_request_id):
             reason = f"Pending slot request with SlotRequestId {slot_request_id} has been released."
             self._fail_request(slot_request_id, reason, out)
         elif slot_request_id in self.allocated_slots:
-            self._fulfill_or_make_available(self._take_allocated(slot_request_id), out)
+            slot = self._take_allocated(slot_request_id)
+            if self.principal is None:
+                self._fulfill_or_make_available(slot, out)
+            else:
+                self._free_on_task_executor(slot, _SHARED, out)
         else:
             self._reject(out, f"slot request {slot_request_id} is unknown to the pool")
 
@@ -515,8 +531,22 @@ class SlotPool(Reducer):
     def on_request_released(self, event: SlotRequestReleased, out: Decisions) -> None:
         self.release_slot(event.slot_request_id, out)
 
-    def _fail_request(self, slot_request_id: str, cause: str, out: Decisions) -> None:
-        """Fail a waiting request; one sent to the RM is cancelled there too."""
+    @handles(SlotRequestRefused)
+    @completes_requests
+    def on_request_refused(self, event: SlotRequestRefused, out: Decisions) -> None:
+        """The ResourceManager refused the request (its tenant is over a limit): it fails
+        with that reason, and there is nothing to cancel there."""
+        slot_request_id = self.pending_of_allocation.get(event.allocation_id)
+        if slot_request_id is None:
+            self._reject(out, f"allocation {event.allocation_id} is no pending request")
+            return
+        self._fail_request(slot_request_id, event.cause, out, at_resource_manager=False)
+
+    def _fail_request(
+        self, slot_request_id: str, cause: str, out: Decisions, at_resource_manager: bool = True
+    ) -> None:
+        """Fail a waiting request; one sent to the RM is cancelled there too, unless the RM
+        refused it (`at_resource_manager` False)."""
         request = self.waiting_for_resource_manager.pop(slot_request_id, None)
         if request is None:
             request = self.pending_requests[slot_request_id]
@@ -529,7 +559,8 @@ class SlotPool(Reducer):
             allocation_id=request.allocation_id,
             cause=cause,
         )
-        self._cancel_at_resource_manager(request, cause, out)
+        if at_resource_manager:
+            self._cancel_at_resource_manager(request, cause, out)
 
     def _cancel_at_resource_manager(
         self, request: PendingRequest, cause: str, out: Decisions

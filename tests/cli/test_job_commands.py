@@ -220,6 +220,22 @@ def test_a_builder_returns_the_json_form_or_a_jobsubmitted(tmp_path, monkeypatch
     assert (one.job_name, one.producer, len(one.vertices)) == ("count numbers", "cli", 2)
 
 
+def test_submit_names_the_principal_and_refuses_one_the_jobmaster_would_at_once(tmp_path, capsys):
+    assert check_job_graph(GRAPH, "cli", EventSerde(), "").event.principal is None
+    named = check_job_graph({**GRAPH, "principal": "bob"}, "cli", EventSerde(), "")
+    assert named.event.principal == "bob"
+    chosen = check_job_graph({**GRAPH, "principal": "bob"}, "cli", EventSerde(), "", None,
+                             None, None, "alice")  # fmt: skip
+    assert chosen.event.principal == "alice"
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(GRAPH))
+    unreachable = f"127.0.0.1:{free_port()}"
+    argv = ["job", "submit", str(path), "--bootstrap", unreachable, "--principal", "x" * 257]
+    assert main(argv) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"jobledger: {path}: principal is 257 characters, not 1 to 256"
+
+
 def _checked(graph: Any, producer: str, job_id: str | None = None) -> JobSubmitted:
     """The event of a JobGraph checked for no topic prefix."""
     job = check_job_graph(graph, producer, EventSerde(), "", job_id).event

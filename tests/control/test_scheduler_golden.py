@@ -15,7 +15,10 @@ every slot first). In 545 and 754 a region cancelled within a reaction withdraws
 request when it reaches its vertex, where the slot freed before it was handed through it.
 Issue 44 re-recorded it once more: a deployment's input gate names its producers as one
 range (`consumed_partition_group`), no longer one by one; the old golden, each gate read as
-its range (`upcast_input_gate`), equals the new one record for record."""
+its range (`upcast_input_gate`), equals the new one record for record. Issue 45 re-recorded it
+for the tenant a job counts against: `JobSubmitted` and `SlotRequested` carry `principal`, null
+in every scenario; the old golden, each of those read with it null (its Avro default), equals
+the new one record for record."""
 
 from __future__ import annotations
 

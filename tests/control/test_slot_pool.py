@@ -276,6 +276,19 @@ def test_sp_10_returning_a_slot_fills_the_next_waiting_request(p):
     assert "r1" not in p.pool.allocated_slots
 
 
+def test_a_job_of_a_named_tenant_gives_a_released_slot_back_for_the_rm_to_share(p):
+    """Not SP-10: the slot goes back to the ResourceManager, which gives it to the neediest
+    tenant waiting (tenants.md); r2 stays pending there."""
+    p.pool.principal = "bob"
+    p.request("r1")
+    p.request("r2")
+    a1 = p.alloc("r1")
+    p.offer(a1)
+    shared = "released by a job of a named tenant: the ResourceManager shares it (tenants)"
+    assert_derived(p.release("r1"), [free(a1, shared)])
+    assert list(p.pool.pending_requests) == ["r2"] and not p.pool.available_slots
+
+
 def test_sp_11_releasing_a_pending_request_fails_it_and_cancels_it_at_the_rm(p):
     p.request("r1")
     a = p.alloc("r1")

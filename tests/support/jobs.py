@@ -23,6 +23,7 @@ from jobledger.schemas.types import (
 )
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.job_master import JobMaster, JobMasterConfig
+from jobledger.services.control.resource_manager import ResourceManager
 
 from .events import Clock, profile
 
@@ -67,10 +68,14 @@ class JobCluster:
     and answers every deployment the way `runner` says."""
 
     def __init__(
-        self, task_executors: int = 2, slots: int = 4, config: JobMasterConfig | None = None
-    ) -> None:
+        self, task_executors: int = 2, slots: int = 4, config: JobMasterConfig | None = None,
+        resource_manager: ResourceManager | None = None,
+    ) -> None:  # fmt: skip
         self.clock = Clock()
-        self.driver = ReducerDriver(job_master_config=config or JobMasterConfig())
+        self.driver = ReducerDriver(
+            job_master_config=config or JobMasterConfig(),
+            resource_manager=resource_manager or ResourceManager(),
+        )
         self.log: list[Event] = []
         self.answered: set[str] = set()
         self.run([
@@ -89,15 +94,17 @@ class JobCluster:
         return new
 
     def submit(self, vertices: list[JobVertex], mode=ScheduleMode.EAGER, restart=None,
-               lead: bool = True) -> list[Event]:  # fmt: skip
+               lead: bool = True, job: str = JOB, principal: str | None = None,
+               ) -> list[Event]:  # fmt: skip
         events: list[Event] = [self.clock(
-            JobSubmitted, job_id=JOB, job_name="test job", vertices=vertices,
+            JobSubmitted, job_id=job, job_name="test job", vertices=vertices,
             schedule_mode=mode, restart_strategy=restart or RestartStrategy(),
+            principal=principal,
         )]  # fmt: skip
         if lead:
             events += [
-                self.clock(JobMasterLeadershipGranted, job_id=JOB, job_master_id=JM),
-                self.clock(ResourceManagerConnected, job_id=JOB,
+                self.clock(JobMasterLeadershipGranted, job_id=job, job_master_id=JM),
+                self.clock(ResourceManagerConnected, job_id=job,
                            resource_manager_id="resourcemanager"),
             ]  # fmt: skip
         return self.run(events)
