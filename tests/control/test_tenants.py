@@ -17,8 +17,8 @@ from jobledger.services.configuration import Configuration
 from jobledger.services.control.resource_manager import ResourceManager, ResourceManagerConfig
 from jobledger.services.control.tenants import TenantLimits
 
-from .events import UNKNOWN, assert_derived, derived_from, expect, rejection
-from .jobs import JOB, JobCluster, vertex
+from ..support.events import UNKNOWN, assert_derived, derived_from, expect, rejection
+from ..support.jobs import JOB, JobCluster, vertex
 from .test_job_master import pool_rejected, pooled, status
 from .test_resource_manager import RM, asked
 

@@ -14,9 +14,9 @@ from jobledger.schemas.types import ExecutionState
 from jobledger.services.client.dispatcher import submission
 from jobledger.services.configuration import Configuration
 
-from .broker_pump import BrokerPump
-from .events import Clock, profile
-from .jobs import vertex
+from ..support.broker_pump import BrokerPump
+from ..support.events import Clock, profile
+from ..support.jobs import vertex
 
 pytestmark = pytest.mark.broker
 
