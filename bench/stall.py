@@ -68,6 +68,8 @@ def main() -> int:
     parser.add_argument("--quiet-runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--limit", type=float, default=600.0)
+    parser.add_argument("--heartbeat-interval", type=float, default=10.0,
+                        help="the stand-ins' beat, s (Flink's heartbeat.interval)")  # fmt: skip
     parser.add_argument("-D", dest="conf", metavar="KEY=VALUE", action="append", default=[])
     parser.add_argument("--bootstrap")
     args = parser.parse_args()
@@ -89,7 +91,8 @@ def main() -> int:
                 stand_in = subprocess.Popen(
                     [sys.executable, str(Path(load.__file__)), "--stand-in", "--prefix", prefix,
                      "--bootstrap", bootstrap, "--task-executors", str(task_executors),
-                     "--te-slots", str(SLOTS), "--heartbeat-interval", "5"],
+                     "--te-slots", str(SLOTS),
+                     "--heartbeat-interval", str(args.heartbeat_interval)],
                     env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT,
                 )  # fmt: skip
@@ -114,8 +117,9 @@ def main() -> int:
             client.flush(10)
             waited = first_slot_request(bootstrap, prefix, giant.job_id, args.limit)
             beside = small()
-            load.until(lambda: beside.job_id in watch.ends and giant.job_id in watch.ends,
-                       args.limit)  # fmt: skip
+            if not load.until(lambda: beside.job_id in watch.ends and giant.job_id in watch.ends,
+                              args.limit):  # fmt: skip
+                raise RuntimeError(f"the jobs did not end within {args.limit:.0f} s: {work}")
             rss_mb = (load.vm_hwm_kb(services.pid) or 0) / 1024
         finally:
             watch.close()
