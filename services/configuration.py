@@ -95,6 +95,10 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
     "restart-strategy.failure-rate.delay": (duration_ms, "1 s", "delay before each restart"),
     "slot.request.timeout": (duration_ms, "300000", "how long a slot request may wait"),
     "slot.idle.timeout": (duration_ms, "50000", "how long the pool keeps an unused slot"),
+    "jobledger.slot-pool.max-pending-requests": (
+        _count, str(SlotPoolConfig.max_pending_requests), "slot requests one job keeps at the "
+        "ResourceManager at once (0: no bound); the rest wait in its pool and go as these are "
+        "answered, so one giant job queues no more than this ahead of other jobs' requests"),
     "task.deployment.timeout": (
         duration_ms, "2 min", "how long a deployed task may take to report INITIALIZING before "
         "it fails and runs elsewhere (Flink's submitTask RPC timeout plays this part)"),
@@ -188,7 +192,9 @@ class Configuration:
         return JobMasterConfig(
             slot_request_timeout_ms=self.get("slot.request.timeout"),
             pool=dataclasses.replace(
-                SlotPoolConfig(), idle_slot_timeout_ms=self.get("slot.idle.timeout")
+                SlotPoolConfig(),
+                idle_slot_timeout_ms=self.get("slot.idle.timeout"),
+                max_pending_requests=self.get("jobledger.slot-pool.max-pending-requests"),
             ),
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),

@@ -337,15 +337,28 @@ def _topological_order(vertices: list[JobVertex]) -> list[JobVertex]:
                 raise InvalidJobGraph(
                     f"vertex {vertex.vertex_id} reads unknown vertex {edge.source_vertex_id}"
                 )
+    # layer by layer, each in the JobGraph's order: a layer's vertices are those whose last
+    # input was placed in the layer before. Counting each vertex's unplaced inputs keeps this
+    # linear in vertices and edges (scanning every vertex for readiness per layer was
+    # quadratic: a chain of 3,000 vertices took 2.7 s, one of 50,000, within the subtask
+    # limit, would hold its partition ~12 min; now 0.2 s).
+    position = {v.vertex_id: i for i, v in enumerate(vertices)}
+    unplaced = {v.vertex_id: len(v.inputs) for v in vertices}
+    consumers: dict[str, list[JobVertex]] = {}
+    for vertex in vertices:
+        for edge in vertex.inputs:
+            consumers.setdefault(edge.source_vertex_id, []).append(vertex)
     ordered: list[JobVertex] = []
-    placed: set[str] = set()
-    while len(ordered) < len(vertices):
-        ready = [
-            v for v in vertices
-            if v.vertex_id not in placed and all(e.source_vertex_id in placed for e in v.inputs)
-        ]  # fmt: skip
-        if not ready:
-            raise InvalidJobGraph("the JobGraph has a cycle")
-        ordered.extend(ready)
-        placed.update(v.vertex_id for v in ready)
+    layer = [v for v in vertices if not v.inputs]
+    while layer:
+        ordered.extend(layer)
+        ready: list[JobVertex] = []
+        for vertex in layer:
+            for consumer in consumers.get(vertex.vertex_id, ()):
+                unplaced[consumer.vertex_id] -= 1
+                if unplaced[consumer.vertex_id] == 0:
+                    ready.append(consumer)
+        layer = sorted(ready, key=lambda v: position[v.vertex_id])
+    if len(ordered) < len(vertices):
+        raise InvalidJobGraph("the JobGraph has a cycle")
     return ordered

@@ -79,10 +79,20 @@ every slot request names a bounded list."""
 
 @dataclass(frozen=True)
 class SlotPoolConfig:
-    """Flink's `slot.idle.timeout` and `slot.request.timeout` (for batch requests)."""
+    """Flink's `slot.idle.timeout` and `slot.request.timeout` (for batch requests), and how
+    many requests a job keeps at the ResourceManager at once
+    (`jobledger.slot-pool.max-pending-requests`)."""
 
     idle_slot_timeout_ms: int = 50_000
     batch_slot_timeout_ms: int = 300_000
+    max_pending_requests: int = 1_000
+    """Requests beyond this many at the ResourceManager wait in the pool, in order, and go
+    as earlier ones are answered. The ResourceManager's partition (and each TaskExecutor's)
+    serves records in log order for every job: 20,000 requests of one giant job sent at once
+    put a small job's request behind all of them, and its allocations and offers behind
+    theirs (seconds per hop). A bounded window keeps what one job has queued there bounded,
+    as Flink's declarative slot pool declares its requirements and lets the slot manager
+    serve them as it can (FLINK-10404) instead of one RPC per slot. 0: no bound."""
 
 
 @dataclass
@@ -120,6 +130,8 @@ class SlotPool(Reducer):
     waiting_for_resource_manager: OrderedDict[str, PendingRequest] = field(
         default_factory=OrderedDict
     )
+    """Requests not sent to a ResourceManager yet: none is connected, or the job has
+    `max_pending_requests` there already (sent in this order as answers free the window)."""
     pending_requests: OrderedDict[str, PendingRequest] = field(default_factory=OrderedDict)
     """OrderedDicts, because requests are served from the front and each new slot looks for
     the first matching one: a dict keeps the slot of every key taken out and walks it on
@@ -365,9 +377,15 @@ class SlotPool(Reducer):
         if self._refuse_unless_started(out):
             return
         self.resource_manager_id = event.resource_manager_id
-        stashed = list(self.waiting_for_resource_manager.values())
-        self.waiting_for_resource_manager.clear()
-        for request in stashed:
+        self.send_held_requests(out)
+
+    def send_held_requests(self, out: Decisions) -> None:
+        """Send the stashed requests, oldest first, while the window has room."""
+        waiting = self.waiting_for_resource_manager
+        if self.resource_manager_id is None:
+            return
+        while waiting and not self._window_full():
+            _, request = waiting.popitem(last=False)
             self._request_from_resource_manager(request, out)
 
     @handles(ResourceManagerDisconnected)
@@ -433,10 +451,18 @@ class SlotPool(Reducer):
         if self._knows_request(request.slot_request_id):
             self._reject(out, f"slot request {request.slot_request_id} already exists")
             return
-        if self.resource_manager_id is None:
+        if (
+            self.resource_manager_id is None
+            or self.waiting_for_resource_manager
+            or self._window_full()
+        ):
             self.waiting_for_resource_manager[request.slot_request_id] = request
         else:
             self._request_from_resource_manager(request, out)
+
+    def _window_full(self) -> bool:
+        limit = self.config.max_pending_requests
+        return bool(limit) and len(self.pending_requests) >= limit
 
     def _knows_request(self, slot_request_id: str) -> bool:
         return self.pending(slot_request_id) or slot_request_id in self.allocated_slots

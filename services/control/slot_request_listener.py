@@ -43,6 +43,8 @@ class CompletingPool(Protocol):
 
     def tell(self, completion: Completion, out: Decisions) -> None: ...
 
+    def send_held_requests(self, out: Decisions) -> None: ...
+
 
 def completes_requests(operation: F) -> F:
     """Mark a SlotPool operation (its last argument the Decisions) that may complete slot
@@ -56,7 +58,10 @@ def completes_requests(operation: F) -> F:
     a completion twice made the scheduler take a deployed attempt for an outdated one and hand
     its slot to another: two attempts in one slot, tests/control/test_scheduler.py. Telling it from
     within the nested operation made each hand-over of a freed slot one call deeper: a job
-    cancelled with a few hundred requests pending raised RecursionError, issue 42.)"""
+    cancelled with a few hundred requests pending raised RecursionError, issue 42.)
+
+    Then the requests the pool held back for its window to the ResourceManager go, as far as
+    the requests completed (and those the listener made meanwhile) left room."""
 
     @functools.wraps(operation)
     def run(pool: CompletingPool, *args: Any) -> None:
@@ -72,5 +77,6 @@ def completes_requests(operation: F) -> F:
         finally:
             pool.completed.clear()
             pool.told = 0
+        pool.send_held_requests(out)
 
     return run  # type: ignore[return-value]

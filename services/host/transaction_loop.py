@@ -84,6 +84,12 @@ from .transactions import (
 
 log = logging.getLogger("jobledger.runtime")
 
+PREFETCH_KB = 512
+"""What the loop's consumer fetches ahead of what it has processed, at most (about 2,000
+records of ~250 bytes, four batches): enough to keep it busy between fetches on a broker
+milliseconds away, little enough that a record of a quiet partition is not queued behind
+seconds of another partition's backlog."""
+
 
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -159,6 +165,12 @@ class ServiceRuntime:
             # a topic grown or re-created under the service is noticed within seconds
             # (the rebalance it causes meets `_check_partition_counts`), not 5 minutes
             "topic.metadata.refresh.interval.ms": 5_000,
+            # the records fetched wait in one queue, in the order fetched, whatever their
+            # partition: with librdkafka's 64 MB of prefetch, a quiet partition's next record
+            # waited behind every record fetched before it from a busy one (a giant job's
+            # 20,000 deployments, seconds of work). A few batches' worth bounds that wait.
+            "queued.max.messages.kbytes": PREFETCH_KB,
+            "max.partition.fetch.bytes": PREFETCH_KB * 1024 // 4,
         })  # fmt: skip
         self.roles = roles_by_topic(self.prefix, INPUT_ROLES)
         self.clock = Clock(self.config.timer_interval_ms)

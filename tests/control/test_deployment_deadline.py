@@ -120,6 +120,28 @@ def test_without_restarts_the_job_fails_with_the_timeout_and_frees_the_slot():
     assert c.driver.resource_manager.free_slots() == 68
 
 
+def test_the_deadline_of_deployments_beyond_the_first_thousand_starts_later_in_turn():
+    """Decided together, 1,100 deployments are served one after another: those with at most
+    1,000 ahead keep Flink's deadline, each later one starts 5 ms after the one before it
+    (the P=10,000 job's last deployments failed a healthy job under load, their deadline
+    counted from the decision alone)."""
+    c = JobCluster(task_executors=275, config=JobMasterConfig(deployment_timeout_ms=TIMEOUT_MS))
+    c.submit([vertex("wide", 1_100)])
+    deployments = c.deployments()
+    assert len(deployments) == 1_100
+    deployed_at = deployments[0].event_time
+    c.answer([c.state_report(d.execution_attempt_id, ExecutionState.INITIALIZING)
+              for d in deployments[:1_001]])  # fmt: skip
+    before = tick(c, deployed_at + TIMEOUT_MS + 4)
+    assert [type(e) for e in derived_from(c.run([before]), before, "jobmaster")] == [
+        JobMasterHeartbeat
+    ] * 275, "the 1,002nd deployment's deadline is 5 ms after the 1,001st's"
+    due = tick(c, deployed_at + TIMEOUT_MS + 5)
+    cancelled = [e.execution_attempt_id for e in c.run([due])
+                 if isinstance(e, TaskCancellationRequested)]  # fmt: skip
+    assert cancelled[0] == deployments[1_001].execution_attempt_id
+
+
 def test_placement_passes_over_blocked_task_executors_and_finds_none_if_all_are():
     class TE:
         def __init__(self, rid: str, registration: int, free: int, slots: int) -> None:

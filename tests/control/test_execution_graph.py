@@ -33,6 +33,32 @@ def test_vertices_come_in_topological_order_whatever_the_job_graph_order():
     ]  # fmt: skip
 
 
+def test_a_layer_waits_for_its_last_input_and_keeps_the_job_graph_order():
+    graph = build(
+        vertex("late", 1, ("a", "POINTWISE", "PIPELINED"), ("b", "POINTWISE", "PIPELINED")),
+        vertex("b", 1, ("a", "POINTWISE", "PIPELINED")),
+        vertex("c", 1),
+        vertex("a", 1),
+    )
+    assert list(graph.vertices) == ["c", "a", "b", "late"]
+
+
+def test_a_chain_of_20_000_vertices_listed_backwards_is_ordered_in_one_pass():
+    """Readiness scanned over every vertex per layer made this 20,000 scans of 20,000
+    vertices (a chain of 3,000 took 2.7 s): a JobGraph within the subtask limit held its
+    partition for minutes."""
+    chain = [vertex(f"v{i}", 1, *([(f"v{i - 1}", "POINTWISE", "PIPELINED")] if i else []))
+             for i in range(20_000)]  # fmt: skip
+    graph = build(*reversed(chain))
+    assert list(graph.vertices) == [v.vertex_id for v in chain]
+
+
+def test_a_cycle_is_refused():
+    with pytest.raises(InvalidJobGraph, match="the JobGraph has a cycle"):
+        build(vertex("a", 1, ("b", "POINTWISE", "PIPELINED")),
+              vertex("b", 1, ("a", "POINTWISE", "PIPELINED")), vertex("c", 1))  # fmt: skip
+
+
 def test_all_to_all_reads_every_producer_subtask():
     graph = build(vertex("a", 3), vertex("b", 2, ("a", "ALL_TO_ALL", "BLOCKING")))
     assert consumed(graph, "b") == [[0, 1, 2], [0, 1, 2]]

@@ -19,6 +19,7 @@ from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.types import ExecutionState, JobStatus, ScheduleMode
 from jobledger.services.control.execution_graph import MAX_SUBTASKS_PER_JOB, JobLimits
 from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.control.slot_pool import SlotPoolConfig
 
 from ..support.events import assert_derived, decision_id, derived_from, expect, types
 from ..support.jobs import FULL, JOB, JobCluster, fixed_delay, vertex
@@ -29,8 +30,11 @@ def _cluster(vertices: int, parallelism: int, slots: int) -> JobCluster:
     each (waiting for the others, as EAGER deploys all at once), every other one's request
     waits at the ResourceManager."""
     # issue 42 cancels a job of 100,000 subtasks: above the default admission limit
-    # (`jobledger.job.max-subtasks`), within the bound every graph keeps
-    config = JobMasterConfig(limits=JobLimits(max_subtasks=MAX_SUBTASKS_PER_JOB))
+    # (`jobledger.job.max-subtasks`), within the bound every graph keeps; every request is
+    # sent to the ResourceManager (no window: `jobledger.slot-pool.max-pending-requests` 0),
+    # as issue 42 met them
+    config = JobMasterConfig(limits=JobLimits(max_subtasks=MAX_SUBTASKS_PER_JOB),
+                             pool=SlotPoolConfig(max_pending_requests=0))  # fmt: skip
     cluster = JobCluster(task_executors=1, slots=slots, config=config)
     cluster.submit([vertex(f"v{i}", parallelism) for i in range(vertices)])
     return cluster

@@ -1,0 +1,176 @@
+"""A giant job does not stall the others (issue 44, item 4): how long a small job takes from
+submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its quiet time.
+
+    python bench/stall.py [--parallelism 10000] [--quiet-runs 3] [-D KEY=VALUE ...]
+
+On a broker of its own (or `--bootstrap`), fresh topics, one `jobledger services run` and
+bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
+(two no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times
+(its quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and
+once the first of its slot requests is on the log the small job is submitted again. Printed:
+the quiet times, the small job's time under the giant, its hops (each of its records with
+milliseconds since its submission, from broker timestamps), the giant's seconds to all
+deployed and finished. The last line is one JSON object. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import load
+from brokers import bench_broker
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from jobledger.projections.log.log_file import read_events
+from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.slots import SlotRequested
+from jobledger.schemas.tasks import TaskDeploymentRequested
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.client import dispatcher
+from jobledger.services.kafka import TYPE_HEADER, read_committed_consumer, transactional_producer
+from jobledger.services.kafka_topics import create_topics
+
+SLOTS = 4
+
+
+def first_slot_request(bootstrap: str, prefix: str, job_id: str, limit_s: float) -> float:
+    """Seconds waited until a SlotRequested of `job_id` is on the ResourceManager's topic."""
+    consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
+    topic = topic_name(TopicRole.RESOURCE_MANAGER, prefix)
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    serde, wanted = EventSerde(), SlotRequested.type_name().encode()
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < limit_s:
+            for msg in consumer.consume(500, 0.05):
+                if msg.error() or dict(msg.headers() or []).get(TYPE_HEADER) != wanted:
+                    continue
+                if serde.decode(msg.value(), topic).job_id == job_id:
+                    return time.monotonic() - started
+    finally:
+        consumer.close()
+    raise TimeoutError(f"no slot request of {job_id} in {limit_s:.0f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parallelism", type=int, default=10_000, help="the giant's P")
+    parser.add_argument("--quiet-runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--limit", type=float, default=600.0)
+    parser.add_argument("--heartbeat-interval", type=float, default=10.0,
+                        help="the stand-ins' beat, s (Flink's heartbeat.interval)")  # fmt: skip
+    parser.add_argument("-D", dest="conf", metavar="KEY=VALUE", action="append", default=[])
+    parser.add_argument("--bootstrap")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jobledger-stall-"))
+    task_executors = -(-(2 * args.parallelism + 2 * (args.quiet_runs + 1)) // SLOTS)
+    with bench_broker(args.bootstrap, work / "broker") as bootstrap:
+        prefix = f"stall-{uuid.uuid4().hex[:8]}."
+        create_topics(bootstrap, prefix, partitions=args.partitions)
+        home = os.environ.get("JOBLEDGER_HOME", str(work / "home"))
+        env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_TOPIC_PREFIX": prefix,
+               "JOBLEDGER_HOME": home}  # fmt: skip
+        options = tuple(arg for pair in args.conf for arg in ("-D", pair))
+        services = load.Services("stall", env, work, options=options)
+        watch = load.Watch(bootstrap, prefix)
+        stand_in: subprocess.Popen | None = None
+        try:
+            services.start()
+            with (work / "stand-in.log").open("w") as log:
+                stand_in = subprocess.Popen(
+                    [sys.executable, str(Path(load.__file__)), "--stand-in", "--prefix", prefix,
+                     "--bootstrap", bootstrap, "--task-executors", str(task_executors),
+                     "--te-slots", str(SLOTS),
+                     "--heartbeat-interval", str(args.heartbeat_interval)],
+                    env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            if not load.until(lambda: len(watch.registered) >= task_executors, 300):
+                raise RuntimeError("the stand-ins never registered")
+            client = transactional_producer(bootstrap, "stall-client")
+            serde = EventSerde()
+
+            def small() -> JobSubmitted:
+                job = load.wide_job(f"small-{uuid.uuid4().hex[:8]}", 1, eager=True)
+                dispatcher.submit(client, prefix, job, serde)
+                client.flush(10)
+                return job
+
+            quiet = []
+            for _ in range(args.quiet_runs):
+                job = small()
+                load.until(lambda j=job: j.job_id in watch.ends, 60)
+                quiet.append(job)
+            giant = load.wide_job(f"giant-{uuid.uuid4().hex[:8]}", args.parallelism, True)
+            dispatcher.submit(client, prefix, giant, serde)
+            client.flush(10)
+            waited = first_slot_request(bootstrap, prefix, giant.job_id, args.limit)
+            beside = small()
+            if not load.until(lambda: beside.job_id in watch.ends and giant.job_id in watch.ends,
+                              args.limit):  # fmt: skip
+                raise RuntimeError(f"the jobs did not end within {args.limit:.0f} s: {work}")
+            rss_mb = (load.vm_hwm_kb(services.pid) or 0) / 1024
+        finally:
+            watch.close()
+            if stand_in is not None:
+                stand_in.terminate()
+                stand_in.wait(30)
+            services.stop()
+        records = read_events(bootstrap, prefix)
+
+    def span_ms(job_id: str) -> int:
+        mine = [r for r in records if getattr(r.event, "job_id", None) == job_id]
+        start = min(r.timestamp for r in mine if isinstance(r.event, JobSubmitted))
+        end = max(r.timestamp for r in mine if isinstance(r.event, JobStatusChanged))
+        return end - start
+
+    quiet_ms = [span_ms(j.job_id) for j in quiet]
+    beside_ms = span_ms(beside.job_id)
+    start = min(r.timestamp for r in records if getattr(r.event, "job_id", None) == beside.job_id)
+    print(f"small job alone: {quiet_ms} ms; beside a P={args.parallelism} giant: {beside_ms} ms "
+          f"(submitted {waited:.1f} s after the giant, at its first slot request)")  # fmt: skip
+    giant_partition = next(
+        r.partition
+        for r in records
+        if isinstance(r.event, JobSubmitted) and r.event.job_id == giant.job_id
+    )
+    print(f"the giant's job partition: {giant_partition}")
+    for r in sorted(records, key=lambda r: r.timestamp):
+        if (
+            getattr(r.event, "job_id", None) == beside.job_id
+            or (getattr(r.event, "allocation_id", None) or "").find(beside.job_id) >= 0
+        ):
+            where = f"{r.role.value}/{r.partition}@{r.offset}"
+            print(f"  {r.timestamp - start:6d} ms {r.event.type_name():28} {where}")
+    giant_records = [r for r in records if getattr(r.event, "job_id", None) == giant.job_id]
+    g0 = min(r.timestamp for r in giant_records)
+    deployed = max(r.timestamp for r in records if isinstance(r.event, TaskDeploymentRequested)
+                   and r.event.job_id == giant.job_id)  # fmt: skip
+    finished = max(r.timestamp for r in giant_records if isinstance(r.event, JobStatusChanged))
+    summary = {
+        "parallelism": args.parallelism,
+        "quiet_ms": quiet_ms,
+        "beside_ms": beside_ms,
+        "over_quiet_ms": beside_ms - statistics.median(quiet_ms),
+        "giant_deployed_s": (deployed - g0) / 1000,
+        "giant_finished_s": (finished - g0) / 1000,
+        "services_rss_mb": round(rss_mb),
+        "work": str(work),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
