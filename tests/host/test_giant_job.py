@@ -39,8 +39,8 @@ from jobledger.services.client.dispatcher import now_ms, submission
 from jobledger.services.configuration import Configuration
 from jobledger.services.runner import task
 
-from .processes import kill_tree
-from .runtime_harness import append, duplicates, read, service_process, wait_until_owning
+from ..support.processes import kill_tree
+from ..support.runtime_harness import append, duplicates, read, service_process, wait_until_owning
 
 pytestmark = pytest.mark.broker
 

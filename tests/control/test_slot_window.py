@@ -22,8 +22,8 @@ from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.job_master import JobMasterConfig
 from jobledger.services.control.slot_pool import SlotPoolConfig
 
-from .events import ANY_VALUE, Clock, assert_derived, derived_from, expect, profile
-from .jobs import JM, JOB, JobCluster, vertex
+from ..support.events import ANY_VALUE, Clock, assert_derived, derived_from, expect, profile
+from ..support.jobs import JM, JOB, JobCluster, vertex
 
 WINDOW = JobMasterConfig(pool=SlotPoolConfig(max_pending_requests=3))
 
