@@ -26,6 +26,12 @@ from jobledger.schemas.types import (
 )
 
 from .key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
+from .queries import (
+    ArchivedExecution,
+    ArchivedExecutionGraph,
+    ArchivedExecutionJobVertex,
+    ArchivedExecutionVertex,
+)
 from .reducer import columns, derived
 
 MAX_SUBTASKS_PER_JOB = 100_000
@@ -143,6 +149,24 @@ class ExecutionJobVertex:
         return self.vertex.vertex_id
 
 
+def _archived_vertex(jv: ExecutionJobVertex) -> ArchivedExecutionJobVertex:
+    subtasks = tuple(
+        ArchivedExecutionVertex(
+            ev.job_vertex_id, ev.subtask_index, tuple(map(_archived, (*ev.prior, ev.current)))
+        )
+        for ev in jv.subtasks
+    )
+    return ArchivedExecutionJobVertex(jv.vertex, jv.parallelism, jv.max_parallelism, subtasks)
+
+
+def _archived(execution: Execution) -> ArchivedExecution:
+    return ArchivedExecution(
+        execution.attempt_id, execution.attempt_number, execution.state,
+        execution.slot_request_id, execution.allocation_id, execution.resource_id,
+        execution.slot_index,
+    )  # fmt: skip
+
+
 AttemptIds = Callable[[str, int, int], str]
 """(vertex id, subtask index, attempt number) -> ExecutionAttemptID."""
 
@@ -202,6 +226,13 @@ class ExecutionGraph:
 
     def executions(self) -> list[Execution]:
         return [ev.current for ev in self.flat]
+
+    def archive(self) -> ArchivedExecutionGraph:
+        """A frozen copy of the graph as it is now, for read models: what they are handed
+        cannot change the job, and outlives the next event."""
+        return ArchivedExecutionGraph(
+            self.job_id, tuple(_archived_vertex(jv) for jv in self.vertices.values())
+        )
 
     def consumers_of(self, vertex_id: str) -> list[ExecutionJobVertex]:
         """The job vertices reading `vertex_id`'s results, in topological order."""
