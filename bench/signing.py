@@ -1,7 +1,8 @@
-"""Signing cost (issue 31 items 3 and 6), each against a baseline measured in the same run: a
-record's signature (`SigningKey.headers`) and its check (`Keyring.check`) against encoding
-its event, a producer's write with a signing key against one without, and a replay of a signed
-export against the same log unsigned, plain and `--verify` with and without `--keyring`.
+"""Signing cost, each against a baseline measured in the same run, so that what signatures
+add to writing, admitting and replaying records is known: a record's signature
+(`SigningKey.headers`) and its check (`Keyring.check`) against encoding its event, a
+producer's write with a signing key against one without, and a replay of a signed export
+against the same log unsigned, plain and `--verify` with and without `--keyring`.
 
     python bench/signing.py [--events 50000] [--repeats 3]
 

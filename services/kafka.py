@@ -155,7 +155,7 @@ one's markers: it refuses the new transaction's offsets or partitions as CONCURR
 until it is done, a few milliseconds later. librdkafka retries after `retry.backoff.ms`, 100 ms
 by default: a transaction with offsets right after another took ~100 ms instead of ~15 ms here,
 on most hops of a job; at 10 ms, `send_offsets_to_transaction` alone still took 13-17 ms of
-such a transaction, at 2 ms ~5 (issue 33). Java's producer retries that refusal after 20 ms.
+such a transaction, at 2 ms ~5 (bench/e2e.py). Java's producer retries that refusal after 20 ms.
 The backoff doubles from this on each retry of one request (librdkafka's
 `retry.backoff.max.ms`, 1 s), so a broker that keeps refusing is not asked much more often
 than before."""
@@ -165,7 +165,7 @@ NO_LINGER = {"linger.ms": 0}
 """A transaction's records become visible at its commit, whenever they were sent, and the
 commit waits for them: a record lingering (librdkafka's default, 5 ms) was sent only when
 the commit flushed it, after the offsets, so a transaction of decisions took up to ~10 ms more
-than one of offsets only (bench/e2e.py, issue 33); sent at once, the write overlaps them."""
+than one of offsets only (bench/e2e.py); sent at once, the write overlaps them."""
 
 
 REQUEST_TIMEOUT = {"socket.timeout.ms": 5_000}
