@@ -1,5 +1,5 @@
 """Load: many jobs on one runner, one wide job over many TaskExecutors, under CPU contention,
-on one `services run` instance and then on two (issue 28, item 2).
+on one `services run` instance and then on two, so a second instance is seen to share the work.
 
     python bench/load.py --jobs 50 [--burn 2] [--slots 4] [--job-parallelism 2]
     python bench/load.py --parallelism 1000 [--burn 2] [--task-executors 500 --te-slots 4]

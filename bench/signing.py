@@ -1,9 +1,10 @@
-"""Signing cost (issue 31 items 3 and 6), each against a baseline measured in the same run: a
-record's signature (`SigningKey.headers`) and its check (`Keyring.check`) against encoding
-its event, a producer's write with a signing key against one without, and a replay of a signed
-export against the same log unsigned, plain and `--verify` with and without `--keyring`.
+"""Signing cost, each against a baseline measured in the same run, so that what signatures
+add to writing, admitting and replaying records is known: a record's signature
+(`SigningKey.headers`) and its check (`Keyring.check`) against encoding its event, a
+producer's write with a signing key against one without, and a replay of a signed export
+against the same log unsigned, plain and `--verify` with and without `--keyring`.
 
-Checkpoints (issue 48 item 4): what the checkpointer spends per record (decoding it, to know
+Checkpoints: what the checkpointer spends per record (decoding it, to know
 it is an event, and appending its leaf to its partition's tree), against decoding alone, plus
 one signed note per `--checkpoint-every` records of a partition; and `jobledger audit` of the
 signed export carrying those checkpoints, in seconds per million records, against

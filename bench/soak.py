@@ -18,7 +18,7 @@ cores, four burners make every process of the demo wait its turn. Whatever a run
 a run that is not `ok` says why, from its log: the job's last status and its cause, each
 failed attempt's error, every TaskManagerLost and the dead letters' reasons (`cause`).
 
-`--kill-runner` soaks issue 27, "a dead worker never hangs a job": the demo runs services and
+`--kill-runner` soaks the rule that a dead worker never hangs a job: the demo runs services and
 runner in one process, which a kill would take down together, so each run instead starts
 `jobledger services run` (with `-D heartbeat.timeout=--heartbeat-timeout`) and `jobledger
 runner` as subprocesses on fresh topics, submits the demo's word count, SIGKILLs the runner's

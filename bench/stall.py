@@ -1,4 +1,4 @@
-"""A giant job does not stall the others (issue 44, item 4): how long a small job takes from
+"""A giant job does not stall the others: how long a small job takes from
 submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its quiet time.
 
     python bench/stall.py [--parallelism 10000] [--quiet-runs 3] [-D KEY=VALUE ...]

@@ -282,9 +282,10 @@ def _print_results(
     print(f"\ntop {top} words:")
     for word, n in counted.most_common(top):
         print(f"  {n:>8}  {word}")
+    graph = jm.archived_graph()
     slots = sorted(
-        {(e.resource_id, e.slot_index, e.allocation_id) for e in
-         (ev.current for ev in jm.graph.execution_vertices())}
+        {(ev.current.resource_id, ev.current.slot_index, ev.current.allocation_id)
+         for ev in (graph.execution_vertices() if graph else [])}
     )  # fmt: skip
     print("\nslot assignment (final attempts):")
     for resource_id, index, allocation in slots:

@@ -1,10 +1,9 @@
 """Decoding one Avro binary body, exactly: an event's after its single-object header, a
 snapshot's after its own.
 
-The decoder is `cavro` (Cython), picked by measurement over fastavro, which still writes
-every body and reads and writes the export files: on the 300k events of bench/replay.py it
-decoded 390-400k bodies per CPU-second against fastavro's 215k, and one-core replay went
-from 59-60k to 65-66k events per CPU-second with it.
+The decoder is `cavro` (Cython), because decoding is the hot path of replay and restart and
+it decodes our bodies nearly twice as fast as fastavro, which still writes every body and
+reads and writes the export files (docs/internals/layout.md gives the figures).
 
 cavro decodes from a buffer without saying where it stopped, but a body followed by bytes
 that are not part of it is refused (it is not what any writer of the schema wrote). So the

@@ -153,9 +153,9 @@ RETRY_BACKOFF = {"retry.backoff.ms": 2}
 the commit past an awaited record read back) finds the coordinator still writing the last
 one's markers: it refuses the new transaction's offsets or partitions as CONCURRENT_TRANSACTIONS
 until it is done, a few milliseconds later. librdkafka retries after `retry.backoff.ms`, 100 ms
-by default: a transaction with offsets right after another took ~100 ms instead of ~15 ms here,
-on most hops of a job; at 10 ms, `send_offsets_to_transaction` alone still took 13-17 ms of
-such a transaction, at 2 ms ~5 (issue 33). Java's producer retries that refusal after 20 ms.
+by default, which would make a transaction with offsets right after another cost ~100 ms
+instead of ~15 ms, on most hops of a job; at 2 ms `send_offsets_to_transaction` waits ~5 ms of
+it (bench/e2e.py measures the hops). Java's producer retries that refusal after 20 ms.
 The backoff doubles from this on each retry of one request (librdkafka's
 `retry.backoff.max.ms`, 1 s), so a broker that keeps refusing is not asked much more often
 than before."""
@@ -163,9 +163,9 @@ than before."""
 
 NO_LINGER = {"linger.ms": 0}
 """A transaction's records become visible at its commit, whenever they were sent, and the
-commit waits for them: a record lingering (librdkafka's default, 5 ms) was sent only when
-the commit flushed it, after the offsets, so a transaction of decisions took up to ~10 ms more
-than one of offsets only (bench/e2e.py, issue 33); sent at once, the write overlaps them."""
+commit waits for them: a record lingering (librdkafka's default, 5 ms) is sent only when
+the commit flushes it, after the offsets, which makes a transaction of decisions up to ~10 ms
+slower than one of offsets only; sent at once, the write overlaps them."""
 
 
 REQUEST_TIMEOUT = {"socket.timeout.ms": 5_000}
@@ -235,8 +235,8 @@ def producer(
 def connect(producer: Producer, timeout_s: float) -> None:
     """Bring a new producer's first broker connection up before `init_transactions`.
     librdkafka looks for the transaction coordinator at once, and finding no connection up yet
-    it waits for its coordinator query timer (500 ms) to ask again: about a third of all
-    transactional producers paid that half second (a Spark task's, a rebuilding partition's).
+    it waits for its coordinator query timer (500 ms) to ask again, a half second that about
+    a third of transactional producers would pay (a Spark task's, a rebuilding partition's).
     A metadata request waits for the connection instead. An unreachable broker is left for
     `init_transactions` to report, as before."""
     with contextlib.suppress(KafkaException):

@@ -29,6 +29,7 @@ from jobledger.schemas.tasks import (
 )
 from jobledger.schemas.types import JobStatus, RestartStrategy, RestartStrategyKind
 from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.queries import ArchivedExecution, ArchivedExecutionJobVertex
 
 from ..log.log_file import LogRecord
 from ..log.positions import Cut, where
@@ -101,9 +102,10 @@ def attempt_task(ordered: list[LogRecord], driver: ReducerDriver, attempt_id: st
         if isinstance(event, TaskDeploymentRequested) and event.execution_attempt_id == attempt_id:
             return f"{event.job_id}/{event.vertex_id}[{event.subtask_index}]#{event.attempt_number}"
     for job_id, jm in sorted(driver.job_masters.items()):
-        ev = jm.graph.attempts.get(attempt_id) if jm.graph is not None else None
-        if ev is not None:
-            attempt = next(e for e in (*ev.prior, ev.current) if e.attempt_id == attempt_id)
+        graph = jm.archived_graph()
+        found = graph.attempt(attempt_id) if graph is not None else None
+        if found is not None:
+            ev, attempt = found
             return f"{job_id}/{ev.job_vertex_id}[{ev.subtask_index}]#{attempt.attempt_number}"
     return None
 
@@ -154,16 +156,14 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
         names = ", ".join(f"{v.vertex_id} ({v.name})" for v in submitted.vertices)
         raise UnknownTarget(f"job {job_id} has no vertex {vertex_ref!r}; vertices: {names}")
     jm = driver.job_masters.get(job_id)
-    graph = jm.graph if jm is not None else None
-    if graph is not None and vertex.vertex_id in graph.vertices:
-        parallelism = graph.vertices[vertex.vertex_id].parallelism
-    else:
-        parallelism = vertex.parallelism
+    graph = jm.archived_graph() if jm is not None else None
+    archived = graph.vertex(vertex.vertex_id) if graph is not None else None
+    parallelism = archived.parallelism if archived is not None else vertex.parallelism
     if subtask >= parallelism:
         raise UnknownTarget(
             f"vertex {vertex.vertex_id} of job {job_id} has subtasks 0-{parallelism - 1}"
         )
-    attempts = _attempts_of(ordered, graph, job_id, vertex.vertex_id, subtask)
+    attempts = _attempts_of(ordered, archived, job_id, vertex.vertex_id, subtask)
     if match["attempt"] is not None:
         wanted = int(match["attempt"])
         if wanted not in attempts:
@@ -180,24 +180,23 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
     refused = refused_reports(ordered)
     for number, attempt_id in sorted(attempts.items()):
         story.lines += _attempt(ordered, number, attempt_id, start, refused)
-    story.lines += _now(ordered, driver, job_id, vertex.vertex_id, subtask, submitted)
+    story.lines += _now(ordered, driver, job_id, archived, subtask, submitted)
     return story
 
 
 def _attempts_of(
-    ordered: list[LogRecord], graph, job_id: str, vertex_id: str, subtask: int
-) -> dict[int, str]:
+    ordered: list[LogRecord], jv: ArchivedExecutionJobVertex | None, job_id: str,
+    vertex_id: str, subtask: int,
+) -> dict[int, str]:  # fmt: skip
     """Attempt number -> attempt id: every attempt deployed, and those the JobMaster made
-    and has not deployed (yet)."""
+    and has not deployed (yet); `jv`: the vertex as the JobMaster holds it, if it does."""
     found = {
         r.event.attempt_number: r.event.execution_attempt_id for r in ordered
         if isinstance(r.event, TaskDeploymentRequested) and r.event.job_id == job_id
         and r.event.vertex_id == vertex_id and r.event.subtask_index == subtask
     }  # fmt: skip
-    if graph is not None and vertex_id in graph.vertices:
-        ev = graph.vertices[vertex_id].subtasks[subtask]
-        for execution in [*ev.prior, ev.current]:
-            found.setdefault(execution.attempt_number, execution.attempt_id)
+    for execution in jv.subtasks[subtask].attempts if jv is not None else ():
+        found.setdefault(execution.attempt_number, execution.attempt_id)
     return found
 
 
@@ -280,10 +279,11 @@ def _restart_account(strategy: RestartStrategy, n: int) -> str:
 
 
 def _now(
-    ordered: list[LogRecord], driver: ReducerDriver, job_id: str, vertex_id: str,
-    subtask: int, submitted: JobSubmitted,
+    ordered: list[LogRecord], driver: ReducerDriver, job_id: str,
+    jv: ArchivedExecutionJobVertex | None, subtask: int, submitted: JobSubmitted,
 ) -> list[str]:  # fmt: skip
-    """The restart strategy's account and what the subtask waits for now."""
+    """The restart strategy's account and what the subtask waits for now (`jv`: its vertex
+    as the JobMaster holds it, if it does)."""
     jm = driver.job_masters.get(job_id)
     strategy = submitted.restart_strategy
     if jm is not None and jm.job is not None:
@@ -294,9 +294,9 @@ def _now(
         restarted = "the whole job" if failover.whole_job else ", ".join(failover.subtasks)
         lines.append(f"restart {n} ({where(failover.record)}) of {restarted}: "
                      f"{_restart_account(strategy, failover.failures)}{cause}")  # fmt: skip
-    if jm is None or jm.graph is None or vertex_id not in jm.graph.vertices:
+    if jm is None or jv is None:
         return [*lines, "now: the JobMaster holds no ExecutionGraph for the job"]
-    ev = jm.graph.vertices[vertex_id].subtasks[subtask]
+    ev = jv.subtasks[subtask]
     for prior in ev.prior:
         lines.append(f"the JobMaster's view of attempt {prior.attempt_number}: {prior.state.value}")
     current = ev.current
@@ -311,7 +311,7 @@ def _last_time(ordered: list[LogRecord]) -> int | None:
     return ordered[-1].timestamp if ordered else None
 
 
-def _liveness(driver: ReducerDriver, current, now_ms: int | None) -> str:
+def _liveness(driver: ReducerDriver, current: ArchivedExecution, now_ms: int | None) -> str:
     """How long the attempt's TaskExecutor has been silent, against the timeout after which
     it is lost and the attempt failed: what a wait on a dead runner ends with."""
     if current.state.value not in ("DEPLOYING", "INITIALIZING", "RUNNING", "CANCELING"):
@@ -327,7 +327,9 @@ def _liveness(driver: ReducerDriver, current, now_ms: int | None) -> str:
             f"{rm.config.heartbeat_timeout_ms // 1000} s")  # fmt: skip
 
 
-def _waiting(ordered: list[LogRecord], driver: ReducerDriver, job_id: str, current) -> str:
+def _waiting(
+    ordered: list[LogRecord], driver: ReducerDriver, job_id: str, current: ArchivedExecution
+) -> str:
     state = current.state.value
     if state == "SCHEDULED" and not current.has_slot:
         for pending in slot_report(driver, Cut("end", ordered)).pending:
@@ -335,8 +337,9 @@ def _waiting(ordered: list[LogRecord], driver: ReducerDriver, job_id: str, curre
                 return f", waiting for a slot: {pending.reason}"
         return ", waiting for a slot request to be made"
     if state == "SCHEDULED":
-        graph = driver.job_masters[job_id].graph
-        waiting = sum(1 for e in graph.executions() if not e.has_slot)
+        graph = driver.job_masters[job_id].archived_graph()
+        subtasks = graph.execution_vertices() if graph is not None else []
+        waiting = sum(1 for ev in subtasks if not ev.current.has_slot)
         return (f", holding its slot; waiting for the job's {waiting} other slot request(s) "
                 "(EAGER scheduling deploys every task at once)")  # fmt: skip
     if state == "DEPLOYING":
@@ -373,7 +376,8 @@ def waiting_for(
     lines = []
     if info.status is JobStatus.RESTARTING and info.restart_at is not None:
         lines.append(f"its restart, due at {iso(info.restart_at)} (a TimerFired then)")
-    for ev in jm.graph.execution_vertices() if jm.graph is not None else []:
+    graph = jm.archived_graph()
+    for ev in graph.execution_vertices() if graph is not None else []:
         current = ev.current
         if current.state.value in ("FINISHED", "CANCELED", "FAILED"):
             continue
@@ -384,7 +388,7 @@ def waiting_for(
     return lines
 
 
-def _reported(current) -> str:
+def _reported(current: ArchivedExecution) -> str:
     """What an attempt past its deployment waits for: its TaskExecutor's next report."""
     next_report = {"INITIALIZING": "RUNNING", "RUNNING": "FINISHED", "CANCELING": "CANCELED"}
     state = current.state.value

@@ -65,10 +65,9 @@ def failovers(
             moved = next((d.cause for d in derived if isinstance(d, JobStatusChanged)
                           and d.to_status is JobStatus.RESTARTING), None)  # fmt: skip
             subtasks = tuple(f"{v}[{i}]" for v, i, _ in restart.versions)
-            every = sum(1 for _ in jm.graph.execution_vertices()) if jm.graph else 0
             found.append(Failover(
                 record, moved or info.failure_cause, info.failures_counted,
-                subtasks, not subtasks or len(subtasks) == every,
+                subtasks, not subtasks or len(subtasks) == info.subtasks,
             ))  # fmt: skip
         waiting = set(pending)
     return found

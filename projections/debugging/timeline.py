@@ -47,11 +47,12 @@ def stalled_job(
         "timeline (seconds since submission):",
         *timeline(records, job_id, driver_factory),
     ]
-    if jm is not None and jm.graph is not None:
+    graph = jm.archived_graph() if jm is not None else None
+    if graph is not None:
         lines.extend(
             f"  {ev.job_vertex_id}[{ev.subtask_index}] attempt "
             f"{ev.current.attempt_number}: {ev.current.state.value}"
-            for ev in jm.graph.execution_vertices()
+            for ev in graph.execution_vertices()
         )
     return lines
 

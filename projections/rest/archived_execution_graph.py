@@ -19,8 +19,12 @@ from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import ExecutionState
 from jobledger.services.control.driver import ReducerDriver
-from jobledger.services.control.execution_graph import Execution, ExecutionJobVertex
 from jobledger.services.control.job_master import JobMaster
+from jobledger.services.control.queries import (
+    ArchivedExecution,
+    ArchivedExecutionGraph,
+    ArchivedExecutionJobVertex,
+)
 
 from ..debugging.history import UnknownJob, refused_reports
 from ..log.log_file import LogRecord
@@ -33,8 +37,9 @@ class UnknownVertex(LookupError):
 
 
 @dataclass
-class ArchivedExecution:
-    """One attempt of one subtask: where it ran and when it entered each state."""
+class ArchivedAttempt:
+    """One attempt of one subtask as the REST API shows it: the JobMaster's ArchivedExecution
+    with where the log says it was deployed and when it entered each state."""
 
     attempt_id: str
     vertex_id: str
@@ -81,9 +86,11 @@ class ArchivedJob:
     """One job: its JobGraph, the JobMaster's view of it, and times from the log."""
 
     job_id: str
-    master: JobMaster
+    master: JobMaster | None
     submitted: JobSubmitted | None
     submitted_at: int
+    graph: ArchivedExecutionGraph | None = None
+    """The JobMaster's ExecutionGraph frozen at the cut (`held_by`); None without one."""
     last_modified: int = -1
     """When the job or one of its attempts last changed (Flink's JobDetails
     lastUpdateTime): its submission, a status change, a deployment, a report taken."""
@@ -112,26 +119,32 @@ class ArchivedJob:
         Flink says of a job its Dispatcher took and no JobMaster runs yet."""
         return self.decided if self.decided is not None else UNDECIDED
 
-    def vertices(self) -> list[ExecutionJobVertex]:
-        graph = self.master.graph
-        return list(graph.vertices.values()) if graph else []
+    def held_by(self, master: JobMaster) -> None:
+        """The job as `master` holds it at the cut: its graph is copied once, here, so every
+        answer about the cut reads the same frozen graph."""
+        self.master, self.graph = master, master.archived_graph()
 
-    def vertex(self, vertex_id: str) -> ExecutionJobVertex:
+    def vertices(self) -> tuple[ArchivedExecutionJobVertex, ...]:
+        return self.graph.vertices if self.graph else ()
+
+    def vertex(self, vertex_id: str) -> ArchivedExecutionJobVertex:
         for jv in self.vertices():
             if jv.vertex_id == vertex_id:
                 return jv
         known = ", ".join(jv.vertex_id for jv in self.vertices()) or "none"
         raise UnknownVertex(f"job {self.job_id!r} has no vertex {vertex_id!r} (vertices: {known})")
 
-    def attempts(self, jv: ExecutionJobVertex) -> list[list[ArchivedExecution]]:
+    def attempts(self, jv: ArchivedExecutionJobVertex) -> list[list[ArchivedAttempt]]:
         """Per subtask, its attempts oldest first (the last one is current)."""
         return [
-            [self._archived(jv.vertex_id, ev.subtask_index, e) for e in [*ev.prior, ev.current]]
+            [self._archived(jv.vertex_id, ev.subtask_index, e) for e in ev.attempts]
             for ev in jv.subtasks
         ]
 
-    def _archived(self, vertex_id: str, subtask: int, execution: Execution) -> ArchivedExecution:
-        archived = ArchivedExecution(
+    def _archived(
+        self, vertex_id: str, subtask: int, execution: ArchivedExecution
+    ) -> ArchivedAttempt:
+        archived = ArchivedAttempt(
             execution.attempt_id, vertex_id, subtask, execution.attempt_number,
             execution.state.value, execution.resource_id, execution.slot_index,
             execution.allocation_id,
@@ -192,10 +205,10 @@ def archive(
 def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
     """The archive of the jobs `driver` holds, its times from the `ARCHIVED` records of
     `upto` (others may be left out of it); `now`: the cut's latest append time."""
-    jobs = {
-        job_id: ArchivedJob(job_id, master, None, -1)
-        for job_id, master in sorted(driver.job_masters.items())
-    }
+    jobs = {}
+    for job_id, master in sorted(driver.job_masters.items()):
+        jobs[job_id] = ArchivedJob(job_id, None, None, -1)
+        jobs[job_id].held_by(master)
     refused = refused_reports(upto.records)
     for record in upto.records:
         job = jobs.get(getattr(record.event, "job_id", None) or "")

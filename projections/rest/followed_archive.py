@@ -71,7 +71,7 @@ class FollowedArchive:
         driver = self.partitioned.merged()
         jobs = {}
         for job_id, master in sorted(driver.job_masters.items()):
-            job = self.times.setdefault(job_id, ArchivedJob(job_id, master, None, -1))
-            job.master = master
+            job = self.times.setdefault(job_id, ArchivedJob(job_id, None, None, -1))
+            job.held_by(master)
             jobs[job_id] = job
         return ClusterArchive(upto, driver, jobs, self.now)

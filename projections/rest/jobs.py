@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from jobledger.schemas.types import ExecutionState, JobStatus
-from jobledger.services.control.execution_graph import ExecutionJobVertex
 from jobledger.services.control.job_status import TERMINAL
+from jobledger.services.control.queries import ArchivedExecutionJobVertex
 
-from .archived_execution_graph import ArchivedExecution, ArchivedJob, ClusterArchive
+from .archived_execution_graph import ArchivedAttempt, ArchivedJob, ClusterArchive
 
 EXECUTION_STATES = [s.value for s in ExecutionState if s is not ExecutionState.UNKNOWN]
 JOB_STATUSES = [s.value for s in JobStatus if s is not JobStatus.UNKNOWN]
@@ -77,7 +77,7 @@ def vertex_status(states: list[str]) -> str:
     return "CREATED"
 
 
-def _vertex_summary(job: ArchivedJob, jv: ExecutionJobVertex, now: int) -> dict[str, Any]:
+def _vertex_summary(job: ArchivedJob, jv: ArchivedExecutionJobVertex, now: int) -> dict[str, Any]:
     current = [attempts[-1] for attempts in job.attempts(jv)]
     states = [a.state for a in current]
     starts = [a.start for a in current if a.start >= 0]
@@ -159,7 +159,7 @@ def job_plan(archive: ClusterArchive, job_id: str) -> dict[str, Any]:
     return {"plan": plan_of(archive.job(job_id)), "as-of": archive.as_of()}
 
 
-def _attempt(a: ArchivedExecution, now: int) -> dict[str, Any]:
+def _attempt(a: ArchivedAttempt, now: int) -> dict[str, Any]:
     return {
         "attempt": a.attempt_number,
         "attempt-id": a.attempt_id,

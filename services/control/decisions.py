@@ -76,8 +76,8 @@ class Decisions:
         """What the ids derive from: the cause's owner, id and incarnation as JSON, not a
         joined string (keys and ids are chosen by clients and may hold any separator, and
         "A" + "x/y" must not read as "A/x" + "y"); byte for byte `json.dumps` of the list.
-        Written from its parts' types (every key field is a string): through a helper that
-        asked each part its type, it took 1.1 µs, half of that more than this."""
+        Written from its parts' types (every key field is a string), not through a helper
+        asking each part its type: it runs once per decision."""
         role, key = self.cause.route()
         return (
             f"[{_ROLE_JSON[role]}, {_json_string(key)}, {_json_string(self.cause.event_id)}, "

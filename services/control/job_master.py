@@ -56,7 +56,7 @@ from .execution_graph import ExecutionGraph, InvalidJobGraph, JobLimits
 from .failover_strategy import FailoverStrategyName
 from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
-from .queries import JobMasterInfo, PendingRestartInfo, query
+from .queries import ArchivedExecutionGraph, JobMasterInfo, PendingRestartInfo, query
 from .reducer import Reducer, handles
 from .scheduler import DEFAULT_DEPLOYMENT_TIMEOUT_MS, NO_RESTART, Scheduler
 from .slot_pool import SlotPool, SlotPoolConfig
@@ -137,9 +137,14 @@ class JobMaster(Reducer):
         return self.scheduler.status
 
     @property
-    @query
     def graph(self) -> ExecutionGraph | None:
+        """The live graph, for the control plane only: read models ask `archived_graph()`."""
         return self.scheduler.graph
+
+    @query
+    def archived_graph(self) -> ArchivedExecutionGraph | None:
+        """The job's ExecutionGraph frozen as it is now; None before one is built."""
+        return self.graph.archive() if self.graph else None
 
     @property
     @query
@@ -414,6 +419,7 @@ class JobMaster(Reducer):
         return JobMasterInfo(
             self.job_id, self.status, self.job_master_id, self.restarts, self.failure_cause,
             scheduler.restart_at, len(scheduler.backoff.failures) if scheduler.backoff else 0,
+            len(self.graph.flat) if self.graph else 0,
         )  # fmt: skip
 
     @query

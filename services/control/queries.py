@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from jobledger.schemas.types import JobStatus, ResourceProfile
+from jobledger.schemas.types import ExecutionState, JobStatus, JobVertex, ResourceProfile
 
 from .slot_states import SlotState, TaskSlotState
 
@@ -148,6 +148,9 @@ class JobMasterInfo:
     """Event time at which the earliest waiting restart is due; None if none waits."""
     failures_counted: int
     """Failures the job's restart strategy has counted (it decides on these)."""
+    subtasks: int
+    """The subtasks of its ExecutionGraph (a failover restarting all of them restarts the
+    job); 0 before one is built."""
 
 
 @dataclass(frozen=True)
@@ -159,3 +162,99 @@ class PendingRestartInfo:
     versions: tuple[tuple[str, int, int], ...]
     """(job vertex, subtask, version) of every subtask it restarts, sorted: a subtask is
     restarted only if its version is still this one (Flink's ExecutionVertexVersion)."""
+
+
+# -- ExecutionGraph ---------------------------------------------------------------------
+# Flink's REST handlers never see the live ExecutionGraph: they read an ArchivedExecutionGraph,
+# a copy taken once, so a handler cannot change the job it describes and the scheduler may
+# re-index its graph freely. The JobMaster answers `archived_graph()` with these records.
+
+
+@dataclass(frozen=True)
+class ArchivedExecution:
+    """One attempt of a subtask as the JobMaster holds it (Flink's ArchivedExecution; the
+    times each state was reached come from the log, projections/rest adds them)."""
+
+    attempt_id: str
+    """Its ExecutionAttemptID."""
+    attempt_number: int
+    """0 for the first attempt, one more for each restart of the subtask."""
+    state: ExecutionState
+    """Where the attempt is in its lifecycle, as the JobMaster believes."""
+    slot_request_id: str | None
+    """The slot request made for it; None before it is scheduled."""
+    allocation_id: str | None
+    """The slot it was given; None while it waits for one."""
+    resource_id: str | None
+    """The TaskExecutor that slot is on; None while it waits for one."""
+    slot_index: int | None
+    """The slot's index in that TaskExecutor's slot table; None while it waits for one."""
+
+    @property
+    def has_slot(self) -> bool:
+        return self.allocation_id is not None
+
+
+@dataclass(frozen=True)
+class ArchivedExecutionVertex:
+    """One subtask and its attempts (Flink's ArchivedExecutionVertex)."""
+
+    job_vertex_id: str
+    """The JobVertex it is a subtask of."""
+    subtask_index: int
+    """Its index among that vertex's subtasks."""
+    attempts: tuple[ArchivedExecution, ...]
+    """Every attempt made, oldest first: the last is the current one."""
+
+    @property
+    def current(self) -> ArchivedExecution:
+        return self.attempts[-1]
+
+    @property
+    def prior(self) -> tuple[ArchivedExecution, ...]:
+        return self.attempts[:-1]
+
+
+@dataclass(frozen=True)
+class ArchivedExecutionJobVertex:
+    """One JobVertex expanded to its subtasks (Flink's ArchivedExecutionJobVertex)."""
+
+    vertex: JobVertex
+    """The JobVertex as submitted."""
+    parallelism: int
+    """Its subtasks in this run (a rescale may override the submitted parallelism)."""
+    max_parallelism: int
+    """Its key groups: the most subtasks it may be rescaled to."""
+    subtasks: tuple[ArchivedExecutionVertex, ...]
+    """Its subtasks, by index."""
+
+    @property
+    def vertex_id(self) -> str:
+        return self.vertex.vertex_id
+
+
+@dataclass(frozen=True)
+class ArchivedExecutionGraph:
+    """A job's ExecutionGraph frozen at one point of the log (Flink's ArchivedExecutionGraph,
+    the part the JobMaster owns: status and times are asked of it and of the log)."""
+
+    job_id: str
+    """The JobID."""
+    vertices: tuple[ArchivedExecutionJobVertex, ...]
+    """Its job vertices in topological order."""
+
+    def vertex(self, vertex_id: str) -> ArchivedExecutionJobVertex | None:
+        """The job vertex of that id; None if the graph has none."""
+        return next((jv for jv in self.vertices if jv.vertex_id == vertex_id), None)
+
+    def execution_vertices(self) -> list[ArchivedExecutionVertex]:
+        """Every subtask, in topological order."""
+        return [ev for jv in self.vertices for ev in jv.subtasks]
+
+    def attempt(self, attempt_id: str) -> tuple[ArchivedExecutionVertex, ArchivedExecution] | None:
+        """The subtask that made the attempt `attempt_id`, and the attempt; None if none did."""
+        for ev in self.execution_vertices():
+            for attempt in ev.attempts:
+                if attempt.attempt_id == attempt_id:
+                    return ev, attempt
+        return None

@@ -144,8 +144,8 @@ class LazyFromSourcesSchedulingStrategy(SchedulingStrategy):
         """Every CREATED vertex of `job_vertices` whose inputs are consumable, in topological
         order. Asked once per job vertex whether inputs read whole (ALL_TO_ALL, BLOCKING)
         allow its subtasks: asked per subtask, each of the P consumers of an ALL_TO_ALL input
-        scanned its P producers on every producer's RUNNING, P^3 for a job (a job of two
-        vertices of 1000 took 50 s). Scheduling moves no task to RUNNING or FINISHED, so the
+        would scan its P producers on every producer's RUNNING, P^3 for a job (nearly a minute for
+        two vertices of 1000). Scheduling moves no task to RUNNING or FINISHED, so the
         answer holds for the job vertex."""
         for job_vertex in job_vertices:
             inputs = job_vertex.vertex.inputs

@@ -58,7 +58,8 @@ def completes_requests(operation: F) -> F:
     a completion twice made the scheduler take a deployed attempt for an outdated one and hand
     its slot to another: two attempts in one slot, tests/control/test_scheduler.py. Telling it from
     within the nested operation made each hand-over of a freed slot one call deeper: a job
-    cancelled with a few hundred requests pending raised RecursionError, issue 42.)
+    cancelled with a few hundred requests pending raised RecursionError,
+    tests/control/test_slot_hand_over.py.)
 
     Then the requests the pool held back for its window to the ResourceManager go, as far as
     the requests completed (and those the listener made meanwhile) left room."""

@@ -23,7 +23,8 @@ names are `P<role>` (schemas/topics.py) and result partitions `Presult.<job>...`
 (services/host/transactions.py) and their group `jobledger-services-P` (with `-rebuild`); a
 runner's ids start `jobledger-runner-P` (services/runner/runner.py), a client's
 `jobledger-<owner>-` with owner `cli` or `demo-` (services/kafka.transactional_producer).
-Kafka cannot say who wrote a record on a topic several roles write; issue 31's signatures do.
+Kafka cannot say who wrote a record on a topic several roles write; the records' signatures
+do (services/signing.py).
 
 `X*` is a prefixed pattern, anything else literal; R/W/D/C/A: Read, Write, Describe, Create,
 Alter. Every rule is ALLOW; what no rule allows is refused.

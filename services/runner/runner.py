@@ -87,7 +87,7 @@ class RunnerConfig:
     """How often an idle query looks for new records (a busy one starts its next micro-batch
     as soon as the last ends): a deployment waits half of it on average. Each look asks the
     broker for the topic's offsets, which costs little next to a micro-batch; at 100 ms the
-    wait was half of Spark's whole produce-to-foreachBatch floor (`bench/e2e.py`).
+    wait would be half of Spark's whole produce-to-foreachBatch floor.
 
     Spark 4.1's Real-Time Mode (`trigger(realTime=...)`), which keeps long-running tasks
     reading instead of planning a batch per trigger, cannot run this query: it takes only

@@ -42,26 +42,26 @@ DEFAULT_CONF = {
     # which a recursive java.util.regex match overflowed the default 512 KiB thread stack on
     # (StackOverflowError in the stream execution thread, which then dies).
     "spark.driver.extraJavaOptions": "-Xss16m",
-    # The JVM talks to Python workers over a socket; over TCP a task's input waited ~40 ms
-    # on it (Nagle's algorithm meeting delayed ACKs: `bench/e2e.py`, a no-op Python job 84 ms
-    # against 43 ms over a Unix domain socket), which every Spark job running tasks paid.
+    # The JVM talks to Python workers over a socket; over TCP a task's input waits ~40 ms on
+    # it (Nagle's algorithm meeting delayed ACKs), which every Spark job running tasks would
+    # pay: a no-op Python job costs about twice what it does over a Unix domain socket.
     "spark.python.unix.domain.socket.enabled": "true",
     # PySpark's worker daemon, quiet about the JVM going away as the runner stops
     # (`quiet_daemon.py`): each worker it stopped under left a BrokenPipeError trace.
     "spark.python.daemon.module": "jobledger.services.runner.quiet_daemon",
     # The checkpoint's files on a local disk are written without Hadoop's checksum files
-    # (ChecksumFileSystem writes a `.crc` beside each and renames both): writing a batch's
-    # offsets took ~10-16 ms, 4-5 ms without, on every micro-batch's way to its deployments.
+    # (ChecksumFileSystem writes a `.crc` beside each and renames both), which would triple
+    # the cost of writing a batch's offsets, on every micro-batch's way to its deployments.
     # The rename that makes a file whole stays the same; a checkpoint elsewhere (HDFS, S3)
     # keeps its file system's own.
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     # The query writes two checkpoint files per micro-batch (offsets, commits). The default
     # (FileContext) manager sets each file's permissions, which without Hadoop's native
-    # library forks a `chmod` from the JVM: ~50 ms per file here, the most of a runner's batch
-    # after its read. The FileSystem manager writes the same temporary file and renames it
-    # into place (atomic on a local disk); what it gives up is the atomic refusal to replace
-    # an existing batch file, checked just before the rename instead, which only matters to
-    # two queries writing one checkpoint at once, a mistake either way.
+    # library forks a `chmod` from the JVM: ~50 ms per file, more than anything else in a
+    # runner's batch but its read. The FileSystem manager writes the same temporary file and
+    # renames it into place (atomic on a local disk); what it gives up is the atomic refusal
+    # to replace an existing batch file, checked just before the rename instead, which only
+    # matters to two queries writing one checkpoint at once, a mistake either way.
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),

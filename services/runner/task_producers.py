@@ -2,7 +2,7 @@
 transactional ids the driver leases to each Spark job.
 
 Starting a transactional producer (a connection, the coordinator's lookup, `InitProducerId`)
-cost ~65 ms of every Spark job that ran a no-op deployment (`bench/e2e.py`). Spark reuses its
+costs ~65 ms, as much as the rest of a Spark job that runs a no-op deployment. Spark reuses its
 Python workers (`spark.python.worker.reuse`), so a worker keeps its producer for the next
 task. What a fixed id per Spark task gave must still hold:
 

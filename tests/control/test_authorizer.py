@@ -1,4 +1,4 @@
-"""Who may write which input (issue 31 item 4), decided by `ReducerDriver.admit` from the
+"""Who may write which input, decided by `ReducerDriver.admit` from the
 signer's principal and role and what the reducers know: each rule, allowed and refused."""
 
 from __future__ import annotations

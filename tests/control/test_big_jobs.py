@@ -1,4 +1,4 @@
-"""Issue 44: a job's log grows with its subtasks, not with their square. A deployment names
+"""A job's log grows with its subtasks, not with their square. A deployment names
 the producers of each input as one ConsumedPartitionGroup (a range), so no event grows with
 the parallelism; deployments that listed the producers one by one (TaskDeploymentRequested
 v1 to v3) still decode, as their group, and an old log of them replays exactly."""
@@ -135,8 +135,8 @@ def test_an_old_log_of_listed_producers_replays_and_verifies():
 def test_one_timer_failing_many_regions_reads_the_graphs_shape_once(monkeypatch):
     """A TimerFired times out the slot requests of 60 subtasks of one vertex (each its own
     region, each failure its own restart): the graph's blocks and regions are made once and
-    kept, not once per failure (issue 44: a vertex of 13,000 kept the reducers busy for
-    minutes, and each failure asked every waiting restart whether it was due), and each
+    kept, not once per failure (else a vertex of 13,000 keeps the reducers busy for minutes,
+    each failure asking every waiting restart whether it is due), and each
     subtask's restart waits for its own delay."""
     made, asked = [], []
     blocks = failover_strategy._blocks

@@ -1,4 +1,4 @@
-"""A deployment has a deadline (issue 42, item 6): an attempt that does not report
+"""A deployment has a deadline: an attempt that does not report
 INITIALIZING within `task.deployment.timeout` of its deployment fails, as Flink's
 Execution.deploy fails an attempt whose `submitTask` RPC timed out, and the restart places it
 on another TaskExecutor: the job takes no more slots of the one that never ran it."""

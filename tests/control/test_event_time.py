@@ -1,4 +1,4 @@
-"""Numbers at their edges (issue 42, item 2): an input dated far in the future is refused where
+"""Numbers at their edges: an input dated far in the future is refused where
 it enters, and what is admitted anyway never makes a deadline beyond an Avro long.
 
 One line through `jobledger produce`, a `SlotRequested` at 2^63 - 1, used to crash-loop the

@@ -1,4 +1,4 @@
-"""Freshness, not only signatures (issue 42 item 3): a record re-sent long after it was written
+"""Freshness, not only signatures: a record re-sent long after it was written
 (past the dedup window, so it is not dropped as a duplicate) never replaces newer state. Each
 kind of stale input, at the reducer that owns it: it is rejected with its reason, or changes
 nothing, whichever instance, attempt or leader it addresses."""
@@ -166,7 +166,7 @@ def test_a_grant_of_an_earlier_leader_and_a_cancellation_of_an_ended_job_change_
 
 @pytest.mark.parametrize("window_filled", [False, True])
 def test_a_captured_registration_re_sent_after_the_dedup_window_is_rejected(window_filled):
-    """The attack of issue 42 at the driver: a runner fills the window with beats of its own
+    """A replay attack at the driver: a runner fills the window with beats of its own
     TaskExecutor, then re-sends another runner's captured registration of an earlier
     instance. Within the window it is dropped as a duplicate; past it, the ResourceManager
     rejects it: the victim's instance stays registered either way."""

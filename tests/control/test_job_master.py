@@ -6,6 +6,8 @@ Where a test gives one input, it asserts the JobMaster's decisions from it whole
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+
 import pytest
 
 from jobledger.schemas import Event
@@ -57,6 +59,7 @@ from jobledger.schemas.types import (
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.job_master import JobMasterConfig
 from jobledger.services.control.key_groups import assign_to_key_group
+from jobledger.services.control.queries import ArchivedExecution, ArchivedExecutionVertex
 
 from ..support.events import (
     ANY,
@@ -455,6 +458,32 @@ def test_es_9_a_restarted_vertex_is_reset_to_a_new_created_attempt_before_schedu
     ev = c.jm.graph.vertices["only"].subtasks[0]
     assert [e.attempt_id for e in ev.prior] == [first.execution_attempt_id]
     assert ev.current.attempt_number == 1 and ev.current.state is ExecutionState.DEPLOYING
+
+
+def test_the_archived_graph_is_a_frozen_copy_that_later_events_leave_as_it_was():
+    """Read models are handed `archived_graph()`, never the live graph: what they hold
+    stays the graph as of when they asked, however the job moves on."""
+    c = JobCluster()
+    c.submit([vertex("only", 1)], restart=fixed_delay(attempts=1, delay_ms=0))
+    first = c.deployments()[0]
+    before = c.jm.archived_graph()
+    c.play(lambda d: [ExecutionState.FAILED] if d.attempt_number == 0 else [])
+    c.tick(c.clock.now)
+    after = c.jm.archived_graph()
+    archived = ArchivedExecution(
+        first.execution_attempt_id, 0, ExecutionState.DEPLOYING, first.execution_attempt_id,
+        first.allocation_id, first.resource_id, first.slot_index,
+    )  # fmt: skip
+    only = before.vertex("only")
+    assert (only.parallelism, only.max_parallelism) == (1, 128)
+    assert before.execution_vertices() == [ArchivedExecutionVertex("only", 0, (archived,))]
+    ev = after.execution_vertices()[0]
+    assert [(a.attempt_number, a.state) for a in ev.attempts] == [
+        (0, ExecutionState.FAILED), (1, ExecutionState.DEPLOYING),
+    ]  # fmt: skip
+    assert after.attempt(first.execution_attempt_id) == (ev, ev.prior[0])
+    with pytest.raises(FrozenInstanceError):
+        ev.current.state = ExecutionState.FINISHED  # type: ignore[misc]
 
 
 def test_sm_1_lazy_with_batch_slot_requests_asks_for_batch_slots():

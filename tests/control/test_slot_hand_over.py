@@ -1,4 +1,4 @@
-"""A freed slot handed from request to request, however many wait (issue 42, item 1).
+"""A freed slot handed from request to request, however many wait, without recursion.
 
 Cancelling a job whose slot requests are still pending frees each slot it holds; the pool gives
 it to the next pending request, whose vertex is being cancelled, so the scheduler gives it back
@@ -29,10 +29,10 @@ def _cluster(vertices: int, parallelism: int, slots: int) -> JobCluster:
     """An EAGER job on one TaskExecutor of `slots` slots: the first `slots` subtasks hold one
     each (waiting for the others, as EAGER deploys all at once), every other one's request
     waits at the ResourceManager."""
-    # issue 42 cancels a job of 100,000 subtasks: above the default admission limit
-    # (`jobledger.job.max-subtasks`), within the bound every graph keeps; every request is
-    # sent to the ResourceManager (no window: `jobledger.slot-pool.max-pending-requests` 0),
-    # as issue 42 met them
+    # a job of 100,000 subtasks, cancelled while its requests wait: above the default
+    # admission limit (`jobledger.job.max-subtasks`), within the bound every graph keeps; every
+    # request is sent to the ResourceManager at once (no window:
+    # `jobledger.slot-pool.max-pending-requests` 0), so that the cancel withdraws them all
     config = JobMasterConfig(limits=JobLimits(max_subtasks=MAX_SUBTASKS_PER_JOB),
                              pool=SlotPoolConfig(max_pending_requests=0))  # fmt: skip
     cluster = JobCluster(task_executors=1, slots=slots, config=config)
@@ -80,7 +80,7 @@ def test_a_cancelled_job_hands_its_slot_through_its_pending_requests_then_frees_
 def test_a_job_cancelled_with_100_000_pending_requests_hands_its_slot_through_all():
     """4 vertices of 25,000 (a vertex has at most 32,768 subtasks), 4 slots: 99,996 requests
     wait. Building the job takes about as long as the cancel (each request is two decisions
-    through the pool and the ResourceManager; issue 44 measures that cost)."""
+    through the pool and the ResourceManager; tests/control/test_big_jobs.py bounds that cost)."""
     cluster = _cluster(vertices=4, parallelism=25_000, slots=4)
     pool = cluster.jm.pool
     held = [slot.allocation_id for slot in pool.allocated_slots.values()]

@@ -1,4 +1,5 @@
-"""A job keeps a bounded window of slot requests at the ResourceManager (issue 44, item 4).
+"""A job keeps a bounded window of slot requests at the ResourceManager, so that a giant job
+does not hold back the others.
 
 The ResourceManager's one partition serves every job's requests in log order: a giant job
 that sent all its requests at once put a small job's request behind all of them, and every

@@ -1,4 +1,4 @@
-"""A dead worker never hangs a job (issue 27): a TaskExecutor whose runner is silent for
+"""A dead worker never hangs a job: a TaskExecutor whose runner is silent for
 `heartbeat.timeout` is lost, a runner that comes back is a new instance, and either way
 every task on the old instance fails and the restart strategy runs it elsewhere; a job
 cancelled meanwhile ends CANCELED. The whole cluster of reducers, in one process, with the

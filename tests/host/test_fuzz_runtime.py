@@ -4,7 +4,7 @@ input partitions. For every record: it is dead-lettered with its original bytes 
 or it reached a reducer (whose decisions `replay --verify` re-derives). Nothing crashes the
 service, nothing wedges it (every input is committed), nothing is lost silently.
 
-And the reducers alone, in process (issue 42, item 2), with values at their edges (longs and
+And the reducers alone, in process, with values at their edges (longs and
 ints at their ends, empty and huge strings, every enum symbol, the ids of a running job): no
 input raises, every decision encodes, and the whole state survives a snapshot every few
 inputs. A pill is an input that stops a partition for every tenant on it."""

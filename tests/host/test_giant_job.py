@@ -1,5 +1,5 @@
-"""A giant job does not stall the others, and is derived exactly once across a kill -9
-(issue 44, item 4), through `jobledger services run` on the real broker.
+"""A giant job does not stall the others, and is derived exactly once across a kill -9,
+through `jobledger services run` on the real broker.
 
 The giant is scaled down (2 x 300 subtasks) and so is its window of slot requests at the
 ResourceManager (`jobledger.slot-pool.max-pending-requests`, 10 here, 1,000 by default), so

@@ -1,4 +1,4 @@
-"""Issue 42, items 1 and 5: an input whose processing raises (in a reducer, in encoding its
+"""Poisoned inputs: an input whose processing raises (in a reducer, in encoding its
 decisions, in the snapshot after it) is dead-lettered with the exception in one line, and its
 partition goes on with the state it would have had without it; a record larger than an event
 may be is dead-lettered before it is decoded; a dead letter always fits its topic; an input

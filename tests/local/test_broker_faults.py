@@ -1,4 +1,4 @@
-"""Broker faults on a three-node Kafka while a fail-once word count runs (issue 30): one run of
+"""Broker faults on a three-node Kafka while a fail-once word count runs: one run of
 each fault of `bench/faults.py` (kill -9 and restart of the node coordinating the
 ResourceManager's transactions, a 45 s SIGSTOP of it, its loss for good, a rolling restart of
 all three), held to its checker: the job finished, input equals output, no input decided

@@ -113,7 +113,7 @@ def test_the_client_writes_an_input_topic_and_reads_it_back(secured):
 
 
 def test_jobledger_s_own_commands_take_the_client_s_file(secured):
-    """`-F` (issue 31 item 1) with the file `--secure` wrote: `produce` and `tail` as
+    """`-F` with the file `--secure` wrote: `produce` and `tail` as
     `client`."""
     file = str(secured.home / "secure" / "client.properties")
     where = ["--bootstrap", secured.bootstrap, "-F", file]
@@ -127,7 +127,8 @@ def test_jobledger_s_own_commands_take_the_client_s_file(secured):
 
 
 def test_only_the_services_take_a_service_s_transactional_id(secured):
-    """`init_transactions` under a service's id would fence it (issue 31: it exits at once)."""
+    """`init_transactions` under a service's id would fence it: refused, so a
+    client cannot stop a service (which exits at once when fenced)."""
     service_id = f"jobledger-{topic_name(TopicRole.RESOURCE_MANAGER, PREFIX)}-0"
     for thief in ("client", "runner"):
         producer = _transactional(secured.config(thief), service_id)
@@ -148,7 +149,8 @@ def test_only_the_services_write_dead_letters_snapshots_and_checkpoints(secured)
 
 
 def test_only_the_services_join_their_consumer_group(secured):
-    """A member that never processes would hold every partition of the services (issue 31)."""
+    """A member that never processes would hold every partition of the services:
+    refused, so only the services join their group."""
     group = f"{SERVICES_GROUP_PREFIX}{PREFIX}"
     job = topic_name(TopicRole.JOB, PREFIX)
     seen = {}
@@ -286,7 +288,7 @@ def test_a_secure_storage_whose_passwords_are_gone_is_refused_in_one_line(tmp_pa
 
 
 def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured, tmp_path):
-    """Issue 31 items 1 and 3 end to end: the services, a runner (its Spark Kafka source, its
+    """SASL_SSL and signatures end to end: the services, a runner (its Spark Kafka source, its
     tasks' producers, its result partitions) and a client each talk SASL_SSL with SCRAM
     through `-F` alone and sign with their own key; the services check every input against
     the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered."""
@@ -341,7 +343,7 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
 
 
 def test_the_fail_once_demo_runs_secured(secured, tmp_path):
-    """Issue 31 item 5: `demo wordcount --secure --fail-once` on the home's secure broker (the
+    """`demo wordcount --secure --fail-once` on the home's secure broker (the
     session's, reused, its ACLs granted for the demo's prefix): the services and the runner
     each on their own principal and key, every record signed and checked, none refused, the
     failed attempt restarted, the counts exact."""

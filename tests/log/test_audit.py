@@ -1,4 +1,4 @@
-"""Signed checkpoints and `jobledger audit` (issue 48 item 3), offline: RFC 6962 hashing
+"""Signed checkpoints and `jobledger audit`, offline: RFC 6962 hashing
 against the published test vectors, the C2SP signed-note layout, and the auditor as the
 security boundary it is: a clean signed export passes, and each tampering (a record dropped,
 reordered, duplicated or altered; a checkpoint forged or rolled back; two logs spliced) is

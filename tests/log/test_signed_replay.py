@@ -1,4 +1,4 @@
-"""Signed records offline (issue 31 items 3 and 6): an export keeps what a record's signature
+"""Signed records offline: an export keeps what a record's signature
 is over, an export written before it still reads, and `replay --verify --keyring` judges
 every input the services admitted as they judged it live, naming the first it refuses."""
 

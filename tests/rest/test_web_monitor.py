@@ -303,7 +303,7 @@ def test_a_subtask_or_attempt_that_does_not_exist_is_a_404(fail_once, path, says
     assert says in response.json()["errors"][0]
 
 
-# -- Flink's metric endpoints (issue 34 item 3) ----------------------------------------------
+# -- Flink's metric endpoints ------------------------------------------------------------
 
 
 def test_the_jobmanager_s_metrics_are_listed_then_answered_as_flink_does(fail_once):

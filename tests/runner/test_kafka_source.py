@@ -26,14 +26,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from jobledger.services.runner import kafka_source
+from jobledger.services.runner.kafka_reader_options import ReaderOptions
 from jobledger.services.runner.kafka_source import (
     FORMAT,
-    DriverKafkaStreamReader,
-    KafkaStreamReader,
-    ReaderOptions,
     kafka_schema,
     native_kafka_available,
     register,
+)
+from jobledger.services.runner.kafka_stream_readers import (
+    DriverKafkaStreamReader,
+    KafkaStreamReader,
     split_limit,
 )
 

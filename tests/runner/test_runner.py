@@ -424,7 +424,7 @@ def recreate_topics(cluster) -> None:
 def test_a_checkpoint_of_topics_since_created_again_is_moved_aside_and_the_runner_starts(
     spark, cluster, tmp_path, caplog
 ):
-    """Hardening issue 27, item 4: the log changed under the runner's checkpoint, whose
+    """The log changed under the runner's checkpoint, whose
     offsets the new topic never had. The runner says so in one line and starts afresh."""
     with running(spark, cluster, tmp_path, "refit", "json"):
         first = deployment(cluster, "before", [

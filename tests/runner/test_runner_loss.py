@@ -1,4 +1,4 @@
-"""A dead worker never hangs a job (issue 27): the Spark runner killed, restarted, paused,
+"""A dead worker never hangs a job: the Spark runner killed, restarted, paused,
 while the services judge its liveness from its own heartbeats alone.
 
 Everything runs as it does in production: `jobledger services run` and `jobledger runner`
@@ -637,14 +637,14 @@ def test_e_a_runner_paused_past_the_timeout_comes_back_new_and_its_late_reports_
 
 
 def test_f_a_runner_stopped_with_sigterm_deregisters_and_its_tasks_run_elsewhere_at_once(stages):
-    """Issue 42, item 7: a runner that stops cleanly tells the ResourceManager first, as
+    """A runner that stops cleanly tells the ResourceManager first, as
     Flink's TaskExecutor disconnects as it shuts down: its TaskExecutor is no longer
     registered, its RUNNING tasks fail over at once (not after the heartbeat timeout), and a
     job submitted next is not placed there. The runner stopped is one running a task, by
-    SIGTERM to its process group as a shell's `kill %1` sends it (issue 43 item 7: Spark's JVM
-    in that group died under the runner, whose stop then ended in a Py4J trace). Its log has
-    no trace once the runner and everything it started (its JVM, the Python daemons) ended:
-    the data source planners' idle workers printed a BrokenPipeError trace when the JVM closed
+    SIGTERM to its process group as a shell's `kill %1` sends it (Spark's JVM in that group
+    must not die under the runner, whose stop would then end in a Py4J trace). Its log has no
+    trace once the runner and everything it started (its JVM, the Python daemons) ended: the
+    data source planners' idle workers printed a BrokenPipeError trace when the JVM closed
     their sockets, a minute after the query started and as Spark stopped
     (`worker_python.py`)."""
     stage = stages["shared"]

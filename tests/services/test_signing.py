@@ -1,4 +1,4 @@
-"""Record signatures and the keyring (issue 31 item 3): what a signature covers, what the
+"""Record signatures and the keyring: what a signature covers, what the
 keyring refuses and why, and `jobledger keys`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The golden of the scheduler split (issue 13, item 2): scenarios played through the pure
+"""The scheduler's golden: scenarios played through the pure
 in-process driver, every event of their logs recorded whole, so that moving the scheduler out
 of the JobMaster is proven to change no event and no event id.
 

@@ -1,7 +1,7 @@
-"""Issue 31's attacks, each tried against a secured cluster (`jobledger broker --secure`, the
-services checking signatures against the keyring) while a victim job runs: every one is
-refused with its reason (a dead letter, or Kafka's refusal), the job runs to FINISHED as its
-own runner says, and `replay --verify` calls the log clean.
+"""Attacks by a principal of the cluster, each tried against a secured cluster (`jobledger
+broker --secure`, the services checking signatures against the keyring) while a victim job
+runs: every one is refused with its reason (a dead letter, or Kafka's refusal), the job runs
+to FINISHED as its own runner says, and `replay --verify` calls the log clean.
 
 The attackers hold what any tenant of the cluster holds: the `client` principal's Kafka
 credentials, and a signing key of their own (`mallory`, a client; `rogue`, a runner that owns

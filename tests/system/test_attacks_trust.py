@@ -1,5 +1,6 @@
-"""Issue 42's attacks on trust (items 3 and 4), each against a secured cluster (`broker
---secure`, the services checking every input against the keyring) while a victim's job runs.
+"""Attacks on trust (replayed records, inputs a principal may not write), each against a
+secured cluster (`broker --secure`, the services checking every input against the keyring)
+while a victim's job runs.
 
 Two runner principals: `rk-2` (the victim, TaskExecutor `rk-2-0`) and `rk` (the attacker,
 TaskExecutor `rk-0`), each a key the keyring states its TaskExecutors for (`keys new

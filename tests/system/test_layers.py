@@ -257,9 +257,14 @@ def test_the_engine_meets_the_wire_form_of_a_key_group_range_only_in_key_groups(
 # reducer's surface to keep in step. So the follower stays: it resolves a read's receiver to
 # the reducer it reaches and allows only the members marked `@query`.
 
-RULED = ("JobMaster", "SlotPool", "ResourceManager", "TaskExecutor", "Scheduler", "TaskSlotTable")
-"""The control plane's stateful objects: the reducers, and the scheduler and slot table they
-hold. A read model asks them only what they answer as queries (services/control/queries.py)."""
+RULED = (
+    "JobMaster", "SlotPool", "ResourceManager", "TaskExecutor", "Scheduler", "TaskSlotTable",
+    "ExecutionGraph", "ExecutionJobVertex", "ExecutionVertex", "Execution",
+)  # fmt: skip
+"""The control plane's stateful objects: the reducers, the scheduler and slot table they
+hold, and the live ExecutionGraph, which answers no queries at all (a read model reads the
+JobMaster's `archived_graph()`, as Flink's REST handlers read an ArchivedExecutionGraph). A
+read model asks them only what they answer as queries (services/control/queries.py)."""
 
 CONFIGURATION = "config"
 """Every reducer's frozen configuration, given when it is made: no state, readable by all."""
@@ -458,7 +463,8 @@ def test_a_read_model_reads_a_reducer_only_through_its_queries(path):
 def test_the_query_rule_follows_reads_to_the_reducer_they_reach():
     """The rule is checked where it would break: reads of the old slot report (fields of the
     pool, the ResourceManager, the slot table and the scheduler, reached through the driver,
-    its maps, loops, unpacked pairs and properties) are caught; queries pass."""
+    its maps, loops, unpacked pairs and properties) and of the live ExecutionGraph are
+    caught; queries, and the frozen graph they answer with, pass."""
     old = """
 def report(driver: ReducerDriver, result: ReplayResult):
     for job_id, jm in sorted(driver.job_masters.items()):
@@ -472,8 +478,19 @@ def report(driver: ReducerDriver, result: ReplayResult):
     jm = driver.job_masters["job"]
     restarts = jm.scheduler.pending_restarts
     info = jm.info()
+    ev = jm.graph.attempts.get("a1") if jm.graph is not None else None
+    for vertex in jm.graph.execution_vertices():
+        state = vertex.current.state
+    frozen = jm.archived_graph()
+    states = [sub.current.state for sub in frozen.execution_vertices()]
 """
     assert sorted(r.split(" ")[1] for r in _reaches(old, "old")) == [
+        "Execution.state",
+        "ExecutionGraph.attempts",
+        "ExecutionGraph.execution_vertices",
+        "ExecutionVertex.current",
+        "JobMaster.graph",
+        "JobMaster.graph",
         "JobMaster.scheduler",
         "ResourceManager.task_executors",
         "Scheduler.pending_restarts",

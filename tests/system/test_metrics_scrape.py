@@ -1,9 +1,9 @@
-"""Issue 34 item 4: the services and a Spark runner run with `--metrics-port`, the fail-once
-word count runs, and `/metrics` is scraped over HTTP and parsed with prometheus_client's
-own parser: restarts counted, the reducers' numbers equal to what `replay` derives from the
-same log, lag back to 0 once the job is done, the runner's micro-batches and Spark jobs
-timed, and a runner killed with SIGKILL shown as a lost TaskManager within the heartbeat
-timeout."""
+"""Metrics scraped as Prometheus would: the services and a Spark runner run with `--metrics-port`,
+the fail-once word count runs, and `/metrics` is scraped over HTTP and parsed with
+prometheus_client's own parser: restarts counted, the reducers' numbers equal to what `replay`
+derives from the same log, lag back to 0 once the job is done, the runner's micro-batches and
+Spark jobs timed, and a runner killed with SIGKILL shown as a lost TaskManager within the
+heartbeat timeout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docker/'s Prometheus scrape config, alert rules and Grafana dashboard (issue 34 item 5),
+"""docker/'s Prometheus scrape config, alert rules and Grafana dashboard,
 checked without Docker: each file parses as what it is, Prometheus scrapes ports the compose
 services serve metrics on, and every metric a rule or a panel asks for is one jobledger
 exposes (a renamed metric would leave a dashboard blank and an alert silent)."""
