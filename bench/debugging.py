@@ -24,7 +24,7 @@ from pathlib import Path
 
 import fastavro.write
 from fastavro import parse_schema
-from replay import PARTITIONS, generate
+from realistic_log import PARTITIONS, generate
 
 from jobledger.cli import main as main_cli
 from jobledger.projections.log.log_file import export_schema

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from brokers import bench_broker
 from confluent_kafka import Consumer, Producer, TopicPartition
-from replay import PARTITIONS, SLOT, Appender, Generator, generate
+from realistic_log import PARTITIONS, SLOT, Appender, Generator, generate
 
 from jobledger.projections.log.log_file import read_events
 from jobledger.projections.log.replay import replay

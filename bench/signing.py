@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from forked import in_fork
-from replay import PARTITIONS, Generator
+from realistic_log import PARTITIONS, Generator
 
 from jobledger.cli.main import main as jobledger
 from jobledger.projections.log.checkpoints import (

@@ -39,7 +39,7 @@ def ask(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, 
 
 
 def _generated(path: Path) -> None:
-    """bench/replay.py's realistic log (waves of jobs, failures, restarts), 3,000 records."""
+    """bench/realistic_log.py's log (waves of jobs, failures, restarts), 3,000 records."""
     sys.path.insert(0, str(BENCH))
     try:
         spec = importlib.util.spec_from_file_location("bench_debugging", BENCH / "debugging.py")
