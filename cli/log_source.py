@@ -108,6 +108,7 @@ def log_options(
     (None: the command declares its own -o); `snapshots`: the command answers from the
     services' snapshots (`live_log`)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    archive_option(p)
     p.add_argument(
         "--no-index", action="store_true",
         help="read the whole --file for the answer, not the index kept beside it",
@@ -120,6 +121,27 @@ def log_options(
         at_option(p)
     if formats:
         p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
+
+
+def archive_option(p: argparse.ArgumentParser) -> None:
+    """`--archive`: an archived job's story instead of the broker (`jobledger archive`)."""
+    p.add_argument(
+        "--archive", metavar="URL",
+        help="an archived job's file as `jobledger archive list` prints it, or the archive "
+        "location (the job taken from the command's job), instead of the broker",
+    )  # fmt: skip
+
+
+def use_archive(args: argparse.Namespace) -> None:
+    """The command's `--archive` read as its `--file` (fetched to a local copy first when
+    it is remote): every command that reads an export reads an archived job so."""
+    if getattr(args, "archive", None) is None:
+        return
+    if getattr(args, "file", None) is not None:
+        raise argparse.ArgumentTypeError("--archive and --file: give one of them")
+    from .archive import archived_file  # only a command given --archive pays for fsspec
+
+    args.file = archived_file(args)
 
 
 EXPORT_HINT_RECORDS = 100_000

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobledger.projections.debugging.tables import state_table
+from jobledger.projections.log.archive import archived_job
 from jobledger.projections.log.log_file import LogRecord, write_export
 from jobledger.projections.log.positions import Position, cut, log_order
 from jobledger.projections.log.replay import (
@@ -21,6 +22,7 @@ from jobledger.projections.log.replay import (
     position,
     verify,
 )
+from jobledger.schemas.topics import TopicRole
 from jobledger.services.host.parallel import default_jobs
 from jobledger.services.signing import Keyring
 
@@ -49,6 +51,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "replay", parents=[common], help="rebuild every reducer's state from the log",
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    log_source.archive_option(p)
     at_option(p)
     p.add_argument(
         "--count", type=non_negative_int, metavar="N",
@@ -123,7 +126,14 @@ def _verify(
     processed: Callable[[LogRecord], bool],
     signatures: SignatureCheck | None,
 ) -> int:
-    matched, divergence = verify(records, reducers_of(args), processed, signatures)
+    job = archived_job(args.file) if args.file else None
+    whole = (lambda _: True) if job is None else (
+        lambda r: r.role is TopicRole.JOB and r.event.route()[1] == job
+    )  # fmt: skip
+    if job is not None:
+        print(f"the archive of job {job}: its JobMaster's decisions re-derived; the cluster's "
+              "records it rests on are verified with the log they were part of")  # fmt: skip
+    matched, divergence = verify(records, reducers_of(args), processed, signatures, whole)
     waiting = sum(not processed(r) for r in records)
     if waiting:
         print(f"{waiting} input(s) not yet consumed by the services; their decisions "

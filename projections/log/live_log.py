@@ -90,7 +90,7 @@ def read_live(
     size = sum(map(len, partitions.values()))
     cut = Cut("end", log_order(records), refused, offsets, size, latest)
     with bulk_replay():
-        found = _latest_snapshots(consumer, prefix)
+        found = latest_snapshots(consumer, prefix)
         partitioned, starts = _states(found, prefix, serde, factory, partitions, refused)
     return LiveRead(cut, partitioned, appended, skipped, starts)
 
@@ -168,7 +168,7 @@ def _fits(taken: snapshot.Snapshot, messages: list[Message]) -> bool:
     return 0 < taken.next_offset <= end
 
 
-def _latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snapshot]:
+def latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snapshot]:
     """Owner (`<topic>/<partition>`) -> its latest complete snapshot that decodes."""
     assemblers: dict[str, snapshot.SnapshotAssembler] = {}
     for msg in read_topics(consumer, [topic_name(TopicRole.SNAPSHOT, prefix)], True, True):

@@ -143,8 +143,11 @@ def export_schema(provenance: bool = True) -> dict[str, Any]:
     }
 
 
-def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
-    """Write the records to an Avro Object Container File; returns how many."""
+def write_export(
+    records: Iterable[LogRecord], out: BinaryIO, metadata: dict[str, str] | None = None
+) -> int:
+    """Write the records to an Avro Object Container File; returns how many. `metadata`
+    goes in the file's header (what the file is: an archived job's story, say)."""
     schema = parse_schema(export_schema())
     count = 0
 
@@ -162,8 +165,19 @@ def write_export(records: Iterable[LogRecord], out: BinaryIO) -> int:
                 "provenance": None if signed is None else signed.packed,
             }
 
-    writer(out, schema, rows(), codec="deflate")
+    writer(out, schema, rows(), codec="deflate", metadata=metadata)
     return count
+
+
+def read_export_metadata(path: Path) -> dict[str, str]:
+    """The metadata `write_export` put in an export's header (the Avro codec and schema
+    left out); ExportUnreadable as `read_export`."""
+    with ExportFile(path) as export:
+        return {
+            key: value.decode() if isinstance(value, bytes) else value
+            for key, value in export.metadata.items()
+            if not key.startswith("avro.")
+        }
 
 
 class ExportUnreadable(ValueError):
@@ -214,6 +228,7 @@ class ExportFile:
             blocks = block_reader(self._file, return_record_name=True,
                                   return_record_name_override=True)  # fmt: skip
             self.writer_schema = blocks.writer_schema
+            self.metadata = dict(blocks.metadata)
             written = schema_fingerprint(parse_schema(blocks.writer_schema))
             if written not in _fingerprints_read_as_written():
                 self._file.seek(0)

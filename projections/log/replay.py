@@ -206,6 +206,7 @@ def verify(
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
     processed: Callable[[LogRecord], bool] = lambda _: True,
     signatures: SignatureCheck | None = None,
+    whole: Callable[[LogRecord], bool] = lambda _: True,
 ) -> tuple[int, Divergence | SignatureRefused | None]:
     """Re-derive every decision; returns how many matched, and the first divergence if any
     (with `signatures`, the first admitted input whose signature is refused, if it comes
@@ -213,10 +214,14 @@ def verify(
 
     `processed` says whether the services have consumed an input yet (its offset is below
     their group's committed offset): a decision of an input still waiting for them is not
-    missing, only not due yet, and is not a divergence."""
+    missing, only not due yet, and is not a divergence.
+
+    `whole` says whether an input's owner has all of its inputs in `records`: only those
+    owners' decisions are re-derived and compared (an archived job's story holds all of its
+    JobMaster's inputs, and of the cluster's owners only the records the job rests on)."""
     log = list(records)
     with bulk_replay():
-        return _verify(log, driver_factory, processed, signatures)
+        return _verify(log, driver_factory, processed, signatures, whole)
 
 
 def _verify(
@@ -224,6 +229,7 @@ def _verify(
     driver_factory: Callable[[], ReducerDriver],
     processed: Callable[[LogRecord], bool],
     signatures: SignatureCheck | None,
+    whole: Callable[[LogRecord], bool],
 ) -> tuple[int, Divergence | SignatureRefused | None]:
     admitted = list(_inputs(log))
     recorded: dict[str, list[LogRecord]] = {}
@@ -239,7 +245,7 @@ def _verify(
             if refused is not None:
                 return matched, refused
         decisions = _decisions(driver, reduced, record, driver_factory)
-        for decision in decisions:
+        for decision in decisions if whole(record) else ():
             derived_ids.add(decision.event_id)
             # ids derive from the cause's id, which a client chose: two inputs with one id
             # on two partitions derive two decisions with one id, so any of them may match
@@ -253,8 +259,10 @@ def _verify(
                     found.event if found else None, decision,
                 )  # fmt: skip
             matched += 1
+    causes = {record.event.event_id: record for record in admitted}
     for record, caused_in_log in _claimed_decisions(admitted):
-        if caused_in_log and record.event.event_id not in derived_ids:
+        cause = causes.get(record.event.cause_event_id or "")
+        if caused_in_log and whole(cause) and record.event.event_id not in derived_ids:
             event = record.event
             return matched, Divergence(position(record), event.event_id, event, None)
     return matched, None
