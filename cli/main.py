@@ -174,6 +174,7 @@ EXPECTED = {
     "jobledger.services.runner.connector": ("ConnectorUnresolved",),
     "jobledger.services.signing": ("KeyFileError",),
     "jobledger.projections.log.archive": ("ArchiveError",),
+    "jobledger.projections.log.retained": ("DeletedBeforeSnapshot",),
 }
 """The expected failures of a command, each said in one line (exit status 1)."""
 

@@ -170,6 +170,15 @@ def _fits(taken: snapshot.Snapshot, messages: list[Message]) -> bool:
 
 def latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snapshot]:
     """Owner (`<topic>/<partition>`) -> its latest complete snapshot that decodes."""
+    decoded = {
+        owner: snapshot.decode_or_rebuild(data, owner)
+        for owner, data in latest_snapshot_data(consumer, prefix).items()
+    }
+    return {owner: taken for owner, taken in decoded.items() if taken is not None}
+
+
+def latest_snapshot_data(consumer: Consumer, prefix: str) -> dict[str, bytes]:
+    """Owner (`<topic>/<partition>`) -> its latest complete snapshot, encoded."""
     assemblers: dict[str, snapshot.SnapshotAssembler] = {}
     for msg in read_topics(consumer, [topic_name(TopicRole.SNAPSHOT, prefix)], True, True):
         key = msg.key()
@@ -177,8 +186,8 @@ def latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snap
             continue
         owner = key.decode("utf-8", "replace").partition("#")[0]
         assemblers.setdefault(owner, snapshot.SnapshotAssembler(owner)).add(key, msg.value())
-    decoded = {
-        owner: snapshot.decode_or_rebuild(assembler.latest, owner)
+    return {
+        owner: assembler.latest
         for owner, assembler in assemblers.items()
+        if assembler.latest is not None
     }
-    return {owner: taken for owner, taken in decoded.items() if taken is not None}

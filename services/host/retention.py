@@ -89,7 +89,20 @@ class PartitionRetention:
     @property
     def lost(self) -> bool:
         """Whether records a restart needs are gone already."""
-        return self.oldest_needed is not None and self.oldest_held > self.oldest_needed
+        return self.oldest_needed is not None and not within_held(self.oldest_needed,
+                                                                  self.oldest_held)  # fmt: skip
+
+
+MARKER_OFFSETS = 1
+"""Offsets after a snapshot's that may hold no record: the commit marker of the transaction
+whose inputs the snapshot reflects takes the offset after its last input, and the broker may
+delete the segment holding that marker alone."""
+
+
+def within_held(needed: int, oldest_held: int) -> bool:
+    """Whether a partition whose oldest held offset is `oldest_held` still holds every
+    record from `needed` on."""
+    return oldest_held <= needed + MARKER_OFFSETS
 
 
 def oldest_needed(snapshot_at: int | None, committed: int | None) -> tuple[int, str]:
