@@ -200,6 +200,8 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
         status, out = run(capsys, "topics", "create", "--partitions", "1", "--retention",
                           RETENTION, "--snapshot-interval-s", "1")  # fmt: skip
         assert status == 0 and out.count("exists") == 6, out
+        status, out = run(capsys, "services", "run", "--snapshot-interval-s", "2")
+        assert status == 1 and "refused to start" in out and "4000 ms the snapshots" in out, out
 
         def deleted() -> bool:
             low, end = watermarks(cluster.bootstrap, topic_name(TopicRole.JOB, cluster.prefix))[0]
