@@ -72,25 +72,3 @@ def cmd_archive(args: argparse.Namespace) -> int:
         url, count = archive.write_archive(ordered, job_id, location)
         print(f"{job_id}\t{count} records\t{url}")
     return 1 if unknown else 0
-
-
-def archived_file(args: argparse.Namespace) -> Path:
-    """The local file of the command's `--archive`: a URL `archive list` printed, or a
-    location with the command's job (its `job` argument, or JOB of an explain's
-    JOB/VERTEX target)."""
-    given: str = args.archive
-    if given.endswith(archive.SUFFIX):
-        url = given
-    else:
-        job = getattr(args, "job", None) or _task_job(getattr(args, "target", None))
-        if not job:
-            raise archive.ArchiveError(
-                f"--archive {given}: a location needs the job: give the archive file's URL "
-                "(`jobledger archive list`)"
-            )
-        url = archive.job_url(given, job)
-    return archive.local_copy(url, home.cache() / "archives")
-
-
-def _task_job(target: str | None) -> str | None:
-    return target.split("/", 1)[0] if target and "/" in target else None

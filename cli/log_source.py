@@ -24,7 +24,7 @@ from jobledger.projections.log.log_index import LogIndex, open_index
 from jobledger.projections.log.positions import Cut, cut, log_order
 from jobledger.projections.log.replay import ReplayResult, replay
 from jobledger.schemas import Event, EventSerde
-from jobledger.services import kafka, kafka_reads
+from jobledger.services import home, kafka, kafka_reads
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.host.gc_policy import bulk_replay
 
@@ -139,9 +139,30 @@ def use_archive(args: argparse.Namespace) -> None:
         return
     if getattr(args, "file", None) is not None:
         raise argparse.ArgumentTypeError("--archive and --file: give one of them")
-    from .archive import archived_file  # only a command given --archive pays for fsspec
+    args.file = _archived_file(args)
 
-    args.file = archived_file(args)
+
+def _archived_file(args: argparse.Namespace) -> Path:
+    """The local file of the command's `--archive`: a URL `archive list` printed, or a
+    location with the command's job (its `job` argument, or JOB of an explain's
+    JOB/VERTEX target)."""
+    from jobledger.projections.log import archive  # only a command given --archive pays
+
+    given: str = args.archive
+    if given.endswith(archive.SUFFIX):
+        url = given
+    else:
+        target = getattr(args, "target", None)
+        job = getattr(args, "job", None) or (
+            target.split("/", 1)[0] if target and "/" in target else None
+        )  # fmt: skip
+        if not job:
+            raise archive.ArchiveError(
+                f"--archive {given}: a location needs the job: give the archive file's URL "
+                "(`jobledger archive list`)"
+            )
+        url = archive.job_url(given, job)
+    return archive.local_copy(url, home.cache() / "archives")
 
 
 EXPORT_HINT_RECORDS = 100_000

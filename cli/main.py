@@ -35,7 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cluster", "a Spark standalone master and workers on loopback, for runner "
                 "--master"),
     "ui": ("ui", "Flink's REST API and a web dashboard over the log, with a time slider"),
-    "archive": ("archive", "write each closed job's story to an archive location; list them"),
+    "archive": ("archive", "write each finished, failed or cancelled job's story to an archive "
+                "location"),
 }  # fmt: skip
 """Every command: the module of this package that defines it, and its line in `--help`.
 A command's module is imported only when that command runs (PySpark, confluent-kafka, the
