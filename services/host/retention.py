@@ -101,8 +101,8 @@ delete the segment holding that marker alone."""
 
 def within_held(needed: int, oldest_held: int) -> bool:
     """Whether a partition whose oldest held offset is `oldest_held` still holds every
-    record from `needed` on."""
-    return oldest_held <= needed + MARKER_OFFSETS
+    record from `needed` on (from its beginning, when `needed` is 0: no marker before it)."""
+    return oldest_held <= (needed + MARKER_OFFSETS if needed else 0)
 
 
 def oldest_needed(snapshot_at: int | None, committed: int | None) -> tuple[int, str]:
