@@ -51,6 +51,7 @@ def test_a_restart_needs_the_records_after_the_snapshot_the_committed_offset_rea
     row = retention.PartitionRetention("t", 0, 3000, 41, 60, 40, "after snapshot@40")
     assert not row.lost, "the offset after the snapshot's may be its transaction's marker"
     assert retention.PartitionRetention("t", 0, 3000, 42, 60, 40, "").lost
+    assert not retention.within_held(0, 1), "from the beginning, no marker comes first"
 
 
 def closed_job_log() -> list[LogRecord]:
