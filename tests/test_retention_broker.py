@@ -210,6 +210,8 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
         until(deleted, "the broker deleted every record of the job topic", 30)
         assert not first & {r.event.event_id for r in read(cluster)}, "the job's records are gone"
         covering = snapshots(cluster)
+        status, out = run(capsys, "job", "show", "outlives", "-o", "json")
+        assert status == 0 and json.loads(out)["state"] == "RUNNING", "from its snapshot"
     finally:
         kill_tree(services.pid)
         services.wait(10)
