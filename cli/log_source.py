@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from confluent_kafka import Consumer, TopicPartition
 from tqdm import tqdm
 
 from jobledger.projections.log.live_log import LiveRead, read_live
@@ -23,8 +24,9 @@ from jobledger.projections.log.log_file import (
 from jobledger.projections.log.log_index import LogIndex, open_index
 from jobledger.projections.log.positions import Cut, cut, log_order
 from jobledger.projections.log.replay import ReplayResult, replay
-from jobledger.schemas import Event, EventSerde
-from jobledger.services import home, kafka, kafka_reads
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas.topics import INPUT_ROLES
+from jobledger.services import home, kafka, kafka_reads, kafka_topics
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.host.gc_policy import bulk_replay
 
@@ -90,12 +92,31 @@ def log_records(
                 consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
                 provenance,
             ), "reading the log"))  # fmt: skip
+        deleted = deleted_before(consumer, prefix_of(args))
     finally:
         consumer.close()
+    if deleted:
+        print(f"jobledger: retention deleted the oldest records of {', '.join(deleted)}: this "
+              "answer is of what remains; a closed job's whole story is in its archive "
+              "(--archive), and `job list`, `job show` answer from the services' snapshots",
+              file=sys.stderr)  # fmt: skip
     for skipped in (r for r in records if isinstance(r, SkippedRecord)):
         where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
         print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
     return [r for r in records if isinstance(r, LogRecord)]
+
+
+def deleted_before(consumer: Consumer, prefix: str) -> list[str]:
+    """`role/partition (before OFFSET)` of every input partition whose oldest records the
+    broker deleted."""
+    cut = []
+    for role in INPUT_ROLES:
+        topic = topic_name(role, prefix)
+        for partition in kafka_topics.partitions_of(consumer, topic):
+            low = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[0]
+            if low > 0:
+                cut.append(f"{role.value}/{partition} (before {low})")
+    return cut
 
 
 def log_options(

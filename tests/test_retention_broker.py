@@ -212,6 +212,8 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
         covering = snapshots(cluster)
         status, out = run(capsys, "job", "show", "outlives", "-o", "json")
         assert status == 0 and json.loads(out)["state"] == "RUNNING", "from its snapshot"
+        status, out = run(capsys, "history", "outlives")
+        assert "retention deleted the oldest records of job/0 (before " in out, out
     finally:
         kill_tree(services.pid)
         services.wait(10)
