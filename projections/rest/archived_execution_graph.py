@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
-from jobledger.schemas.types import ExecutionState
+from jobledger.schemas.types import ExecutionState, JobStatus
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.execution_graph import Execution, ExecutionJobVertex
 from jobledger.services.control.job_master import JobMaster
@@ -214,8 +214,10 @@ def held_only_in_state(job: ArchivedJob) -> None:
     decided and committed with the snapshot; its tasks' times went with the records (its
     whole story is in its archive: `jobledger archive`)."""
     job.decided = job.master.status.value
-    for status, at in job.master.scheduler.status_timestamps.items():
-        job.status_timestamps.setdefault(status, at)
+    for status in JobStatus:
+        at = job.master.status_since(status)
+        if at is not None:
+            job.status_timestamps.setdefault(status.value, at)
 
 
 def take(
