@@ -7,7 +7,11 @@ import argparse
 import signal
 import sys
 
-from jobledger.services import kafka, kafka_topics
+from jobledger.projections.log.live_log import latest_snapshots
+from jobledger.schemas.topics import INPUT_ROLES, topic_name
+from jobledger.services import kafka, kafka_reads, kafka_topics
+from jobledger.services.host import retention
+from jobledger.services.host.transaction_loop import RuntimeConfig
 from jobledger.services.local import apache_kafka, broker, secure
 
 from .options import bootstrap_of, install_local_kafka, positive_int, prefix_of
@@ -60,9 +64,49 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="replicas per partition, min.insync.replicas one less (default: the smaller of 3 "
         "and the broker count)",
     )  # fmt: skip
+    c.add_argument(
+        "--retention", type=_duration,
+        help="how long the log's topics keep a record: -1 (forever, the default), ms, or "
+        "with a unit (30s, 10m, 12h, 7d); refused if the snapshots cannot make it safe",
+    )  # fmt: skip
+    c.add_argument(
+        "-D", dest="topic_config", metavar="KEY=VALUE", action="append", default=[],
+        type=_topic_setting,
+        help="a Kafka topic setting for the log's topics (retention.ms, segment.ms, ...)",
+    )  # fmt: skip
+    _snapshot_interval_option(c)
     c.set_defaults(func=cmd_topics_create)
     c = topics.add_parser("list", parents=[common], help="list the cluster's topics")
     c.set_defaults(func=cmd_topics_list)
+    c = topics.add_parser(
+        "describe", parents=[common],
+        help="per partition of the log: its retention, the oldest offset a restart needs, the "
+        "oldest one held",
+    )  # fmt: skip
+    c.set_defaults(func=cmd_topics_describe)
+
+
+def _duration(text: str) -> int:
+    try:
+        return retention.duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _topic_setting(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _snapshot_interval_option(p: argparse.ArgumentParser) -> None:
+    default = RuntimeConfig.snapshot_interval_s
+    p.add_argument(
+        "--snapshot-interval-s", type=float, default=default,
+        help=f"the services' --snapshot-interval-s, which a retention is checked against "
+        f"(default {default:g})",
+    )  # fmt: skip
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -162,8 +206,23 @@ def _run_broker_in_foreground(ports: list[int], secure_prefix: str | None) -> in
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
+    config = dict(args.topic_config)
+    if args.retention is not None:
+        config[retention.RETENTION_CONFIG] = str(args.retention)
+    if retention.RETENTION_CONFIG in config:
+        try:
+            asked = int(config[retention.RETENTION_CONFIG])
+        except ValueError:
+            asked = None
+        refusal = (
+            f"{config[retention.RETENTION_CONFIG]!r} is no number of ms" if asked is None
+            else retention.retention_refusal(asked, args.snapshot_interval_s)
+        )  # fmt: skip
+        if refusal is not None:
+            print(f"jobledger: refused: {refusal}", file=sys.stderr)
+            return 2
     results = kafka_topics.create_topics(
-        bootstrap_of(args), prefix_of(args), args.partitions, args.replication_factor
+        bootstrap_of(args), prefix_of(args), args.partitions, args.replication_factor, config
     )
     for r in results:
         state = "created" if r.created else f"failed: {r.error}" if r.error else "exists"
@@ -178,3 +237,46 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
         if name.startswith(prefix):
             print(f"{name}\t{partitions} partitions")
     return 0
+
+
+def cmd_topics_describe(args: argparse.Namespace) -> int:
+    rows = retention_rows(bootstrap_of(args), prefix_of(args))
+    print("partition\tretention\toldest needed\toldest held\tend\twhy")
+    for row in rows:
+        kept = "-" if row.retention_ms is None else (
+            "forever" if row.retention_ms < 0 else f"{row.retention_ms} ms"
+        )  # fmt: skip
+        needed = "-" if row.oldest_needed is None else str(row.oldest_needed)
+        why = f"LOST: {row.why}" if row.lost else row.why
+        print(f"{row.topic}/{row.partition}\t{kept}\t{needed}\t{row.oldest_held}\t{row.end}"
+              f"\t{why}")  # fmt: skip
+    return 1 if any(row.lost for row in rows) else 0
+
+
+def retention_rows(bootstrap: str, prefix: str) -> list[retention.PartitionRetention]:
+    """Every partition of the log's topics: what it keeps, holds and a restart needs of it."""
+    topics = {topic_name(role, prefix): role for role in kafka_topics.LOG_TOPICS}
+    configs = kafka_topics.topic_configs(bootstrap, list(topics), (retention.RETENTION_CONFIG,))
+    committed = kafka_topics.committed_offsets(
+        bootstrap, f"{kafka.SERVICES_GROUP_PREFIX}{prefix}",
+        [t for t, role in topics.items() if role in INPUT_ROLES],
+    )  # fmt: skip
+    consumer = kafka.read_committed_consumer(bootstrap, extra=kafka_reads.READ_TO_END)
+    try:
+        found = latest_snapshots(consumer, prefix)
+        snapshots = {owner: taken.next_offset for owner, taken in found.items()}
+    finally:
+        consumer.close()
+    rows = []
+    for topic, role in topics.items():
+        kept = configs.get(topic, {}).get(retention.RETENTION_CONFIG)
+        for partition, (low, high) in sorted(kafka_topics.watermarks(bootstrap, topic).items()):
+            needed, why = (None, "read by replay and the debugging commands only")
+            if role in INPUT_ROLES:
+                needed, why = retention.oldest_needed(
+                    snapshots.get(f"{topic}/{partition}"), committed.get((topic, partition))
+                )
+            rows.append(retention.PartitionRetention(
+                topic, partition, None if kept is None else int(kept), low, high, needed, why,
+            ))  # fmt: skip
+    return rows

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from confluent_kafka import Consumer, TopicPartition
 from tqdm import tqdm
 
 from jobledger.projections.log.live_log import LiveRead, read_live
@@ -23,8 +24,9 @@ from jobledger.projections.log.log_file import (
 from jobledger.projections.log.log_index import LogIndex, open_index
 from jobledger.projections.log.positions import Cut, cut, log_order
 from jobledger.projections.log.replay import ReplayResult, replay
-from jobledger.schemas import Event, EventSerde
-from jobledger.services import kafka, kafka_reads
+from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas.topics import INPUT_ROLES
+from jobledger.services import home, kafka, kafka_reads, kafka_topics
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.host.gc_policy import bulk_replay
 
@@ -92,12 +94,31 @@ def log_records(
                 consumer, prefix_of(args), EventSerde(registry_url=args.schema_registry),
                 provenance, unsigned_too,
             ), "reading the log"))  # fmt: skip
+        deleted = deleted_before(consumer, prefix_of(args))
     finally:
         consumer.close()
+    if deleted:
+        print(f"jobledger: retention deleted the oldest records of {', '.join(deleted)}: this "
+              "answer is of what remains; a closed job's whole story is in its archive "
+              "(--archive), and `job list`, `job show` answer from the services' snapshots",
+              file=sys.stderr)  # fmt: skip
     for skipped in (r for r in records if isinstance(r, SkippedRecord)):
         where = f"{skipped.role.value}/{skipped.partition}@{skipped.offset}"
         print(f"{where}: skipped: {skipped.reason}", file=sys.stderr)
     return [r for r in records if isinstance(r, LogRecord)]
+
+
+def deleted_before(consumer: Consumer, prefix: str) -> list[str]:
+    """`role/partition (before OFFSET)` of every input partition whose oldest records the
+    broker deleted."""
+    cut = []
+    for role in INPUT_ROLES:
+        topic = topic_name(role, prefix)
+        for partition in kafka_topics.partitions_of(consumer, topic):
+            low = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[0]
+            if low > 0:
+                cut.append(f"{role.value}/{partition} (before {low})")
+    return cut
 
 
 def log_options(
@@ -110,6 +131,7 @@ def log_options(
     (None: the command declares its own -o); `snapshots`: the command answers from the
     services' snapshots (`live_log`)."""
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    archive_option(p)
     p.add_argument(
         "--no-index", action="store_true",
         help="read the whole --file for the answer, not the index kept beside it",
@@ -122,6 +144,48 @@ def log_options(
         at_option(p)
     if formats:
         p.add_argument("-o", "--output", choices=formats, default="text", help="how to answer")
+
+
+def archive_option(p: argparse.ArgumentParser) -> None:
+    """`--archive`: an archived job's story instead of the broker (`jobledger archive`)."""
+    p.add_argument(
+        "--archive", metavar="URL",
+        help="an archived job's file as `jobledger archive list` prints it, or the archive "
+        "location (the job taken from the command's job), instead of the broker",
+    )  # fmt: skip
+
+
+def use_archive(args: argparse.Namespace) -> None:
+    """The command's `--archive` read as its `--file` (fetched to a local copy first when
+    it is remote): every command that reads an export reads an archived job so."""
+    if getattr(args, "archive", None) is None:
+        return
+    if getattr(args, "file", None) is not None:
+        raise argparse.ArgumentTypeError("--archive and --file: give one of them")
+    args.file = _archived_file(args)
+
+
+def _archived_file(args: argparse.Namespace) -> Path:
+    """The local file of the command's `--archive`: a URL `archive list` printed, or a
+    location with the command's job (its `job` argument, or JOB of an explain's
+    JOB/VERTEX target)."""
+    from jobledger.projections.log import archive  # only a command given --archive pays
+
+    given: str = args.archive
+    if given.endswith(archive.SUFFIX):
+        url = given
+    else:
+        target = getattr(args, "target", None)
+        job = getattr(args, "job", None) or (
+            target.split("/", 1)[0] if target and "/" in target else None
+        )  # fmt: skip
+        if not job:
+            raise archive.ArchiveError(
+                f"--archive {given}: a location needs the job: give the archive file's URL "
+                "(`jobledger archive list`)"
+            )
+        url = archive.job_url(given, job)
+    return archive.local_copy(url, home.cache() / "archives")
 
 
 EXPORT_HINT_RECORDS = 100_000

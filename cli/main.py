@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("cluster", "a Spark standalone master and workers on loopback, for runner "
                 "--master"),
     "ui": ("ui", "Flink's REST API and a web dashboard over the log, with a time slider"),
+    "archive": ("archive", "write each finished, failed or cancelled job's story to an archive "
+                "location"),
 }  # fmt: skip
 """Every command: the module of this package that defines it, and its line in `--help`.
 A command's module is imported only when that command runs (PySpark, confluent-kafka, the
@@ -133,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .options import use_client_settings
 
         use_client_settings(args)
+        if getattr(args, "archive", None) is not None:
+            from .log_source import use_archive
+
+            use_archive(args)
         return args.func(args)
     except argparse.ArgumentTypeError as exc:
         getattr(args, "parser", parser).error(str(exc))
@@ -171,6 +177,8 @@ EXPECTED = {
     "jobledger.services.runner.kv_state": ("KvStateLookupError",),
     "jobledger.services.runner.connector": ("ConnectorUnresolved",),
     "jobledger.services.signing": ("KeyFileError",),
+    "jobledger.projections.log.archive": ("ArchiveError",),
+    "jobledger.projections.log.retained": ("DeletedBeforeSnapshot",),
 }
 """The expected failures of a command, each said in one line (exit status 1)."""
 

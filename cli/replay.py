@@ -12,17 +12,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobledger.projections.debugging.tables import state_table
+from jobledger.projections.log.archive import archived_job
 from jobledger.projections.log.checkpoints import export_metadata, read_checkpoints
-from jobledger.projections.log.log_file import LogRecord, write_export
+from jobledger.projections.log.live_log import latest_snapshot_data
+from jobledger.projections.log.log_file import LOG_ROLES, LogRecord, write_export
 from jobledger.projections.log.positions import Position, cut, log_order
 from jobledger.projections.log.replay import (
+    Resumed,
     SignatureCheck,
     SignatureRefused,
     foreign,
     position,
     verify,
 )
+from jobledger.projections.log.retained import resumed
+from jobledger.schemas import topic_name
+from jobledger.schemas.topics import TopicRole
+from jobledger.services import kafka, kafka_reads
 from jobledger.services.host.parallel import default_jobs
+from jobledger.services.kafka_topics import watermarks
 from jobledger.services.signing import Keyring
 
 from . import log_source
@@ -52,6 +60,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "replay", parents=[common], help="rebuild every reducer's state from the log",
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    log_source.archive_option(p)
     at_option(p)
     p.add_argument(
         "--count", type=non_negative_int, metavar="N",
@@ -103,7 +112,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         # decisions may be past what was read) still counts as pending
         processed = processed_by(args)
         records = log_source.log_records(args, args.file, provenance=signatures is not None)
-        return _verify(args, records, processed, signatures)
+        return _verify(args, records, processed, signatures, _resumed(args, records))
     records = log_source.log_records(args, args.file)
     if args.at is not None and (args.count is not None or args.until_time is not None):
         raise argparse.ArgumentTypeError("--at, --count and --until-time: give one of them")
@@ -123,18 +132,60 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resumed(args: argparse.Namespace, records: list[LogRecord]) -> Resumed | None:
+    """Where the broker's log, as retention left it, is verified from (None: whole, or a
+    file). The oldest offsets held are asked after the records were read: what the broker
+    deleted in between is then said deleted, never taken for a beginning."""
+    if args.file is not None:
+        return None
+    bootstrap, prefix = bootstrap_of(args), prefix_of(args)
+    oldest = {
+        (role, partition): low
+        for role in LOG_ROLES
+        for partition, (low, _) in watermarks(bootstrap, topic_name(role, prefix)).items()
+    }  # fmt: skip
+    consumer = kafka.read_committed_consumer(bootstrap, extra=kafka_reads.READ_TO_END)
+    try:
+        snapshots = latest_snapshot_data(consumer, prefix)
+    finally:
+        consumer.close()
+    return resumed(records, oldest, snapshots, prefix)
+
+
 def _verify(
     args: argparse.Namespace,
     records: list[LogRecord],
     processed: Callable[[LogRecord], bool],
     signatures: SignatureCheck | None,
+    from_snapshots: Resumed | None = None,
 ) -> int:
-    matched, divergence = verify(records, reducers_of(args), processed, signatures)
+    job = archived_job(args.file) if args.file else None
+    whole = (lambda _: True) if job is None else (
+        lambda r: r.role is TopicRole.JOB and r.event.route()[1] == job
+    )  # fmt: skip
+    if job is not None:
+        print(f"the archive of job {job}: its JobMaster's decisions re-derived; the cluster's "
+              "records it rests on are verified with the log they were part of")  # fmt: skip
+    if from_snapshots is not None:
+        starts = ", ".join(
+            f"{role.value}/{partition}@{offset}"
+            for (role, partition), (offset, _) in sorted(from_snapshots.starts.items())
+        )
+        print(f"the log as retention left it, verified from the services' snapshots: {starts}")
+    matched, divergence = verify(
+        records, reducers_of(args), processed, signatures, whole, from_snapshots
+    )
+    if from_snapshots is not None and from_snapshots.deleted:
+        print(f"{from_snapshots.deleted} derived decision(s) of inputs older than what every "
+              "partition still holds were not found: deleted by retention")  # fmt: skip
     waiting = sum(not processed(r) for r in records)
     if waiting:
         print(f"{waiting} input(s) not yet consumed by the services; their decisions "
               "are not due yet")  # fmt: skip
+    horizon = -1 if from_snapshots is None else from_snapshots.horizon
     for record in foreign(records):
+        if record.timestamp < horizon:
+            continue  # its cause may be a record retention deleted
         print(f"warning: {position(record)}: {record.event.type_name()} "
               f"{record.event.event_id} names producer {record.event.producer!r} and a "
               "cause that is no input of the log: written by something other than the "

@@ -6,14 +6,19 @@ import argparse
 import os
 from pathlib import Path
 
-from jobledger.services import kafka, signing
+from confluent_kafka import KafkaException
+
+from jobledger.schemas.topics import INPUT_ROLES, topic_name
+from jobledger.services import kafka, kafka_topics, signing
 from jobledger.services.control.event_time import MAX_AHEAD_MS
+from jobledger.services.host import retention
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.metrics import ServiceMetrics
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 
 from .logging_setup import configure_logging
 from .options import (
+    CommandFailed,
     bootstrap_of,
     configuration_of,
     configuration_option,
@@ -74,6 +79,9 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_services_run(args: argparse.Namespace) -> int:
+    unsafe = retention_refusal(bootstrap_of(args), prefix_of(args), args.snapshot_interval_s)
+    if unsafe is not None:
+        raise CommandFailed(f"refused to start: {unsafe}")
     configure_logging()
     keyring = signing.Keyring.load(args.keyring) if args.keyring else None
     config = RuntimeConfig(
@@ -97,3 +105,22 @@ def cmd_services_run(args: argparse.Namespace) -> int:
     except ServiceHalted:
         return 3  # logged at ERROR with what to do
     return 0
+
+
+def retention_refusal(bootstrap: str, prefix: str, snapshot_interval_s: float) -> str | None:
+    """Why the input topics' retention is unsafe for services snapshotting this often
+    (`retention.py`), or None: started so, they could lose records no snapshot covers, and
+    a later restart would rebuild without them."""
+    topics = [topic_name(role, prefix) for role in INPUT_ROLES]
+    try:
+        kept = kafka_topics.topic_configs(bootstrap, topics, (retention.RETENTION_CONFIG,))
+    except KafkaException:
+        return None  # a topic missing: the runtime says so, and what to do
+    for topic in topics:
+        value = kept.get(topic, {}).get(retention.RETENTION_CONFIG)
+        reason = None if value is None else retention.retention_refusal(
+            int(value), snapshot_interval_s
+        )  # fmt: skip
+        if reason is not None:
+            return f"{topic}: {reason}"
+    return None

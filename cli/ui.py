@@ -18,7 +18,7 @@ from jobledger.projections.log.positions import log_order
 from jobledger.schemas import DecodeError, EventSerde, roles_by_topic
 from jobledger.services import kafka, kafka_reads, kafka_topics
 
-from .log_source import reducers_of
+from .log_source import archive_option, reducers_of
 from .options import (
     bootstrap_of,
     configuration_option,
@@ -38,6 +38,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="Flink's REST API and a web dashboard over the log, with a time slider",
     )  # fmt: skip
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
+    archive_option(p)
     registry_option(p)
     configuration_option(p)
     p.add_argument("--port", type=non_negative_int, default=8081, help="port (0: any free one)")

@@ -14,7 +14,14 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from jobledger.schemas.topics import TopicRole, topic_name, topic_specs
 
@@ -44,24 +51,88 @@ def replication(admin: AdminClient, asked: int | None = None) -> tuple[int, dict
 
 
 def create_topics(
-    bootstrap: str, prefix: str, partitions: int, replication_factor: int | None = None
+    bootstrap: str,
+    prefix: str,
+    partitions: int,
+    replication_factor: int | None = None,
+    log_config: dict[str, str] | None = None,
 ) -> list[TopicCreation]:
     """Create every topic of the cluster (replicated as `replication` says); existing topics
-    are reported, not an error, with fewer replicas than asked said in `short`."""
+    are reported, not an error, with fewer replicas than asked said in `short`. `log_config`
+    (a retention, say) goes to the log's topics, the inputs and the dead letters, and is set
+    on those that exist already too; the compacted topics keep their latest record per key
+    whatever it says."""
     admin = admin_client(bootstrap)
     factor, config = replication(admin, replication_factor)
+    logged = log_config or {}
     wanted = {
         topic_name(spec.role, prefix): NewTopic(
             topic_name(spec.role, prefix), num_partitions=spec.partitions,
-            replication_factor=factor, config={**spec.config, **config},
+            replication_factor=factor,
+            config={**spec.config, **config, **(logged if spec.role in LOG_TOPICS else {})},
         )
         for spec in topic_specs(partitions)
     }  # fmt: skip
     results = ensure_topics(admin, wanted)
+    if logged:
+        existing = [topic_name(r, prefix) for r in LOG_TOPICS]
+        results = [
+            replace(r, error=_altered(admin, r.topic, logged))
+            if r.topic in existing and not r.created and not r.error else r
+            for r in results
+        ]  # fmt: skip
     if all(r.created or r.error for r in results):
         return results
     topics = admin.list_topics(timeout=30).topics
     return [_short(r, topics.get(r.topic), wanted[r.topic]) for r in results]
+
+
+LOG_TOPICS = (
+    TopicRole.JOB,
+    TopicRole.RESOURCE_MANAGER,
+    TopicRole.TASK_EXECUTOR,
+    TopicRole.DEAD_LETTER,
+)
+"""The topics that grow with every event, and that a retention bounds."""
+
+
+def _altered(admin: AdminClient, topic: str, config: dict[str, str]) -> str | None:
+    """Set `config` on an existing topic, leaving its other settings; the error, if any."""
+    resource = ConfigResource(
+        ResourceType.TOPIC, topic,
+        incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in config.items()
+        ],
+    )  # fmt: skip
+    try:
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    except KafkaException as exc:
+        return exc.args[0].str()
+    return None
+
+
+def topic_configs(bootstrap: str, topics: list[str], keys: tuple[str, ...]) -> dict[str, dict]:
+    """Topic -> the values of `keys` it has now (its own, or the broker's default)."""
+    admin = admin_client(bootstrap)
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
+    found: dict[str, dict] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=30).items():
+        entries = future.result(timeout=30)
+        found[resource.name] = {k: entries[k].value for k in keys if k in entries}
+    return found
+
+
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Partition -> (the oldest offset the topic holds, the next offset it will write)."""
+    consumer = read_committed_consumer(bootstrap)
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            for p in partitions_of(consumer, topic)
+        }
+    finally:
+        consumer.close()
 
 
 def ensure_topics(admin: AdminClient, wanted: dict[str, NewTopic]) -> list[TopicCreation]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from jobledger.schemas import DecodeError, Event, EventSerde, roles_by_topic, topic_name
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole
@@ -28,6 +28,7 @@ from jobledger.services.control.driver import PartitionedDriver, ReducerDriver
 from jobledger.services.host import snapshot
 from jobledger.services.host.gc_policy import bulk_replay
 from jobledger.services.kafka_reads import read_topics
+from jobledger.services.kafka_topics import partitions_of
 
 from .log_file import LOG_ROLES, LogRecord, SkippedRecord
 from .positions import Cut, log_order
@@ -70,6 +71,7 @@ def read_live(
     keyed by job id), every input partition's state rebuilt from its snapshot."""
     wanted = None if job is None else job.encode()
     roles = roles_by_topic(prefix, LOG_ROLES)
+    ends = _ends(consumer, prefix)  # before the read: no snapshot of records it missed
     partitions: dict[tuple[TopicRole, int], list[Message]] = {}
     for msg in watch(read_topics(consumer, list(roles), True, True), "reading the log"):
         partitions.setdefault((roles[msg.topic()], msg.partition()), []).append(msg)
@@ -89,9 +91,11 @@ def read_live(
     latest = max((r.event.event_time for r in records), default=None)
     size = sum(map(len, partitions.values()))
     cut = Cut("end", log_order(records), refused, offsets, size, latest)
+    for key in ends:  # a partition retention emptied: its state is its snapshot's
+        partitions.setdefault(key, [])
     with bulk_replay():
-        found = _latest_snapshots(consumer, prefix)
-        partitioned, starts = _states(found, prefix, serde, factory, partitions, refused)
+        found = latest_snapshots(consumer, prefix)
+        partitioned, starts = _states(found, prefix, serde, factory, partitions, refused, ends)
     return LiveRead(cut, partitioned, appended, skipped, starts)
 
 
@@ -136,16 +140,19 @@ def _states(
     factory: Callable[[], ReducerDriver],
     partitions: dict[tuple[TopicRole, int], list[Message]],
     refused: set[tuple[str, int, int]],
+    ends: dict[tuple[TopicRole, int], int],
 ) -> tuple[PartitionedDriver, dict[str, int]]:
     """Every input partition's state: its latest snapshot (one that reflects no more than
-    the partition holds) and the records after it that reached a reducer live."""
+    the partition as read has had, or, where retention deleted every record, its next
+    offset before the read: `ends`) and the records after it that reached a reducer live."""
     drivers: dict[tuple[TopicRole, int], ReducerDriver] = {}
     starts: dict[str, int] = {}
     for (role, partition), messages in sorted(partitions.items()):
         if role not in INPUT_ROLES:
             continue
         taken = found.get(f"{topic_name(role, prefix)}/{partition}")
-        if taken is not None and _fits(taken, messages):
+        end = messages[-1].offset() + 1 if messages else ends.get((role, partition), 0)
+        if taken is not None and 0 < taken.next_offset <= end:
             driver, start = taken.driver, taken.next_offset
             starts[f"{role.value}/{partition}"] = start
         else:
@@ -161,15 +168,30 @@ def _states(
     return PartitionedDriver(factory, drivers), starts
 
 
-def _fits(taken: snapshot.Snapshot, messages: list[Message]) -> bool:
-    """Whether the partition as read reaches the snapshot's offset (one of a topic since
-    deleted and created shorter reflects records it never had)."""
-    end = messages[-1].offset() + 1 if messages else 0
-    return 0 < taken.next_offset <= end
+def _ends(consumer: Consumer, prefix: str) -> dict[tuple[TopicRole, int], int]:
+    """Every input partition's next offset, held records or none: a snapshot reflecting
+    more than that is of a topic since deleted and created shorter, and one of a partition
+    whose records retention deleted is all of its state."""
+    ends = {}
+    for role in INPUT_ROLES:
+        topic = topic_name(role, prefix)
+        for partition in partitions_of(consumer, topic):
+            tp = TopicPartition(topic, partition)
+            ends[(role, partition)] = consumer.get_watermark_offsets(tp, timeout=30)[1]
+    return ends
 
 
-def _latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snapshot]:
+def latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Snapshot]:
     """Owner (`<topic>/<partition>`) -> its latest complete snapshot that decodes."""
+    decoded = {
+        owner: snapshot.decode_or_rebuild(data, owner)
+        for owner, data in latest_snapshot_data(consumer, prefix).items()
+    }
+    return {owner: taken for owner, taken in decoded.items() if taken is not None}
+
+
+def latest_snapshot_data(consumer: Consumer, prefix: str) -> dict[str, bytes]:
+    """Owner (`<topic>/<partition>`) -> its latest complete snapshot, encoded."""
     assemblers: dict[str, snapshot.SnapshotAssembler] = {}
     for msg in read_topics(consumer, [topic_name(TopicRole.SNAPSHOT, prefix)], True, True):
         key = msg.key()
@@ -177,8 +199,8 @@ def _latest_snapshots(consumer: Consumer, prefix: str) -> dict[str, snapshot.Sna
             continue
         owner = key.decode("utf-8", "replace").partition("#")[0]
         assemblers.setdefault(owner, snapshot.SnapshotAssembler(owner)).add(key, msg.value())
-    decoded = {
-        owner: snapshot.decode_or_rebuild(assembler.latest, owner)
+    return {
+        owner: assembler.latest
         for owner, assembler in assemblers.items()
+        if assembler.latest is not None
     }
-    return {owner: taken for owner, taken in decoded.items() if taken is not None}

@@ -150,7 +150,7 @@ def write_export(
 ) -> int:
     """Write the records to an Avro Object Container File; returns how many. `metadata` goes
     in the file's header, where a reader that does not know a key passes it by (the log's
-    checkpoints: `checkpoints.export_metadata`)."""
+    checkpoints: `checkpoints.export_metadata`; what the file is: an archived job's story)."""
     schema = parse_schema(export_schema())
     count = 0
 
@@ -170,6 +170,17 @@ def write_export(
 
     writer(out, schema, rows(), codec="deflate", metadata=metadata)
     return count
+
+
+def read_export_metadata(path: Path) -> dict[str, str]:
+    """The metadata `write_export` put in an export's header (the Avro codec and schema
+    left out); ExportUnreadable as `read_export`."""
+    with ExportFile(path) as export:
+        return {
+            key: value.decode() if isinstance(value, bytes) else value
+            for key, value in export.metadata.items()
+            if not key.startswith("avro.")
+        }
 
 
 class ExportUnreadable(ValueError):

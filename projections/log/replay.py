@@ -205,11 +205,33 @@ class SignatureCheck:
         return None
 
 
+@dataclass
+class Resumed:
+    """Where the verification of a log that retention cut starts: each input partition whose
+    beginning is deleted starts from the services' snapshot of it (the offset it reflects
+    and how to build its state, again each time it is asked), the others from offset 0.
+
+    A decision is written after its cause, and retention deletes by age, so of a cause older
+    than the newest first record of the cut partitions (`horizon`, a broker timestamp) the
+    decision may be deleted while the cause is still held: its absence is counted in
+    `deleted`, not taken for a divergence. A decision of a later cause is held, or missing."""
+
+    starts: dict[tuple[TopicRole, int], tuple[int, Callable[[], ReducerDriver]]]
+    horizon: int = -1
+    deleted: int = 0
+    """Derived decisions not found, their records older than the horizon."""
+
+    def start_of(self, record: LogRecord) -> int:
+        return self.starts.get((record.role, record.partition), (0, None))[0]
+
+
 def verify(
     records: Iterable[LogRecord],
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
     processed: Callable[[LogRecord], bool] = lambda _: True,
     signatures: SignatureCheck | None = None,
+    whole: Callable[[LogRecord], bool] = lambda _: True,
+    resumed: Resumed | None = None,
 ) -> tuple[int, Divergence | SignatureRefused | None]:
     """Re-derive every decision; returns how many matched, and the first divergence if any
     (with `signatures`, the first admitted input whose signature is refused, if it comes
@@ -217,10 +239,16 @@ def verify(
 
     `processed` says whether the services have consumed an input yet (its offset is below
     their group's committed offset): a decision of an input still waiting for them is not
-    missing, only not due yet, and is not a divergence."""
+    missing, only not due yet, and is not a divergence.
+
+    `whole` says whether an input's owner has all of its inputs in `records`: only those
+    owners' decisions are re-derived and compared (an archived job's story holds all of its
+    JobMaster's inputs, and of the cluster's owners only the records the job rests on).
+
+    `resumed`: the log is what retention left of it, verified from the snapshots."""
     log = list(records)
     with bulk_replay():
-        return _verify(log, driver_factory, processed, signatures)
+        return _verify(log, driver_factory, processed, signatures, whole, resumed or Resumed({}))
 
 
 def _verify(
@@ -228,12 +256,16 @@ def _verify(
     driver_factory: Callable[[], ReducerDriver],
     processed: Callable[[LogRecord], bool],
     signatures: SignatureCheck | None,
+    whole: Callable[[LogRecord], bool],
+    resumed: Resumed,
 ) -> tuple[int, Divergence | SignatureRefused | None]:
-    admitted = list(_inputs(log))
+    admitted = [r for r in _inputs(log) if r.offset >= resumed.start_of(r)]
     recorded: dict[str, list[LogRecord]] = {}
     for r in log:
         recorded.setdefault(r.event.event_id, []).append(r)
-    driver = PartitionedDriver(driver_factory)
+    driver = PartitionedDriver(
+        driver_factory, {key: state() for key, (_, state) in resumed.starts.items()}
+    )
     reduced: dict[tuple[TopicRole, int], list[LogRecord]] = {}
     derived_ids: set[str] = set()
     matched = 0
@@ -242,13 +274,17 @@ def _verify(
             refused = signatures.refusal(record, driver.driver_of(record.role, record.partition))
             if refused is not None:
                 return matched, refused
-        decisions = _decisions(driver, reduced, record, driver_factory)
-        for decision in decisions:
+        fresh = resumed.starts.get((record.role, record.partition), (0, driver_factory))[1]
+        decisions = _decisions(driver, reduced, record, fresh)
+        for decision in decisions if whole(record) else ():
             derived_ids.add(decision.event_id)
             # ids derive from the cause's id, which a client chose: two inputs with one id
             # on two partitions derive two decisions with one id, so any of them may match
             candidates = recorded.get(decision.event_id, [])
             if not candidates and not processed(record):
+                continue
+            if not candidates and record.timestamp < resumed.horizon:
+                resumed.deleted += 1
                 continue
             if not any(same_decision(decision, found.event) for found in candidates):
                 found = candidates[0] if candidates else None
@@ -257,8 +293,10 @@ def _verify(
                     found.event if found else None, decision,
                 )  # fmt: skip
             matched += 1
+    causes = {record.event.event_id: record for record in admitted}
     for record, caused_in_log in _claimed_decisions(admitted):
-        if caused_in_log and record.event.event_id not in derived_ids:
+        cause = causes.get(record.event.cause_event_id or "")
+        if caused_in_log and whole(cause) and record.event.event_id not in derived_ids:
             event = record.event
             return matched, Divergence(position(record), event.event_id, event, None)
     return matched, None

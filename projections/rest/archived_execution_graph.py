@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
-from jobledger.schemas.types import ExecutionState
+from jobledger.schemas.types import ExecutionState, JobStatus
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.job_master import JobMaster
 from jobledger.services.control.queries import (
@@ -215,7 +215,22 @@ def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
         if job is not None:
             dead = (record.role.value, record.partition, record.offset) in upto.refused
             take(job, record, refused, admitted=not dead)
+    for job in jobs.values():
+        if job.submitted is None and job.master.graph is not None:  # its submission deleted
+            held_only_in_state(job)
     return ClusterArchive(upto, driver, jobs, now)
+
+
+def held_only_in_state(job: ArchivedJob) -> None:
+    """A job whose records retention deleted, held by its JobMaster's state alone (the
+    services' snapshot): its status and their times are the JobMaster's, which the services
+    decided and committed with the snapshot; its tasks' times went with the records (its
+    whole story is in its archive: `jobledger archive`)."""
+    job.decided = job.master.status.value
+    for status in JobStatus:
+        at = job.master.status_since(status)
+        if at is not None:
+            job.status_timestamps.setdefault(status.value, at)
 
 
 def take(

@@ -28,6 +28,7 @@ from . import parallel, poison, snapshot
 from .errors import ServiceHalted, StopRequested
 from .gc_policy import bulk_replay, settled
 from .partition_worker import PartitionWorker
+from .retention import within_held
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -148,8 +149,25 @@ class Rebuilder:
 
         else:
             driver, start, fresh = self.driver_factory(), 0, self.driver_factory
+        if start < end:
+            self._check_held(committed.topic, committed.partition, start)
         records = list(self.read_range(committed.topic, committed.partition, start, end))
         return Tail(driver, start, end, records, fresh)
+
+    def _check_held(self, topic: str, partition: int, start: int) -> None:
+        """ServiceHalted where the broker no longer holds the records from `start` on: read
+        from the beginning, a rebuild would start silently at the oldest record held, and a
+        state built without the deleted ones decides wrongly. Only a retention shorter than
+        the snapshots guarantee (retention.py), or services stopped longer than it, does so."""
+        oldest = self.reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[0]
+        if within_held(start, oldest):
+            return
+        covered = f"its latest snapshot reflects offset {start}" if start else "it has no snapshot"
+        raise ServiceHalted(
+            f"{topic}/{partition}: the broker deleted its records before offset {oldest} and "
+            f"{covered}: the state cannot be rebuilt without them. Check the topics' retention "
+            "(`jobledger topics describe`) and restore the records, or start a new cluster"
+        )
 
     def reduce_tail(self, key: Key, tail: Tail) -> ReducerDriver:
         """The tail's state after the records of partition `key` that a reducer may see (a

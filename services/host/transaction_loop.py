@@ -97,7 +97,8 @@ class RuntimeConfig:
     snapshot_every: int = 10_000
     """Snapshot a partition after this many inputs since its last snapshot (0: never)..."""
     snapshot_interval_s: float = 60.0
-    """...or once this long has passed with inputs since the last one (0: never)."""
+    """...or once this long has passed with inputs since the last one, whether more inputs
+    come or not (0: never); what a safe retention is measured by (retention.py)."""
     timer_interval_ms: int = 1_000
     """Look this often for owners whose deadline has come, and append a TimerFired for each
     (0: no clock)."""
@@ -338,6 +339,7 @@ class ServiceRuntime:
             if worker is not None:
                 self._process(worker, messages)
         self._commit_idle(self.config.idle_commit_interval_s)
+        self._snapshot_quiet()
         self._tick_if_due()
         self.health.report_if_due(self.consumer, self.workers)
         if self.metrics is not None and self.metrics.wanted():
@@ -677,6 +679,15 @@ class ServiceRuntime:
         for worker in list(self.workers.values()):
             since = worker.uncommitted_since
             if since is not None and now - since >= older_than_s:
+                self._commit(worker, [])
+
+    def _snapshot_quiet(self) -> None:
+        """Snapshot the partitions whose snapshot came due while no input arrived: a due
+        snapshot was looked for only as an input was processed, so a partition that went
+        quiet kept its last inputs uncovered for good, and a retention (services/host/
+        retention.py) deleting them left every later restart rebuilding without them."""
+        for worker in list(self.workers.values()):
+            if worker.since_snapshot and self._snapshot_due(worker):
                 self._commit(worker, [])
 
     def _snapshot_due(self, worker: PartitionWorker) -> bool:

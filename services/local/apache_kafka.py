@@ -161,13 +161,16 @@ def _classpath() -> str:
 def server_properties(
     port: int, controller_port: int, data: Path, node: int = 1, voters: str | None = None,
     replicas: int = 1, secrets: secure.Secrets | None = None,
+    settings: dict[str, str] | None = None,
 ) -> str:  # fmt: skip
     """Node `node`, broker and controller, on loopback. Alone (no `voters`), every internal
     topic has one replica; in a cluster of `voters` (`id@host:port,...`), `replicas` of
     them, and a write (a transaction's state, a group's offsets) is committed once all but one
-    are in sync. With `secrets`, secured as `secure.server_settings` says."""
+    are in sync. With `secrets`, secured as `secure.server_settings` says; `settings` last
+    (a test's broker that runs its retention every second, say)."""
     in_sync = str(max(1, replicas - 1))
     listener = secure.LISTENER if secrets else "PLAINTEXT"
+    given = settings or {}
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(node),
@@ -192,6 +195,7 @@ def server_properties(
         "group.initial.rebalance.delay.ms": "0",
         "group.min.session.timeout.ms": "1000",
         **(secure.server_settings(secrets) if secrets else {}),
+        **given,
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -244,8 +248,9 @@ def format_storage(
 
 
 def spawn(
-    port: int, data: Path, log_path: Path, detach: bool, secrets: secure.Secrets | None = None
-) -> subprocess.Popen[bytes]:
+    port: int, data: Path, log_path: Path, detach: bool, secrets: secure.Secrets | None = None,
+    settings: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:  # fmt: skip
     """Start the broker on loopback (formatting `data` on first use) and return once the
     readiness probe passes. The controller listens on a free port of its own, remembered in
     `data` so a restarted broker finds its quorum where it left it. With `secrets`, secured
@@ -259,7 +264,9 @@ def spawn(
         controller_port = free_port()
         controller_file.write_text(str(controller_port))
     config = data / "server.properties"
-    write_config(config, server_properties(port, controller_port, data, secrets=secrets))
+    write_config(
+        config, server_properties(port, controller_port, data, secrets=secrets, settings=settings)
+    )
     format_storage(data, config, secrets=secrets)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:

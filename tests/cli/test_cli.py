@@ -28,6 +28,7 @@ SUBCOMMANDS = [
     ["topics"],
     ["topics", "create"],
     ["topics", "list"],
+    ["topics", "describe"],
     ["produce"],
     ["tail"],
     ["schemas"],
@@ -52,6 +53,8 @@ SUBCOMMANDS = [
     ["ui"],
     ["job", "list"],
     ["job", "show"],
+    ["archive"],
+    ["archive", "list"],
 ]
 
 
