@@ -216,7 +216,7 @@ def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
             dead = (record.role.value, record.partition, record.offset) in upto.refused
             take(job, record, refused, admitted=not dead)
     for job in jobs.values():
-        if job.submitted is None and job.master.graph is not None:  # its submission deleted
+        if job.submitted is None and job.master.archived_graph() is not None:  # submission deleted
             held_only_in_state(job)
     return ClusterArchive(upto, driver, jobs, now)
 
