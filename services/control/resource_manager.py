@@ -32,9 +32,11 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
+    MAX_BEATS_PER_RECORD,
     TaskManagerConnectionClosed,
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
     TaskManagerLost,
     TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
@@ -300,26 +302,44 @@ class ResourceManager(Reducer):
 
     @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
+        """One TaskExecutor's beat, as other language clients still write it (`_beat`)."""
+        self._beat(event.resource_id, event.instance_id, event.event_time, out)
+
+    @handles(TaskManagerHeartbeatsReported)
+    def on_heartbeats(self, event: TaskManagerHeartbeatsReported, out: Decisions) -> None:
+        """A runner's beats in one record: each decides exactly what a `TaskManagerHeartbeat`
+        of that instance at the record's event time would (`_beat`), in the record's order, so
+        every TaskExecutor's last beat, and so every loss the clock finds, is the same however
+        the beats were carried. More beats than a record may carry are refused whole: the
+        bound is what keeps one input's work small."""
+        if len(event.beats) > MAX_BEATS_PER_RECORD:
+            self._reject(
+                out,
+                f"{len(event.beats)} heartbeats in one record, more than the "
+                f"{MAX_BEATS_PER_RECORD} one may carry",
+            )
+            return
+        for beat in event.beats:
+            self._beat(beat.resource_id, beat.instance_id, event.event_time, out)
+
+    def _beat(self, resource_id: str, instance_id: str | None, at: int, out: Decisions) -> None:
         """The registered instance's beat keeps it alive. A beat from a TaskExecutor the
         ResourceManager does not know (lost, or never registered) closes that instance's
         connection, so that it registers again instead of beating into rejections forever; a
         beat from an instance another one replaced is refused and keeps nothing alive."""
-        te = self._task_executor(event.resource_id, out)
+        te = self._task_executor(resource_id, out)
         if te is None:
             self._close_connection(
-                event.resource_id,
-                f"TaskExecutor {event.resource_id} is not registered",
-                out,
-                event.instance_id,
+                resource_id, f"TaskExecutor {resource_id} is not registered", out, instance_id
             )
-        elif te.instance_id != event.instance_id:
+        elif te.instance_id != instance_id:
             self._reject(
                 out,
-                f"heartbeat of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
+                f"heartbeat of instance {instance_id} of TaskExecutor {te.resource_id}, "
                 f"which is registered as instance {te.instance_id}",
             )
         else:  # an older beat of it, re-sent, moves nothing back
-            te.last_heartbeat = max(te.last_heartbeat, event.event_time)
+            te.last_heartbeat = max(te.last_heartbeat, at)
 
     def _close_connection(
         self, resource_id: str, cause: str, out: Decisions, instance_id: str | None,
