@@ -261,9 +261,10 @@ def stand_in(args: argparse.Namespace) -> int:
     beat every `--heartbeat-interval` (spread over it: they are independent machines; the
     beats due at once in one record per 2,000, as the runner writes them, or one record each
     with `--heartbeats single`), run only deployments its current instance accepted, and
-    report each accepted no-op attempt's whole life (INITIALIZING, RUNNING, FINISHED to the job, the final state to the
-    TaskExecutor) as `task.state_event` / `task.final_state_event` build it, the reports of one
-    poll in one transaction as a micro-batch's are. A closed connection re-registers the
+    report each accepted no-op attempt's whole life (INITIALIZING, RUNNING, FINISHED to the
+    job, the final state to the TaskExecutor) as `task.state_event` /
+    `task.final_state_event` build it, the reports of one poll in one transaction as a
+    micro-batch's are. A closed connection re-registers the
     TaskExecutor as a new instance, as the runner does. Stops on SIGTERM."""
     prefix, bootstrap = args.prefix, args.bootstrap
     serde = EventSerde()
