@@ -13,13 +13,15 @@ from jobledger.schemas.cluster import (
     TaskManagerLost,
     TaskManagerRegistered,
 )
+from jobledger.schemas.slots import SlotAllocationRequested
 from jobledger.schemas.timers import CLOCK, TimerFired
+from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, OwnerKind, TaskManagerBeat
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.resource_manager import ResourceManager, ResourceManagerConfig
 from jobledger.services.runner.heartbeats import heartbeats_reported
 
-from .events import Clock, Derived, assert_derived, expect, profile, rejection
+from .events import UNKNOWN, Clock, Derived, assert_derived, expect, profile, rejection
 from .jobs import JobCluster, fixed_delay, vertex
 
 SCOPE = dict(scope=OwnerKind.RESOURCE_MANAGER, owner_id="rm")
@@ -148,3 +150,55 @@ def test_losses_are_decided_alike_from_batched_or_single_beats_and_again_by_repl
     assert [o[4].value for o in outcome if o[0] == "JobStatusChanged"] == ["RESTARTING", "RUNNING"]
     replay = ReducerDriver()
     assert [e for batch in batched.batches for e in replay.run(batch)] == batched.log
+
+
+def _passed_over(driver: ReducerDriver, role, now: int) -> list[str]:
+    """What the clock's look answered before the indexes: a pass over every owner."""
+    owners = {
+        TopicRole.JOB: driver.job_masters,
+        TopicRole.TASK_EXECUTOR: driver.task_executors,
+        TopicRole.RESOURCE_MANAGER: {"resourcemanager": driver.resource_manager},
+    }[role]
+    return [o for o, r in sorted(owners.items()) if (d := r.next_timer()) is not None and d <= now]
+
+
+def test_the_clock_s_look_answers_what_a_pass_over_every_owner_would():
+    """The indexes of next timers (the ResourceManager's heap of beats, the driver's per topic)
+    answer the clock as a pass over all owners did, through registrations, beats, a loss, a
+    job's slots and their timeouts, and a driver rebuilt without its indexes (a snapshot's)."""
+    cluster = Beating()
+    driver = cluster.driver
+    looks = [0, 1_000, 20_000, 50_000, 60_000, 10**12]
+
+    def agree(d: ReducerDriver) -> None:
+        for now in looks:
+            for role in TopicRole.JOB, TopicRole.TASK_EXECUTOR, TopicRole.RESOURCE_MANAGER:
+                assert d.due_timers(role, now) == _passed_over(d, role, now), (role, now)
+
+    agree(driver)
+    cluster.silent_run(batched=True)
+    agree(driver)
+    [free] = [rid for rid, te in driver.resource_manager.task_executors.items() if te.free]
+    cluster.run([cluster.clock(  # a slot nobody takes: its TaskExecutor's timer runs
+        SlotAllocationRequested, resource_id=free, slot_index=0, allocation_id="a-x",
+        job_id="job-x", resource_profile=UNKNOWN, resource_manager_id="resourcemanager",
+        job_master_id="jm-x",
+    )])  # fmt: skip
+    looks.append(driver.task_executors[free].next_timer())
+    assert driver.due_timers(TopicRole.TASK_EXECUTOR, looks[-1]) == [free]
+    agree(driver)
+    rebuilt = ReducerDriver(
+        resource_manager=ResourceManager(
+            driver.resource_manager.config, task_executors=driver.resource_manager.task_executors
+        ),
+        job_masters=driver.job_masters,
+        task_executors=driver.task_executors,
+    )
+    agree(rebuilt)
+    rm = driver.resource_manager
+    for k in range(3_000):  # beats by the thousand: the heap is rebuilt, never unbounded
+        alive = beats(*[(rid, None) for rid in rm.task_executors])
+        rm.apply(cluster.clock(TaskManagerHeartbeatsReported, at=70_000 + k, runner_id="tm",
+                               beats=alive))  # fmt: skip
+    assert len(rm.beat_order) <= 2 * len(rm.task_executors) + 1024
+    agree(driver)

