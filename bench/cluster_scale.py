@@ -127,7 +127,9 @@ class Cluster:
         return topic_name(role, self.prefix)
 
     def start(self) -> None:
-        self.instances = [Services(f"s{k}", self.env, self.dir) for k in range(self.n)]
+        options = tuple(self.args.services_arg)
+        self.instances = [Services(f"s{k}", self.env, self.dir, options=options)
+                          for k in range(self.n)]  # fmt: skip
         for instance in self.instances:
             instance.start()
         if not until(lambda: ownership_settled(self.instances, self.args.partitions), 180):
@@ -310,13 +312,14 @@ def liveness(args: argparse.Namespace, env: dict[str, str], work: Path, n: int,
         window = time.monotonic() - began
         cpu = [b - a for a, b in zip(cpu0, cluster.cpu_s(), strict=True)]
         _, end_hw = group.get_watermark_offsets(rm_tp, timeout=10)
+        ended_ms = dispatcher.now_ms()
         cluster.stop()
         beats = beat_records(cluster, start_hw, end_hw)
-        probes = probe_lags_ms(cluster)
+        probes, unanswered = probe_lags_ms(cluster, ended_ms)
         result |= {
             "rm_records_per_s": round((end_hw - start_hw) / window, 1),
             "rm_lag_records_max": max(lags, default=0),
-            "rm_lag_s_max": round(max(probes, default=0) / 1000, 2),
+            "rm_lag_s_max": round(max(probes + unanswered, default=0) / 1000, 2),
             "rm_lag_s_p50": round(statistics.median(probes) / 1000, 2) if probes else None,
             "probes_answered": f"{len(probes)}/{k}",
             "services_cpu_percent": [round(100 * c / window) for c in cpu],
@@ -366,8 +369,9 @@ def beat_records(cluster: Cluster, start: int, end: int) -> dict[str, int]:
     return dict(found)
 
 
-def probe_lags_ms(cluster: Cluster) -> list[int]:
-    """For each probe answered: broker ms from the probe to the ResourceManager's answer."""
+def probe_lags_ms(cluster: Cluster, ended_ms: int) -> tuple[list[int], list[int]]:
+    """For each probe answered: broker ms from the probe to the ResourceManager's answer; for
+    each not answered by the window's end (`ended_ms`): its age then, the least its lag was."""
     sent: dict[bytes, int] = {}
     answered: dict[bytes, int] = {}
     closed = TaskManagerConnectionClosed.type_name().encode()
@@ -398,7 +402,8 @@ def probe_lags_ms(cluster: Cluster) -> list[int]:
                     answered[key] = msg.timestamp()[1]
     finally:
         consumer.close()
-    return sorted(answered[k] - sent[k] for k in answered if k in sent)
+    lags = sorted(answered[k] - sent[k] for k in answered if k in sent)
+    return lags, sorted(ended_ms - at for k, at in sent.items() if k not in answered)
 
 
 BEAT_PROBE = TaskManagerHeartbeat.type_name().encode()
@@ -574,6 +579,9 @@ def main() -> int:
     parser.add_argument("--rate-seconds", type=float, default=8.0, help="(b) per step")
     parser.add_argument("--job-task-executors", type=int, default=500, help="(b) stand-ins")
     parser.add_argument("--skip", choices=("liveness", "jobs"), action="append", default=[])
+    parser.add_argument("--services-arg", action="append", default=[], metavar="ARG",
+                        help="an argument of `services run`, e.g. "
+                        "--services-arg=--snapshot-interval-s=3600")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=8, help="of the job and TE topics")
     parser.add_argument("--nodes", type=int, choices=(1, 3), default=1)
     parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
