@@ -317,12 +317,13 @@ def liveness(args: argparse.Namespace, env: dict[str, str], work: Path, n: int,
         ended_ms = dispatcher.now_ms()
         cluster.stop()
         beats = beat_records(cluster, start_hw, end_hw)
-        probes, unanswered = probe_lags_ms(cluster, ended_ms)
+        probes, in_order = probe_lags_ms(cluster, ended_ms)
         result |= {
             "rm_records_per_s": round((end_hw - start_hw) / window, 1),
             "rm_lag_records_max": max(lags, default=0),
-            "rm_lag_s_max": round(max(probes + unanswered, default=0) / 1000, 2),
+            "rm_lag_s_max": round(max(in_order, default=0) / 1000, 2),
             "rm_lag_s_p50": round(statistics.median(probes) / 1000, 2) if probes else None,
+            "rm_lag_s_max_last_10_probes": round(max(in_order[-10:], default=0) / 1000, 2),
             "probes_answered": f"{len(probes)}/{k}",
             "services_cpu_percent": [round(100 * c / window) for c in cpu],
             "heartbeat_records_per_s": round(beats["records"] / window, 1),
@@ -372,8 +373,9 @@ def beat_records(cluster: Cluster, start: int, end: int) -> dict[str, int]:
 
 
 def probe_lags_ms(cluster: Cluster, ended_ms: int) -> tuple[list[int], list[int]]:
-    """For each probe answered: broker ms from the probe to the ResourceManager's answer; for
-    each not answered by the window's end (`ended_ms`): its age then, the least its lag was."""
+    """Broker ms from each probe answered to the ResourceManager's answer; and every probe's
+    lag in the order they were sent, one not answered by the window's end (`ended_ms`) at its
+    age then, the least its lag was."""
     sent: dict[bytes, int] = {}
     answered: dict[bytes, int] = {}
     closed = TaskManagerConnectionClosed.type_name().encode()
@@ -404,8 +406,9 @@ def probe_lags_ms(cluster: Cluster, ended_ms: int) -> tuple[list[int], list[int]
                     answered[key] = msg.timestamp()[1]
     finally:
         consumer.close()
-    lags = sorted(answered[k] - sent[k] for k in answered if k in sent)
-    return lags, sorted(ended_ms - at for k, at in sent.items() if k not in answered)
+    lags = {k: answered[k] - at if k in answered else ended_ms - at for k, at in sent.items()}
+    in_order = [lags[k] for k in sorted(lags, key=lambda k: int(k.rsplit(b"-", 1)[1]))]
+    return [lags[k] for k in answered if k in sent], in_order
 
 
 BEAT_PROBE = TaskManagerHeartbeat.type_name().encode()
