@@ -62,7 +62,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +121,7 @@ from jobledger.services.kafka import (
 )
 from jobledger.services.kafka_topics import create_topics, partitions_of
 from jobledger.services.runner import task
+from jobledger.services.runner.heartbeats import heartbeats_reported
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' and the other benchmarks' helpers
@@ -258,11 +259,13 @@ STAND_IN_TYPES = {kind.type_name().encode() for kind in (
 def stand_in(args: argparse.Namespace) -> int:
     """`--stand-in`: `--task-executors` TaskExecutors in this process, each doing what
     services/runner/runner.py does for its own: register as a new instance (no slot report),
-    beat every `--heartbeat-interval` (spread over it: they are independent machines), run
-    only deployments its current instance accepted, and report each accepted no-op attempt's
-    whole life (INITIALIZING, RUNNING, FINISHED to the job, the final state to the
-    TaskExecutor) as `task.state_event` / `task.final_state_event` build it, the reports of one
-    poll in one transaction as a micro-batch's are. A closed connection re-registers the
+    beat every `--heartbeat-interval` (spread over it: they are independent machines; the
+    beats due at once in one record per 2,000, as the runner writes them, or one record each
+    with `--heartbeats single`), run only deployments its current instance accepted, and
+    report each accepted no-op attempt's whole life (INITIALIZING, RUNNING, FINISHED to the
+    job, the final state to the TaskExecutor) as `task.state_event` /
+    `task.final_state_event` build it, the reports of one poll in one transaction as a
+    micro-batch's are. A closed connection re-registers the
     TaskExecutor as a new instance, as the runner does. Stops on SIGTERM."""
     prefix, bootstrap = args.prefix, args.bootstrap
     serde = EventSerde()
@@ -303,7 +306,10 @@ def stand_in(args: argparse.Namespace) -> int:
     register(ids)
     interval = args.heartbeat_interval
     rng = random.Random(0)
-    next_beat = {rid: time.monotonic() + rng.uniform(0, interval) for rid in ids}
+    start = time.monotonic()
+    # every TaskExecutor beats at its own offset, one interval apart: a queue in time order
+    # stays in order as each beat goes to its back, so a due beat costs O(1) even at 100,000
+    beat_queue = deque(sorted((start + rng.uniform(0, interval), rid) for rid in ids))
     try:
         while not stopping.is_set():
             reports: list[Event] = []
@@ -352,20 +358,31 @@ def stand_in(args: argparse.Namespace) -> int:
             if reports:
                 emit(reports)
             now = time.monotonic()
-            due = [rid for rid, at in next_beat.items() if at <= now]
+            due = []
+            while beat_queue and beat_queue[0][0] <= now:
+                at, rid = beat_queue.popleft()
+                due.append(rid)
+                beat_queue.append((at + interval, rid))
             if due:
-                wall = dispatcher.now_ms()
-                emit([TaskManagerHeartbeat(
-                    event_id=derived_id(f"{rid}@{wall}", "heartbeat"), event_time=wall,
-                    producer=task.PRODUCER, resource_id=rid, instance_id=instances[rid],
-                ) for rid in due])  # fmt: skip
-                for rid in due:
-                    next_beat[rid] += interval
+                emit(beats(args.heartbeats, {rid: instances[rid] for rid in due}))
                 stats["heartbeats"] += len(due)
     finally:
         print(f"stand-in: {dict(stats)}", flush=True)
         consumer.close()
     return 0
+
+
+def beats(kind: str, due: dict[str, str], runner_id: str = STAND_IN) -> list[Event]:
+    """The beats of the `due` TaskExecutors (ResourceID -> InstanceID) as the runner writes
+    them (`batched`: a record carries up to 2,000) or as a client writing one record per
+    TaskExecutor does (`single`)."""
+    wall = dispatcher.now_ms()
+    if kind == "batched":
+        return list(heartbeats_reported(runner_id, due, task.PRODUCER, wall))
+    return [TaskManagerHeartbeat(
+        event_id=derived_id(f"{rid}@{wall}", "heartbeat"), event_time=wall,
+        producer=task.PRODUCER, resource_id=rid, instance_id=instance,
+    ) for rid, instance in due.items()]  # fmt: skip
 
 
 # -- one phase --------------------------------------------------------------------------------
@@ -498,7 +515,8 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
                      "--prefix", prefix, "--bootstrap", bootstrap,
                      "--task-executors", str(args.task_executors),
                      "--te-slots", str(args.te_slots),
-                     "--heartbeat-interval", str(args.heartbeat_interval)],
+                     "--heartbeat-interval", str(args.heartbeat_interval),
+                     "--heartbeats", args.heartbeats],
                     env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT,
                 ))  # fmt: skip
@@ -660,6 +678,9 @@ def main() -> int:
     parser.add_argument("--schedule", choices=("eager", "lazy"), default="eager", help="(b)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0,
                         help="(b) the stand-ins' beat, seconds")  # fmt: skip
+    parser.add_argument("--heartbeats", choices=("batched", "single"), default="batched",
+                        help="(b) the stand-ins' beats: one record per runner as the runner "
+                        "writes them, or one per TaskExecutor")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=8, help="of the job and TE topics")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds per phase, hard")
     parser.add_argument("-D", dest="conf", metavar="KEY=VALUE", action="append", default=[],

@@ -7,7 +7,7 @@ from pydantic import Field
 from .ids import InstanceID, JobID, JobMasterFencingToken, ResourceID
 from .model import Event, Int32
 from .topics import TopicRole
-from .types import AllocatedSlotInfo, ResourceProfile, SlotStatus
+from .types import AllocatedSlotInfo, ResourceProfile, SlotStatus, TaskManagerBeat
 
 _TASK_EXECUTOR = "a TaskExecutor (the Spark runner registers its own)"
 
@@ -41,6 +41,29 @@ class TaskManagerHeartbeat(Event):
     resource_id: ResourceID
     slot_report: list[SlotStatus] = Field(default_factory=list, description="Status of every slot.")
     instance_id: InstanceID = None
+
+
+MAX_BEATS_PER_RECORD = 2_000
+"""The most TaskExecutor beats one `TaskManagerHeartbeatsReported` carries: ~100 kB of Avro,
+well inside Kafka's default 1 MB record, and a bounded slice of the ResourceManager's work
+per input. A runner with more TaskExecutors writes several records per beat."""
+
+
+class TaskManagerHeartbeatsReported(Event):
+    """A runner's TaskExecutors are alive: one record carries the beat of each of its current
+    instances, so a beat that changes nothing costs the ResourceManager's partition a fraction
+    of a record instead of one per TaskExecutor. Each beat means what a `TaskManagerHeartbeat`
+    of that instance at this event time means."""
+
+    topic_role = TopicRole.RESOURCE_MANAGER
+    key_field = "runner_id"
+    produced_by = "a runner, for the TaskExecutors it hosts"
+
+    runner_id: str = Field(description="The runner whose TaskExecutors beat (the record's key).")
+    beats: list[TaskManagerBeat] = Field(
+        default_factory=list,
+        description=f"One per TaskExecutor instance, at most {MAX_BEATS_PER_RECORD}.",
+    )
 
 
 class TaskManagerLost(Event):

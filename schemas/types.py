@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from .ids import SlotIndex
+from .ids import InstanceID, ResourceID, SlotIndex
 from .model import CatalogEnum, Int32, Record
 
 
@@ -37,6 +37,13 @@ class SlotStatus(Record):
     resource_profile: ResourceProfile = Field(description="The slot's resources.")
     allocation_id: str | None = Field(default=None, description="Allocation, if allocated.")
     job_id: str | None = Field(default=None, description="Job the slot is allocated to, if any.")
+
+
+class TaskManagerBeat(Record):
+    """One TaskExecutor instance's beat inside a runner's `TaskManagerHeartbeatsReported`."""
+
+    resource_id: ResourceID
+    instance_id: InstanceID = None
 
 
 class AllocatedSlotInfo(Record):

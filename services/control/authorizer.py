@@ -7,10 +7,11 @@ operation, a resource; the answer is a refusal or nothing):
 
 - `services` write the reducers' decisions and the clock's `TimerFired`, and nothing else;
   nobody else writes those.
-- a `runner` writes what a TaskExecutor and its tasks say, for TaskExecutors it owns: the
-  keyring states each TaskExecutor's owner (`owners`: ResourceID -> principal, from
-  `signing.Keyring.owners`), and nothing else does; a name is never read as a claim (a prefix
-  rule once gave principal `rk` the TaskExecutor `rk-2-0` of principal `rk-2`). Why the
+- a `runner` writes what a TaskExecutor and its tasks say, for TaskExecutors it owns (a
+  record of beats: every one its own): the keyring states each TaskExecutor's owner
+  (`owners`: ResourceID -> principal, from `signing.Keyring.owners`), and nothing else does;
+  a name is never read as a claim (a prefix rule once gave principal `rk` the TaskExecutor
+  `rk-2-0` of principal `rk-2`). Why the
   keyring and not the first registration: every partition that judges a runner's record
   needs the binding (the ResourceManager's for registrations and beats, the TaskExecutors'
   for final states, the jobs' for task reports), and only the keyring is known to all of
@@ -38,6 +39,7 @@ from jobledger.schemas.cluster import (
     ResourceManagerHeartbeatTimedOut,
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
     TaskManagerLost,
     TaskManagerRegistered,
 )
@@ -127,6 +129,14 @@ def _runner_refusal(
                 f"{who} wrote {name} for TaskExecutor {resource_id!r}, which is not its own "
                 f"({_whose(owners, resource_id)})"
             )
+        return None
+    if isinstance(event, TaskManagerHeartbeatsReported):
+        for beat in event.beats:
+            if owners.get(beat.resource_id) != principal:
+                return (
+                    f"{who} wrote {name} with a beat of TaskExecutor {beat.resource_id!r}, "
+                    f"which is not its own ({_whose(owners, beat.resource_id)})"
+                )
         return None
     if isinstance(event, TASK_EVENTS):
         located = jobs.attempt_location(event.job_id, event.execution_attempt_id)

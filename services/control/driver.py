@@ -22,10 +22,11 @@ from jobledger.schemas.topics import TopicRole
 
 from . import authorizer
 from .job_master import JobMaster, JobMasterConfig
-from .reducer import Reducer
+from .reducer import Reducer, derived
 from .resource_manager import ResourceManager
 from .slot_pool import SlotPool
 from .task_executor import TaskExecutor, TaskExecutorConfig
+from .timer_index import TimerIndex
 
 DEDUP_WINDOW = 100_000
 """How many input ids each partition remembers, by default (`jobledger.dedup-window`). The
@@ -87,6 +88,10 @@ class ReducerDriver:
     record that claims to be an owner's decision is one of these, or it is forged."""
     dedup_window: int = DEDUP_WINDOW
     """How many ids `recent` and `rejected` hold at most."""
+    timers: dict[TopicRole, TimerIndex] = derived(
+        default_factory=lambda: {TopicRole.JOB: TimerIndex(), TopicRole.TASK_EXECUTOR: TimerIndex()}
+    )
+    """The next timers of the JobMasters and TaskExecutors, for the clock (`timer_index.py`)."""
     submitters: dict[str, str] = field(default_factory=dict)
     """Who submitted each job of this partition (on a cluster whose records are signed): the
     principal that alone, with an admin, may cancel, rescale or lead it (`authorizer`)."""
@@ -129,18 +134,13 @@ class ReducerDriver:
         """The owners on `role`'s topic that a TimerFired at event time `now` would change:
         the clock writes timers for these only, never one per owner per tick (a few hundred
         bad records once made it write for every owner they created, without end)."""
-        owners: dict[str, Reducer]
         if role is TopicRole.JOB:
-            owners = self.job_masters
-        elif role is TopicRole.TASK_EXECUTOR:
-            owners = self.task_executors
-        else:
-            owners = {self.resource_manager.config.resource_manager_id: self.resource_manager}
-        return [
-            owner
-            for owner, reducer in sorted(owners.items())
-            if (due := reducer.next_timer()) is not None and due <= now
-        ]
+            return self.timers[role].due(self.job_masters, now)
+        if role is TopicRole.TASK_EXECUTOR:
+            return self.timers[role].due(self.task_executors, now)
+        due = self.resource_manager.next_timer()
+        rm = self.resource_manager.config.resource_manager_id
+        return [rm] if due is not None and due <= now else []
 
     def to_dict(self) -> dict[str, Any]:
         """Every reducer's state as plain data."""
@@ -252,6 +252,8 @@ class ReducerDriver:
             self._remember(event_id)
             return []
         decisions = reducer.apply(event, self.rejected.get(event_id, 0))
+        if role is not TopicRole.RESOURCE_MANAGER:
+            self.timers[role].changed.add(key)
         if not decisions:  # most inputs: nothing to await, nothing rejected
             self._remember(event_id)
             return decisions

@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from jobledger.schemas.cluster import (
+    MAX_BEATS_PER_RECORD,
     TaskManagerConnectionClosed,
     TaskManagerDisconnected,
     TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
     TaskManagerLost,
     TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
@@ -192,6 +194,12 @@ class ResourceManager(Reducer):
     free_slot_index: FreeSlotIndex = derived()
     shares: dict[str, TenantShare] = derived(default_factory=dict)
     """Each tenant with open requests, by principal."""
+    beat_order: list[tuple[int, str]] = derived(default_factory=list)
+    """A heap of (last beat, ResourceID): an entry per beat that moved a TaskExecutor's last
+    beat on, those no longer true left to go stale. The clock asks `next_timer` every second,
+    and a pass over every TaskExecutor to answer would grow with the cluster; the heap answers
+    from its top, and is rebuilt when stale entries outnumber the true ones (a replay never
+    asks)."""
 
     producer: ClassVar[str] = PRODUCER
 
@@ -206,12 +214,25 @@ class ResourceManager(Reducer):
         for allocation_id, arrival in self.queue.items():
             share = self.shares[self.requests[allocation_id].tenant]
             heapq.heappush(share.waiting, (arrival, allocation_id))
+        self._order_beats()
 
     def _share(self, tenant: str) -> TenantShare:
         share = self.shares.get(tenant)
         if share is None:
             share = self.shares[tenant] = TenantShare()
         return share
+
+    def _order_beats(self) -> None:
+        self.beat_order = [(te.last_heartbeat, rid) for rid, te in self.task_executors.items()]
+        heapq.heapify(self.beat_order)
+
+    def _beaten(self, te: RegisteredTaskExecutor, at: int) -> None:
+        """`te` was heard from at `at`: a beat older than its last moves nothing back."""
+        if at > te.last_heartbeat:
+            te.last_heartbeat = at
+            heapq.heappush(self.beat_order, (at, te.resource_id))
+            if len(self.beat_order) > 2 * len(self.task_executors) + 1024:
+                self._order_beats()
 
     # -- queries -------------------------------------------------------------------------
 
@@ -295,8 +316,9 @@ class ResourceManager(Reducer):
                 registered_at=event.event_time,
             )
             self.free_slot_index.changed(self.task_executors[event.resource_id])
+            heapq.heappush(self.beat_order, (event.event_time, event.resource_id))
         te = self.task_executors[event.resource_id]
-        te.last_heartbeat = max(te.last_heartbeat, event.event_time)
+        self._beaten(te, event.event_time)
         out.emit(
             TaskManagerRegistrationAccepted,
             resource_id=te.resource_id,
@@ -337,26 +359,44 @@ class ResourceManager(Reducer):
 
     @handles(TaskManagerHeartbeat)
     def on_heartbeat(self, event: TaskManagerHeartbeat, out: Decisions) -> None:
+        """One TaskExecutor's beat, as other language clients still write it (`_beat`)."""
+        self._beat(event.resource_id, event.instance_id, event.event_time, out)
+
+    @handles(TaskManagerHeartbeatsReported)
+    def on_heartbeats(self, event: TaskManagerHeartbeatsReported, out: Decisions) -> None:
+        """A runner's beats in one record: each decides exactly what a `TaskManagerHeartbeat`
+        of that instance at the record's event time would (`_beat`), in the record's order, so
+        every TaskExecutor's last beat, and so every loss the clock finds, is the same however
+        the beats were carried. More beats than a record may carry are refused whole: the
+        bound is what keeps one input's work small."""
+        if len(event.beats) > MAX_BEATS_PER_RECORD:
+            self._reject(
+                out,
+                f"{len(event.beats)} heartbeats in one record, more than the "
+                f"{MAX_BEATS_PER_RECORD} one may carry",
+            )
+            return
+        for beat in event.beats:
+            self._beat(beat.resource_id, beat.instance_id, event.event_time, out)
+
+    def _beat(self, resource_id: str, instance_id: str | None, at: int, out: Decisions) -> None:
         """The registered instance's beat keeps it alive. A beat from a TaskExecutor the
         ResourceManager does not know (lost, or never registered) closes that instance's
         connection, so that it registers again instead of beating into rejections forever; a
         beat from an instance another one replaced is refused and keeps nothing alive."""
-        te = self._task_executor(event.resource_id, out)
+        te = self._task_executor(resource_id, out)
         if te is None:
             self._close_connection(
-                event.resource_id,
-                f"TaskExecutor {event.resource_id} is not registered",
-                out,
-                event.instance_id,
+                resource_id, f"TaskExecutor {resource_id} is not registered", out, instance_id
             )
-        elif te.instance_id != event.instance_id:
+        elif te.instance_id != instance_id:
             self._reject(
                 out,
-                f"heartbeat of instance {event.instance_id} of TaskExecutor {te.resource_id}, "
+                f"heartbeat of instance {instance_id} of TaskExecutor {te.resource_id}, "
                 f"which is registered as instance {te.instance_id}",
             )
-        else:  # an older beat of it, re-sent, moves nothing back
-            te.last_heartbeat = max(te.last_heartbeat, event.event_time)
+        else:
+            self._beaten(te, at)
 
     def _close_connection(
         self, resource_id: str, cause: str, out: Decisions, instance_id: str | None,
@@ -433,11 +473,14 @@ class ResourceManager(Reducer):
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired finds a TaskExecutor silent for
         longer than the heartbeat timeout (None: none registered)."""
-        return min(
-            (te.last_heartbeat + self.config.heartbeat_timeout_ms + 1
-             for te in self.task_executors.values()),
-            default=None,
-        )  # fmt: skip
+        order = self.beat_order
+        while order:
+            at, resource_id = order[0]
+            te = self.task_executors.get(resource_id)
+            if te is not None and te.last_heartbeat == at:
+                return at + self.config.heartbeat_timeout_ms + 1
+            heapq.heappop(order)  # stale: beaten since, or lost
+        return None
 
     @handles(TimerFired)
     def on_timer(self, event: TimerFired, out: Decisions) -> None:

@@ -17,7 +17,7 @@ import uuid
 
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
-    TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
     TaskManagerLost,
     TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
@@ -25,6 +25,7 @@ from jobledger.schemas.cluster import (
 from jobledger.schemas.types import ResourceProfile, ResourceProfileKind
 
 from ..control.decisions import derived_id
+from .heartbeats import heartbeats_reported
 
 PROFILE = ResourceProfile(
     kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
@@ -36,6 +37,7 @@ class TaskExecutorInstances:
     thread and the heartbeat thread at once."""
 
     def __init__(self, runner_id: str, count: int, slots: int, producer: str) -> None:
+        self.runner_id = runner_id
         self.resource_ids = [f"{runner_id}-{i}" for i in range(count)]
         self.slots = slots
         self.producer = producer
@@ -122,18 +124,10 @@ class TaskExecutorInstances:
         with self._lock:
             return dict(self._current)
 
-    def heartbeats(self, now_ms: int) -> list[TaskManagerHeartbeat]:
-        """A beat of each current instance: what keeps it alive at the ResourceManager."""
-        return [
-            TaskManagerHeartbeat(
-                event_id=derived_id(f"{rid}@{now_ms}", "heartbeat"),
-                event_time=now_ms,
-                producer=self.producer,
-                resource_id=rid,
-                instance_id=instance,
-            )
-            for rid, instance in self.current().items()
-        ]
+    def heartbeats(self, now_ms: int) -> list[TaskManagerHeartbeatsReported]:
+        """A beat of each current instance, batched per record (`heartbeats.py`): what keeps
+        them alive at the ResourceManager."""
+        return heartbeats_reported(self.runner_id, self.current(), self.producer, now_ms)
 
     def shutdowns(self, now_ms: int) -> list[TaskManagerLost]:
         """What the TaskExecutors tell the ResourceManager as the runner stops (Flink's

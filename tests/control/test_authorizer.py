@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger.schemas.cluster import TaskManagerHeartbeat, TaskManagerLost, TaskManagerRegistered
+from jobledger.schemas.cluster import (
+    TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
+    TaskManagerLost,
+    TaskManagerRegistered,
+)
 from jobledger.schemas.jobs import (
     GlobalAggregateUpdateRequested,
     JobCancellationRequested,
@@ -15,7 +20,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.kvstate import KvStateRegistered
 from jobledger.schemas.timers import CLOCK, TimerFired
-from jobledger.schemas.types import ExecutionState, KeyGroupRange, OwnerKind
+from jobledger.schemas.types import ExecutionState, KeyGroupRange, OwnerKind, TaskManagerBeat
 from jobledger.services.host import snapshot
 
 from ..support.events import profile
@@ -98,6 +103,14 @@ def test_a_runner_registers_and_beats_only_for_its_own_task_executors(cluster):
     beat = c.clock(TaskManagerHeartbeat, resource_id="tm-0")
     assert c.driver.admit(beat, "tm", "runner", OWNERS) is None
     assert c.driver.admit(beat, "tm-0x", "runner", OWNERS) is not None
+    batch = c.clock(TaskManagerHeartbeatsReported, runner_id="tm", beats=[
+        TaskManagerBeat(resource_id=rid) for rid in ("tm-0", "tm-1", "tm-2-0")])  # fmt: skip
+    assert c.driver.admit(batch, "tm", "runner", OWNERS) == (
+        "tm (runner) wrote TaskManagerHeartbeatsReported with a beat of TaskExecutor 'tm-2-0', "
+        "which is not its own (it is tm-2's)"
+    )
+    batch.beats.pop()
+    assert c.driver.admit(batch, "tm", "runner", OWNERS) is None
     assert c.driver.admit(registered, "alice", "client") == (
         "alice (client) wrote TaskManagerRegistered: a client writes only submissions and "
         "requests about its jobs"

@@ -44,7 +44,7 @@ from jobledger.projections.log.replay import replay
 from jobledger.schemas import Event, EventSerde
 from jobledger.schemas.cluster import (
     TaskManagerDisconnected,
-    TaskManagerHeartbeat,
+    TaskManagerHeartbeatsReported,
     TaskManagerLost,
     TaskManagerRegistered,
 )
@@ -357,8 +357,10 @@ def assert_lost_in_time(stage: Stage, records: list[LogRecord], resource_id: str
     ResourceManager applies), nor more than DETECTION_SLACK_S after that (append time)."""
     losses = of(records, TaskManagerLost, resource_id=resource_id)
     assert [r.event.cause for r in losses] == [lost_cause(resource_id)], losses
-    signs = [r.event.event_time for kind in (TaskManagerHeartbeat, TaskManagerRegistered)
-             for r in of(records, kind, resource_id=resource_id)
+    beats = [r for r in of(records, TaskManagerHeartbeatsReported)
+             if any(b.resource_id == resource_id for b in r.event.beats)]  # fmt: skip
+    signs = [r.event.event_time for r in [*of(records, TaskManagerRegistered,
+                                               resource_id=resource_id), *beats]
              if r.event.event_time <= silent_since * 1000]  # fmt: skip
     last_sign = max(signs)
     assert losses[0].event.event_time - last_sign > stage.heartbeat_timeout_s * 1000, (
