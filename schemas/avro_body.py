@@ -16,10 +16,12 @@ to catch cavro's end-of-input error cost 1.1 µs.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
 import cavro
+from fastavro import parse_schema, schemaless_reader
 
 _END = os.urandom(8)
 _OPTIONS = cavro.DEFAULT_OPTIONS.replace(record_decodes_to_dict=True)
@@ -44,6 +46,8 @@ class BodyReader:
             except cavro.CavroException as exc:
                 raise BodyError(str(exc)) from None
         self._schema = schema
+        self._json = (writer, reader)
+        self._blocked: tuple[Any, Any] | None = None
 
     def read(self, body: bytes) -> Any:
         """The value `body` holds, all of it; BodyError if it is torn, corrupt or followed by
@@ -51,10 +55,28 @@ class BodyReader:
         try:
             enclosing = self._schema.binary_decode(body + _END)
         except Exception as exc:  # cavro raises many types on a torn or corrupt body
-            raise BodyError(f"corrupt: {exc!r}") from None
+            return self._read_blocked(body, exc)
         if enclosing["end"] != _END:
             raise BodyError("followed by bytes that are not part of it")
         return enclosing["body"]
+
+    def _read_blocked(self, body: bytes, refused: Exception) -> Any:
+        """`body` read by fastavro, for what cavro refused: cavro reads an array or map
+        block only with a positive item count, where the Avro specification lets a writer
+        give a negative count followed by the block's size in bytes (hamba/avro, the Go
+        client's library, and Java's BlockingBinaryEncoder write those). Only what cavro
+        refused pays for it; what neither reads is corrupt, with cavro's reason."""
+        if self._blocked is None:
+            writer, reader = self._json
+            self._blocked = (parse_schema(writer), reader and parse_schema(reader))
+        buffer = io.BytesIO(body)
+        try:
+            value = schemaless_reader(buffer, *self._blocked)
+        except Exception:
+            raise BodyError(f"corrupt: {refused!r}") from None
+        if buffer.tell() != len(body):
+            raise BodyError("followed by bytes that are not part of it")
+        return value
 
 
 def standalone(parsed: Any) -> Any:
