@@ -80,9 +80,6 @@ DEPLOYMENTS_SERVED_AT_ONCE = 1_000
 served within seconds, well inside any deadline (and a job of a laptop's size keeps the
 deadline Flink's option says, to the millisecond)."""
 
-AVRO_LONG_MAX = 2**63 - 1
-"""A deadline is kept in snapshots as an Avro long: one past it is never reached anyway."""
-
 NO_RESTART = RestartStrategy(kind=RestartStrategyKind.NONE)
 
 
@@ -274,7 +271,7 @@ class Scheduler:
         execution.state = ExecutionState.DEPLOYING
         ahead = len(self.deployment_deadlines) - DEPLOYMENTS_SERVED_AT_ONCE
         queued = max(0, ahead) * DEPLOYMENT_QUEUE_ALLOWANCE_MS
-        deadline = min(out.cause.event_time + self.deployment_timeout_ms + queued, AVRO_LONG_MAX)
+        deadline = later(out.cause.event_time, self.deployment_timeout_ms + queued)
         self.deployment_deadlines[execution.attempt_id] = deadline
         out.emit(
             TaskDeploymentRequested,

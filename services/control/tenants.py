@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .event_time import saturated
+
 ANONYMOUS = "anonymous"
 """The tenant of every job whose submission names no principal (every job of a log written
 before principals were recorded: one tenant, so such logs are served first come, first
@@ -72,9 +74,10 @@ class TenantLimits:
         """A tenant's rate after one more job at event time `now` (the generic cell rate
         algorithm, a token bucket without floats): its theoretical arrival time, in
         milliseconds times the rate, advances a second's worth per job, from no earlier than
-        now; a job is refused while it lies more than a burst ahead of now."""
+        now; a job is refused while it lies more than a burst ahead of now. Held to the Avro
+        long's range, as snapshots keep it: at the top of time every job is admitted."""
         rate = self.max_submissions_per_second
-        return max(theoretical_arrival, now * rate) + 1_000
+        return saturated(max(theoretical_arrival, now * rate) + 1_000)
 
     def rested(self, theoretical_arrival: int, now: int) -> bool:
         """Whether a tenant's rate has caught up with `now`: its state can be forgotten."""
