@@ -31,6 +31,7 @@ from jobledger.services.kafka_reads import read_topics
 
 from .log_file import LOG_ROLES, LogRecord, SkippedRecord
 from .positions import Cut, log_order
+from .provenance import provenance_of
 from .replay import dead_lettered
 
 Watch = Callable[[Iterable[Message], str], Iterable[Message]]
@@ -126,7 +127,8 @@ def _decoded(
     except DecodeError as exc:
         skipped.append(SkippedRecord(role, msg.partition(), msg.offset(), str(exc)))
         return
-    records.append(LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event))
+    records.append(LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event,
+                             provenance_of(msg, msg.value())))  # fmt: skip
 
 
 def _states(
