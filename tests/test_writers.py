@@ -65,6 +65,9 @@ def test_history_names_each_writer_as_the_keyring_checks_it(export, keyring, cap
     refused = next(e["writer"] for e in answer["events"]
                    if e["event"]["type"] == "ResourceManagerConnected")  # fmt: skip
     assert refused["refused"].startswith(f"bad signature for key {ALICE.key_id} (alice)")
+    indexed = json.loads(ask(capsys, "history", "job-1", "--file", str(export), "--keyring",
+                             str(keyring), "-o", "json"))  # fmt: skip
+    assert indexed["events"] == answer["events"]  # the export's index keeps each provenance
 
 
 def _signer(record, keyring) -> tuple[str, str]:  # noqa: F811
