@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jobledger.schemas.topics import topic_name, topic_specs
 from jobledger.services.local import apache_kafka, broker, secure
 from jobledger.services.local.loopback import pid_alive
+from jobledger.services.signing import Keyring, SigningKey
 
 from .runtime_harness import wait_until_owning
 
@@ -121,6 +122,7 @@ class SignedRun:
     principal: str
     good: Path
     wrong: Path
+    wrong_key_id: str
 
     def as_(self, principal: str) -> list[str]:
         """A jobledger command's connection as `principal`."""
@@ -142,13 +144,17 @@ def signed_run(broker: SecureBroker, folder: Path, principal: str) -> Iterator[S
     """A fresh prefix, its topics (three partitions: keys must hash as Java's client hashes
     them), `principal`'s good and wrong keys, and the services running on it until the end."""
     prefix = f"{principal}{os.getpid()}."
-    for args in (("broker", "--secure", "--detach", "--topic-prefix", prefix),
-                 ("keys", "new", principal, "--role", "admin", "--out", str(folder / "good.key")),
-                 ("keys", "new", principal, "--role", "admin", "--out", str(folder / "wrong.key"),
-                  "--keyring", str(folder / "elsewhere.json"))):  # fmt: skip
-        done = broker.run(*args)
-        assert done.returncode == 0, done.stderr
-    run = SignedRun(broker, prefix, principal, folder / "good.key", folder / "wrong.key")
+    granted = broker.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
+    assert granted.returncode == 0, granted.stderr
+    secure_keyring = broker.home / "secure" / "keyring.json"
+    keyring = Keyring.load(secure_keyring)
+    good, wrong = SigningKey.generate(), SigningKey.generate()
+    keyring.add(good, principal, "admin")
+    keyring.save(secure_keyring)
+    for name, key in (("good", good), ("wrong", wrong)):
+        (folder / f"{name}.key").write_bytes(key.pem())
+    run = SignedRun(broker, prefix, principal, folder / "good.key", folder / "wrong.key",
+                    wrong.key_id)  # fmt: skip
     created = broker.run("topics", "create", "--partitions", "3", *run.as_("admin"))
     assert created.returncode == 0, created.stderr
     env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
@@ -156,7 +162,7 @@ def signed_run(broker: SecureBroker, folder: Path, principal: str) -> Iterator[S
     log = folder / "services.log"
     services = subprocess.Popen(
         [sys.executable, "-m", "jobledger.cli", "services", "run", "--timer-interval-ms", "0",
-         *run.as_("services"), "--keyring", str(broker.home / "secure" / "keyring.json")],
+         *run.as_("services"), "--keyring", str(secure_keyring)],
         stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env,  # noqa: SIM115
     )  # fmt: skip
     services.log_path = str(log)  # type: ignore[attr-defined]

@@ -166,10 +166,14 @@ public final class JobledgerClient {
     /** The PKCS#8 PEM file of an Ed25519 key, as {@code jobledger keys new} writes it. */
     static RecordSigner load(Path pem) throws Exception {
       String text = Files.readString(pem);
-      String body = text.replaceAll("-----(BEGIN|END) PRIVATE KEY-----", "").replaceAll("\\s", "");
+      String body = text.replaceAll("-----(BEGIN|END) PRIVATE KEY-----", "")
+          .replaceAll("\\s", "");
       byte[] pkcs8 = Base64.getDecoder().decode(body);
-      PrivateKey key = KeyFactory.getInstance("Ed25519").generatePrivate(new PKCS8EncodedKeySpec(pkcs8));
-      return new RecordSigner(key, keyId(Arrays.copyOfRange(pkcs8, pkcs8.length - 32, pkcs8.length)));
+      PrivateKey key =
+          KeyFactory.getInstance("Ed25519").generatePrivate(new PKCS8EncodedKeySpec(pkcs8));
+      // an Ed25519 PKCS#8 key ends with its 32-byte seed
+      byte[] seed = Arrays.copyOfRange(pkcs8, pkcs8.length - 32, pkcs8.length);
+      return new RecordSigner(key, keyId(seed));
     }
 
     /**
@@ -194,7 +198,8 @@ public final class JobledgerClient {
     void sign(ProducerRecord<String, byte[]> record, String type) throws Exception {
       ByteArrayOutputStream signed = new ByteArrayOutputStream();
       signed.write(PREFIX);
-      byte[] key = record.key() == null ? new byte[0] : record.key().getBytes(StandardCharsets.UTF_8);
+      byte[] key =
+          record.key() == null ? new byte[0] : record.key().getBytes(StandardCharsets.UTF_8);
       for (byte[] part : List.of(record.topic().getBytes(StandardCharsets.UTF_8), key,
           record.value(), type.getBytes(StandardCharsets.UTF_8))) {
         signed.write(ByteBuffer.allocate(4).putInt(part.length).array());
