@@ -38,7 +38,7 @@ def signed_client_runs(run: SignedRun, command: list[str], language: str) -> Non
     assert _dead_letters(run) == []
 
     wrong = subprocess.run(
-        [*command, *run.client_args(run.wrong), "--parallelism", "1", "--timeout-s", "3"],
+        [*command, *run.client_args(run.wrong), "--parallelism", "1", "--timeout-s", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
