@@ -11,7 +11,10 @@ FLINK_VENV ?= .venv-flink
 APICURIO_VERSION := 3.0.9
 APICURIO_HOME ?= $(HOME)/.cache/jobledger/apicurio-registry-$(APICURIO_VERSION)
 
-.PHONY: install kafka flink registry browser demo roundtrip test lint docs
+# Go for the Go client's test (examples/go): the Go on PATH, else the official tarball's place.
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+
+.PHONY: install kafka flink registry browser goclient demo roundtrip test lint docs
 install: $(VENV)/.installed
 
 # Apache Kafka's jars from Maven Central (kafka_2.13 plus a log4j2 binding), into a cache
@@ -30,6 +33,10 @@ registry: $(APICURIO_HOME)/.installed
 browser:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; } || \
 		{ echo "run: sudo apt-get install chromium" >&2; exit 1; }
+
+# The Go client of examples/go, its modules (go.sum) from the Go module proxy.
+goclient:
+	cd examples/go && $(GO) build -o goclient .
 
 $(APICURIO_HOME)/.installed:
 	mkdir -p $(APICURIO_HOME)
@@ -66,6 +73,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint kafka flink registry browser docs
+test: lint kafka flink registry browser goclient docs
 	$(BIN)/jobledger schemas write --check
 	$(BIN)/pytest

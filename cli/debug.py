@@ -20,12 +20,23 @@ from jobledger.projections.debugging.timeline import draw as draw_timeline
 from jobledger.projections.log.log_file import LOG_ROLES, LogRecord
 from jobledger.projections.log.log_index import IndexedCut, LogIndex
 from jobledger.projections.log.positions import FORMS, Cut, Position, PositionError, cut
+from jobledger.projections.log.provenance import provenance_of
+from jobledger.projections.log.writers import Writers
 from jobledger.schemas import DecodeError, EventSerde, roles_by_topic
 from jobledger.schemas.timers import TimerFired
 from jobledger.services import kafka, kafka_reads, kafka_topics
 from jobledger.services.control.driver import ReducerDriver
 
-from .log_source import cut_of, log_index, log_options, ordered_log, reducers_of, replayed
+from .log_source import (
+    cut_of,
+    keyring_option,
+    log_index,
+    log_options,
+    ordered_log,
+    reducers_of,
+    replayed,
+    writers_of,
+)
 from .options import bootstrap_of, position, position_of, prefix_of
 
 Subparsers = argparse._SubParsersAction
@@ -41,6 +52,11 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     log_options(p, ("text", "json", "jsonl"))
     p.add_argument("--timers", action="store_true", help="also show the clock's TimerFired ticks")
     p.add_argument(
+        "--by", metavar="PRINCIPAL",
+        help="only the events PRINCIPAL wrote (as the keyring names the signer)",
+    )  # fmt: skip
+    keyring_option(p)
+    p.add_argument(
         "--follow", action="store_true",
         help="keep printing the job's events as the log grows (not with --file or --at)",
     )  # fmt: skip
@@ -54,6 +70,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="an event id, JOB/VERTEX[SUBTASK][#ATTEMPT], an allocation id "
                    "or a TaskExecutor's resource id")  # fmt: skip
     log_options(p)
+    keyring_option(p)
     p.set_defaults(func=cmd_explain, parser=p)
 
     p = sub.add_parser(
@@ -102,10 +119,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.follow and (args.file or args.at):
         raise argparse.ArgumentTypeError("--follow reads the live log: not with --file or --at")
     indexed = _indexed(args, lambda index, upto: index.history_records(upto, args.job))
-    upto, records = indexed or (cut_of(args), None)
-    entries = history(upto.records if records is None else records, args.job, timers=args.timers)
+    upto, records = indexed or (cut_of(args, provenance=True), None)
+    writers = writers_of(args)
+    entries = history(upto.records if records is None else records, args.job,
+                      timers=args.timers, writers=writers, by=args.by)  # fmt: skip
     if args.output == "json":
-        print(json.dumps({"as_of": upto.as_of(), "job": args.job,
+        print(json.dumps({"as_of": upto.as_of(), "job": args.job, "by": args.by,
                           "events": [e.to_dict() for e in entries]}, indent=2))  # fmt: skip
         return 0
     if args.output == "text":
@@ -113,7 +132,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     for entry in entries:
         _print_entry(entry, args.output)
     if args.follow:
-        _follow(args, upto)
+        _follow(args, upto, writers)
     return 0
 
 
@@ -122,7 +141,7 @@ def _print_entry(entry: Entry, output: str) -> None:
     print(text, flush=True)
 
 
-def _follow(args: argparse.Namespace, upto: Cut) -> None:
+def _follow(args: argparse.Namespace, upto: Cut, writers: Writers) -> None:
     """The job's events appended after the cut, as they come (causes looked up among the
     records seen so far)."""
     prefix = prefix_of(args)
@@ -141,13 +160,18 @@ def _follow(args: argparse.Namespace, upto: Cut) -> None:
                 event = serde.decode(msg.value(), msg.topic())
             except DecodeError:
                 continue
-            record = LogRecord(
-                roles[msg.topic()], msg.partition(), msg.offset(), msg.timestamp()[1], event
-            )
+            signed = provenance_of(msg, msg.value())
+            record = LogRecord(roles[msg.topic()], msg.partition(), msg.offset(),
+                               msg.timestamp()[1], event, signed)  # fmt: skip
             seen.setdefault(event.event_id, record)
-            if belongs_to(event, args.job) and (args.timers or not isinstance(event, TimerFired)):
+            if not belongs_to(event, args.job) or not (
+                args.timers or not isinstance(event, TimerFired)
+            ):
+                continue
+            writer = writers.of(record)
+            if args.by is None or writer.principal == args.by:
                 cause = seen.get(event.cause_event_id) if event.cause_event_id else None
-                _print_entry(Entry(record, cause), args.output)
+                _print_entry(Entry(record, cause, writer), args.output)
     finally:
         consumer.close()
 
@@ -216,26 +240,27 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explained(index: LogIndex, upto: IndexedCut, target: str) -> Story | None:
+def _explained(index: LogIndex, upto: IndexedCut, target: str, writers: Writers) -> Story | None:
     """`explain` from the index: a task from its job's records and the state of its
     partitions, anything else from the records naming it and their causes."""
     job = task_job(target)
     if job is None:
         records = index.explain_records(upto, target.removeprefix("id:"))
-        return None if records is None else explain(records, ReducerDriver(), target)
+        return None if records is None else explain(records, ReducerDriver(), target, writers)
     if not index.submitted(upto, job):
         return None
     records = index.job_records(upto, job)
     driver = index.state(upto, index.job_partitions(upto, job))
-    return explain(records, driver, target)
+    return explain(records, driver, target, writers)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    indexed = _indexed(args, lambda index, upto: _explained(index, upto, args.target))
+    writers = writers_of(args)
+    indexed = _indexed(args, lambda index, upto: _explained(index, upto, args.target, writers))
     if indexed is None:
-        upto = cut_of(args)
+        upto = cut_of(args, provenance=True)
         story = explain(upto.records, replayed(upto, driver_factory=reducers_of(args)).driver,
-                        args.target)  # fmt: skip
+                        args.target, writers)  # fmt: skip
     else:
         upto, story = indexed
     if args.output == "json":

@@ -11,6 +11,7 @@ from typing import Any
 
 from jobledger.projections.debugging.history import iso
 from jobledger.projections.debugging.tables import as_of_line
+from jobledger.projections.log.writers import Writer
 from jobledger.projections.rest.archived_execution_graph import (
     ARCHIVED,
     ClusterArchive,
@@ -19,7 +20,7 @@ from jobledger.projections.rest.archived_execution_graph import (
 )
 from jobledger.projections.rest.jobs import job_details, jobs_overview, vertex_details
 
-from .log_source import cut_of, live_log, log_options, reducers_of
+from .log_source import cut_of, keyring_option, live_log, log_options, reducers_of, writers_of
 from .options import (
     connection_options,
 )
@@ -51,15 +52,17 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser | None = None) 
     )  # fmt: skip
     p.add_argument("job", help="the job id")
     log_options(p, snapshots=True)
+    keyring_option(p)
     p.set_defaults(func=cmd_show, parser=p)
 
 
 def _archive(args: argparse.Namespace, job: str | None = None) -> ClusterArchive:
     """The archive as of the command's `--at`; of `job`'s records only, when given."""
+    writers = writers_of(args)
     live = live_log(args, ARCHIVED, job)
     if live is not None:
-        return archive_of(live.cut, live.driver, live.appended)
-    return archive(cut_of(args), reducers_of(args))
+        return archive_of(live.cut, live.driver, live.appended, writers)
+    return archive(cut_of(args, provenance=True), reducers_of(args), writers)
 
 
 def _seconds(ms: int) -> str:
@@ -120,12 +123,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _writer(writer: dict[str, Any] | None) -> str:
+    """A writer as `projections/log/writers.Writer.text` says it."""
+    return Writer(**writer).text() if writer else "nobody in this part of the log"
+
+
 def _show_text(details: dict[str, Any], vertices: list[dict[str, Any]]) -> None:
     start = details["start-time"]
     ended = f", ended {iso(details['end-time'])}" if details["end-time"] >= 0 else ""
     print(f"job {details['jid']} {details['name']!r}: {_state(details)}, "
           f"{details['restarts']} restart(s)")  # fmt: skip
     print(f"  submitted {iso(start)}{ended}, {_seconds(details['duration'])}")
+    print(f"  submitted by: {_writer(details['submitted-by'])}"
+          + (f"; cancelled by: {_writer(details['cancelled-by'])}"
+             if details["cancelled-by"] else ""))  # fmt: skip
     if details["failure-cause"]:
         print(f"  last failure: {details['failure-cause']}")
     # in the order entered (Flink's timestamps are per status, in the enum's order)

@@ -5,6 +5,7 @@ read-side command starts from."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,11 +25,13 @@ from jobledger.projections.log.log_file import (
 from jobledger.projections.log.log_index import LogIndex, open_index
 from jobledger.projections.log.positions import Cut, cut, log_order
 from jobledger.projections.log.replay import ReplayResult, replay
+from jobledger.projections.log.writers import Writers
 from jobledger.schemas import Event, EventSerde, topic_name
 from jobledger.schemas.topics import INPUT_ROLES
-from jobledger.services import home, kafka, kafka_reads, kafka_topics
+from jobledger.services import home, kafka, kafka_reads, kafka_topics, signing
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.host.gc_policy import bulk_replay
+from jobledger.services.local import secure
 
 from .options import (
     at_option,
@@ -193,9 +196,10 @@ EXPORT_HINT_RECORDS = 100_000
 of an export's index instead: the broker's log is read whole for each question."""
 
 
-def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
-    """The log, from the broker or `--file`, in the order it was appended."""
-    records = log_records(args, args.file)
+def ordered_log(args: argparse.Namespace, provenance: bool = False) -> list[LogRecord]:
+    """The log, from the broker or `--file`, in the order it was appended (signed records
+    with their `provenance` if asked: to say who wrote them)."""
+    records = log_records(args, args.file, provenance)
     if args.file is None and len(records) >= EXPORT_HINT_RECORDS:
         print(f"jobledger: read all {len(records)} records of the log from the broker for this "
               "answer; to ask more of it, `jobledger export LOG.avro` once and ask with "
@@ -204,9 +208,28 @@ def ordered_log(args: argparse.Namespace) -> list[LogRecord]:
     return log_order(records)
 
 
-def cut_of(args: argparse.Namespace) -> Cut:
-    """The log up to the command's `--at`."""
-    return cut(ordered_log(args), position_of(args))
+def cut_of(args: argparse.Namespace, provenance: bool = False) -> Cut:
+    """The log up to the command's `--at` (with `provenance`, as `ordered_log`)."""
+    return cut(ordered_log(args, provenance), position_of(args))
+
+
+def keyring_option(p: argparse.ArgumentParser) -> None:
+    """The keyring that names each record's writer (`writers_of`)."""
+    p.add_argument(
+        "--keyring", type=Path, metavar="FILE",
+        help="name each record's writer by this keyring (`jobledger keys`; default: "
+        f"${signing.KEYRING_ENV}, else $JOBLEDGER_HOME/secure/keyring.json if there is one)",
+    )  # fmt: skip
+
+
+def writers_of(args: argparse.Namespace) -> Writers:
+    """Who wrote each record, by the command's `--keyring`, else $JOBLEDGER_KEYRING, else
+    the home's secure broker's keyring (a signature is named by its key where there is none)."""
+    given = getattr(args, "keyring", None)
+    path = Path(given or os.environ.get(signing.KEYRING_ENV) or secure.keyring_path())
+    if given is None and not path.is_file():
+        return Writers()
+    return Writers(signing.Keyring.load(path))
 
 
 def log_index(args: argparse.Namespace) -> LogIndex | None:

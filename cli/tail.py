@@ -29,11 +29,14 @@ from confluent_kafka import (
 
 from jobledger.projections.debugging.history import iso
 from jobledger.projections.log.log_file import LOG_ROLES, read_export
+from jobledger.projections.log.provenance import provenance_of
+from jobledger.projections.log.writers import UNSIGNED, Writer, Writers
 from jobledger.schemas import EVENTS_BY_NAME, DecodeError, Event, EventSerde, event_to_dict
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.services import kafka, kafka_topics
 
+from .log_source import keyring_option, writers_of
 from .options import bootstrap_of, epoch_ms, non_negative_int, prefix_of, registry_option
 
 FORMATS = ("line", "json", "event")
@@ -111,6 +114,7 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--format", choices=FORMATS, default="line", help="how to print each event")
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     registry_option(p)
+    keyring_option(p)
     p.set_defaults(func=cmd_tail, parser=p)
 
 
@@ -124,6 +128,7 @@ class Shown:
     timestamp: int
     key: str | None
     event: Event
+    writer: Writer = UNSIGNED
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -133,12 +138,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError(
             f"unknown event type(s) {', '.join(unknown)}; see `jobledger schemas list`"
         )
+    writers = writers_of(args)
     if args.file:
-        records = _from_file(args.file, args.topic, args.partition, position)
+        records = _from_file(args.file, args.topic, args.partition, position, writers)
     elif args.topic is None:
         raise argparse.ArgumentTypeError("which topic? e.g. `jobledger tail job`")
     else:
-        records = _from_broker(args, position)
+        records = _from_broker(args, position, writers)
     print_records((r for r in records if _wanted(r, args)), args.format, args.count)
     return 0
 
@@ -178,21 +184,22 @@ def _format(record: Shown, fmt: str) -> str:
         return json.dumps({
             "topic": record.where, "partition": record.partition, "offset": record.offset,
             "timestamp": record.timestamp, "key": record.key,
-            "event": event_to_dict(record.event),
+            "writer": record.writer.to_dict(), "event": event_to_dict(record.event),
         }, separators=(",", ":"))  # fmt: skip
     fields = event_to_dict(record.event)
     fields.pop("type", None)
     when = iso(record.timestamp)
     return (
         f"{record.where}/{record.partition}@{record.offset} {when} "
-        f"{record.key or '-'} {record.event.type_name()} "
+        f"{record.key or '-'} {record.event.type_name()} {record.writer.label()} "
         f"{json.dumps(fields, separators=(',', ':'))}"
     )
 
 
 def _from_file(
-    path: Path, role_name: str | None, partition: int | None, position: Position
-) -> Iterator[Shown]:
+    path: Path, role_name: str | None, partition: int | None, position: Position,
+    writers: Writers,
+) -> Iterator[Shown]:  # fmt: skip
     roles = {role.value: role for role in LOG_ROLES}
     if role_name is not None and role_name not in roles:
         raise argparse.ArgumentTypeError(
@@ -213,7 +220,8 @@ def _from_file(
         for r in rows[start:]:
             if position.stop_before_ms is not None and r.timestamp >= position.stop_before_ms:
                 break
-            yield Shown(role.value, number, r.offset, r.timestamp, r.event.route()[1], r.event)
+            yield Shown(role.value, number, r.offset, r.timestamp, r.event.route()[1], r.event,
+                        writers.of(r))  # fmt: skip
 
 
 def _file_start(start: Start, rows: list) -> int:
@@ -229,7 +237,7 @@ def _file_start(start: Start, rows: list) -> int:
     return next((i for i, r in enumerate(rows) if r.timestamp >= start.value), len(rows))
 
 
-def _from_broker(args: argparse.Namespace, position: Position) -> Iterator[Shown]:
+def _from_broker(args: argparse.Namespace, position: Position, writers: Writers) -> Iterator[Shown]:
     bootstrap = bootstrap_of(args)
     prefix = prefix_of(args)
     topic = kafka_topics.resolve_topic(args.topic, prefix)
@@ -250,7 +258,7 @@ def _from_broker(args: argparse.Namespace, position: Position) -> Iterator[Shown
             TopicPartition(topic, p, _broker_start(consumer, topic, p, position.start))
             for p in partitions
         ]
-        yield from _consume(consumer, assignment, where, serde, position, args.exit_at_end)
+        yield from _consume(consumer, assignment, where, serde, position, args.exit_at_end, writers)
     finally:
         consumer.close()
 
@@ -280,6 +288,7 @@ def _consume(
     serde: EventSerde,
     position: Position,
     exit_at_end: bool,
+    writers: Writers,
 ) -> Iterator[Shown]:
     """Records of the assigned partitions as they come; a partition is done at its end
     (with -e) or at its first record at or after the e@ time."""
@@ -310,10 +319,12 @@ def _consume(
             stopped.add(partition)
             continue
         at_end.discard(partition)
+        value = msg.value()
         try:
-            event = serde.decode(msg.value(), msg.topic())
+            event = serde.decode(value, msg.topic())
         except DecodeError as exc:
             print(f"{where}/{partition}@{msg.offset()}: skipped: {exc}", file=sys.stderr)
             continue
         key = msg.key().decode("utf-8", "replace") if msg.key() is not None else None
-        yield Shown(where, partition, msg.offset(), timestamp, key, event)
+        writer = writers.signed(provenance_of(msg, value), timestamp)
+        yield Shown(where, partition, msg.offset(), timestamp, key, event, writer)

@@ -15,10 +15,11 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from jobledger.projections.log.log_file import LOG_ROLES, LogRecord, read_export
 from jobledger.projections.log.positions import log_order
+from jobledger.projections.log.provenance import provenance_of
 from jobledger.schemas import DecodeError, EventSerde, roles_by_topic
 from jobledger.services import kafka, kafka_reads, kafka_topics
 
-from .log_source import archive_option, reducers_of
+from .log_source import archive_option, keyring_option, reducers_of, writers_of
 from .options import (
     bootstrap_of,
     configuration_option,
@@ -40,6 +41,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--file", type=Path, help="an exported .avro file instead of the broker")
     archive_option(p)
     registry_option(p)
+    keyring_option(p)
     configuration_option(p)
     p.add_argument("--port", type=non_negative_int, default=8081, help="port (0: any free one)")
     p.add_argument(
@@ -122,10 +124,10 @@ class LiveLog:
                     event = self.serde.decode(msg.value(), msg.topic())
                 except DecodeError:
                     continue  # the dead-letter topic holds it
+                signed = provenance_of(msg, msg.value())
                 role = self.roles[msg.topic()]
-                read.append(
-                    LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event)
-                )
+                read.append(LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1],
+                                      event, signed))  # fmt: skip
             with self.lock:
                 self.read += read
 
@@ -156,7 +158,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
             print(f"jobledger ui: the log is still being read after {args.catch_up_timeout:g} s; "
                   "serving what is read so far", file=sys.stderr)  # fmt: skip
     followed = log if isinstance(log, LiveLog) else None
-    app = create_app(log, driver_factory=reducers_of(args), followed=followed)
+    app = create_app(log, driver_factory=reducers_of(args), followed=followed,
+                     writers=writers_of(args))  # fmt: skip
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     try:
         listening = _listen(args.bind, args.port)

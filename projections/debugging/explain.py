@@ -33,6 +33,7 @@ from jobledger.services.control.queries import ArchivedExecution, ArchivedExecut
 
 from ..log.log_file import LogRecord
 from ..log.positions import Cut, where
+from ..log.writers import Writers
 from .failovers import failovers
 from .history import fields, iso, refused_reports
 from .slots import slot_report
@@ -66,24 +67,27 @@ class Story:
         return "\n".join([self.title, *self.lines])
 
 
-def explain(ordered: list[LogRecord], driver: ReducerDriver, target: str) -> Story:
+def explain(
+    ordered: list[LogRecord], driver: ReducerDriver, target: str, writers: Writers | None = None
+) -> Story:
     """The story of `target` in the log `ordered` (log order), whose replayed state is
-    `driver`."""
+    `driver`; each record with its writer, by `writers` (default: signatures named by key)."""
+    writers = writers or Writers()
     by_id: dict[str, LogRecord] = {}
     for record in ordered:
         by_id.setdefault(record.event.event_id, record)
     if match := _TASK.match(target):
-        return _task(ordered, driver, match)
+        return _task(ordered, driver, match, writers)
     event_id = target.removeprefix("id:")  # as a position names an event
     if event_id in by_id:
-        return _causes(by_id, by_id[event_id])
+        return _causes(by_id, by_id[event_id], writers)
     if (task := attempt_task(ordered, driver, target)) is not None:
-        return _task(ordered, driver, _TASK.match(task))
+        return _task(ordered, driver, _TASK.match(task), writers)
     for name, named in (("allocation", "allocation_id"), ("TaskExecutor", "resource_id")):
         records = [r for r in ordered if getattr(r.event, named, None) == target]
         if records:
             story = Story(f"{name} {target}: {len(records)} events")
-            story.lines = [_line(r, by_id) for r in records]
+            story.lines = [_line(r, by_id, writers) for r in records]
             return story
     raise UnknownTarget(
         f"{target!r} is no event id, task, attempt id, allocation or TaskExecutor of this log; "
@@ -110,16 +114,16 @@ def attempt_task(ordered: list[LogRecord], driver: ReducerDriver, attempt_id: st
     return None
 
 
-def _line(record: LogRecord, by_id: dict[str, LogRecord]) -> str:
+def _line(record: LogRecord, by_id: dict[str, LogRecord], writers: Writers) -> str:
     cause = by_id.get(record.event.cause_event_id or "")
     because = f"  <- {cause.event.type_name()} {where(cause)}" if cause else ""
     return (
         f"  {iso(record.timestamp)} {where(record)} {record.event.type_name()} "
-        f"{fields(record.event)}{because}"
+        f"[{writers.of(record).text()}] {fields(record.event)}{because}"
     )
 
 
-def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
+def _causes(by_id: dict[str, LogRecord], record: LogRecord, writers: Writers) -> Story:
     chain = [record]
     seen = {record.event.event_id}
     while (cause := chain[-1].event.cause_event_id) in by_id and cause not in seen:
@@ -129,7 +133,8 @@ def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
     for depth, link in enumerate(reversed(chain)):
         role = "input" if depth == 0 else "decided"
         story.lines.append(
-            f"  {'  ' * depth}{role} by {link.event.producer}: {iso(link.timestamp)} "
+            f"  {'  ' * depth}{role} by {link.event.producer} [{writers.of(link).text()}]: "
+            f"{iso(link.timestamp)} "
             f"{where(link)} {link.event.type_name()} {fields(link.event)}"
         )
     missing = chain[-1].event.cause_event_id
@@ -140,7 +145,9 @@ def _causes(by_id: dict[str, LogRecord], record: LogRecord) -> Story:
     return story
 
 
-def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str]) -> Story:
+def _task(
+    ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str], writers: Writers
+) -> Story:
     job_id, vertex_ref, subtask = match["job"], match["vertex"], int(match["subtask"])
     submissions = (r.event for r in ordered if isinstance(r.event, JobSubmitted))
     submitted = next((s for s in submissions if s.job_id == job_id), None)
@@ -179,7 +186,7 @@ def _task(ordered: list[LogRecord], driver: ReducerDriver, match: re.Match[str])
     start = min(r.timestamp for r in ordered if getattr(r.event, "job_id", None) == job_id)
     refused = refused_reports(ordered)
     for number, attempt_id in sorted(attempts.items()):
-        story.lines += _attempt(ordered, number, attempt_id, start, refused)
+        story.lines += _attempt(ordered, number, attempt_id, start, refused, writers)
     story.lines += _now(ordered, driver, job_id, archived, subtask, submitted)
     return story
 
@@ -201,8 +208,9 @@ def _attempts_of(
 
 
 def _attempt(
-    ordered: list[LogRecord], number: int, attempt: str, start: int, refused: dict[str, str]
-) -> list[str]:
+    ordered: list[LogRecord], number: int, attempt: str, start: int, refused: dict[str, str],
+    writers: Writers,
+) -> list[str]:  # fmt: skip
     def at(record: LogRecord) -> str:
         """When it was appended (a decision carries its input's event time), after the
         job's first record."""
@@ -260,7 +268,8 @@ def _attempt(
         said = "the TaskExecutor" if event.producer != "jobmaster" else "the JobMaster"
         reason = refused.get(event.event_id)
         lines.append(
-            f"  {event.execution_state.value} from {said} ({at(report)})"
+            f"  {event.execution_state.value} from {said} [{writers.of(report).text()}] "
+            f"({at(report)})"
             + (f": {event.error}" if event.error else "")
             + (f" — refused by the JobMaster: {reason}" if reason else "")
         )

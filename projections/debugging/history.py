@@ -17,6 +17,7 @@ from jobledger.schemas.types import OwnerKind
 
 from ..log.log_file import LogRecord
 from ..log.positions import where
+from ..log.writers import UNSIGNED, Writer, Writers
 
 HEADER = ("type", "event_id", "event_time", "producer", "cause_event_id", "job_id")
 """Fields every line shows in its own columns, or that the job makes plain."""
@@ -46,19 +47,21 @@ class Entry:
 
     record: LogRecord
     cause: LogRecord | None
+    writer: Writer = UNSIGNED
 
     def to_dict(self) -> dict[str, object]:
-        """The record as `tail --format json` prints it, and where its cause is."""
+        """The record as `tail --format json` prints it, who wrote it, and where its cause is."""
         r = self.record
         return {
             "position": where(r),
             "timestamp": r.timestamp,
+            "writer": self.writer.to_dict(),
             "event": event_to_dict(r.event),
             "cause": where(self.cause) if self.cause else None,
         }
 
     def line(self) -> str:
-        """TIME POSITION TYPE fields... <- CAUSE_TYPE CAUSE_POSITION"""
+        """TIME POSITION TYPE WRITER fields... <- CAUSE_TYPE CAUSE_POSITION"""
         r = self.record
         cause = (
             f"  <- {self.cause.event.type_name()} {where(self.cause)}"
@@ -68,19 +71,27 @@ class Entry:
             else ""
         )
         return (
-            f"{iso(r.timestamp)} {where(r):<24} {r.event.type_name():<30} {fields(r.event)}{cause}"
+            f"{iso(r.timestamp)} {where(r):<24} {r.event.type_name():<30} "
+            f"{self.writer.label():<20} {fields(r.event)}{cause}"
         )
 
 
-def history(ordered: list[LogRecord], job_id: str, timers: bool = True) -> list[Entry]:
-    """Every event of `job_id` in `ordered` (log order), with its cause; the clock's
-    TimerFired ticks only with `timers`."""
+def history(
+    ordered: list[LogRecord], job_id: str, timers: bool = True, writers: Writers | None = None,
+    by: str | None = None,
+) -> list[Entry]:  # fmt: skip
+    """Every event of `job_id` in `ordered` (log order), with its cause and its writer (by
+    `writers`; default: signatures named by key only); the clock's TimerFired ticks only with
+    `timers`; only what principal `by` wrote, if given."""
+    writers = writers or Writers()
     seen: dict[str, LogRecord] = {}
     entries = []
     for r in ordered:
         if belongs_to(r.event, job_id) and (timers or not isinstance(r.event, TimerFired)):
-            cause = seen.get(r.event.cause_event_id) if r.event.cause_event_id else None
-            entries.append(Entry(r, cause))
+            writer = writers.of(r)
+            if by is None or writer.principal == by:
+                cause = seen.get(r.event.cause_event_id) if r.event.cause_event_id else None
+                entries.append(Entry(r, cause, writer))
         seen[r.event.event_id] = r  # a cause is the latest record with its id before
     if not entries and not any(belongs_to(r.event, job_id) for r in ordered):
         known = jobs_in(ordered)

@@ -32,6 +32,7 @@ from jobledger.services.kafka_topics import partitions_of
 
 from .log_file import LOG_ROLES, LogRecord, SkippedRecord
 from .positions import Cut, log_order
+from .provenance import provenance_of
 from .replay import dead_lettered
 
 Watch = Callable[[Iterable[Message], str], Iterable[Message]]
@@ -130,7 +131,8 @@ def _decoded(
     except DecodeError as exc:
         skipped.append(SkippedRecord(role, msg.partition(), msg.offset(), str(exc)))
         return
-    records.append(LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event))
+    records.append(LogRecord(role, msg.partition(), msg.offset(), msg.timestamp()[1], event,
+                             provenance_of(msg, msg.value())))  # fmt: skip
 
 
 def _states(

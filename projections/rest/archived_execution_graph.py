@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobledger.schemas.jobs import JobStatusChanged, JobSubmitted
+from jobledger.schemas.jobs import JobCancellationRequested, JobStatusChanged, JobSubmitted
 from jobledger.schemas.rejections import EventRejected
 from jobledger.schemas.tasks import TaskDeploymentRequested, TaskExecutionStateChanged
 from jobledger.schemas.types import ExecutionState, JobStatus
@@ -30,6 +30,7 @@ from ..debugging.history import UnknownJob, refused_reports
 from ..log.log_file import LogRecord
 from ..log.positions import Cut, where
 from ..log.replay import replay
+from ..log.writers import UNSIGNED, Writer, Writers
 
 
 class UnknownVertex(LookupError):
@@ -79,6 +80,27 @@ class TaskFailure:
     resource_id: str | None
     timestamp: int
     position: str
+    writer: Writer = UNSIGNED
+    """Who reported the failure."""
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    """One status change of a job: when, who wrote it, and what asked for it (a
+    submission or a cancellation, and whose), where the log says."""
+
+    status: str
+    timestamp: int
+    writer: Writer
+    cause: tuple[str, Writer] | None
+
+    def to_dict(self) -> dict[str, object]:
+        cause = self.cause
+        return {
+            "status": self.status, "timestamp": self.timestamp,
+            "writer": self.writer.to_dict(),
+            "cause": None if cause is None else {"type": cause[0], "writer": cause[1].to_dict()},
+        }  # fmt: skip
 
 
 @dataclass
@@ -104,6 +126,15 @@ class ArchivedJob:
     reports: dict[str, list[tuple[int, str, str | None]]] = field(default_factory=dict)
     """Attempt id -> (time, state, error) of its deployment and every state report taken."""
     failures: list[TaskFailure] = field(default_factory=list)
+    submitted_by: Writer | None = None
+    """Who wrote the job's JobSubmitted (the one taken)."""
+    cancelled_by: Writer | None = None
+    """Who wrote the latest JobCancellationRequested the services admitted."""
+    requests: dict[str, tuple[str, Writer]] = field(default_factory=dict)
+    """Event id -> (type, writer) of the job's submissions and cancellations: what a status
+    change names as its cause, and whose it was."""
+    status_history: list[StatusEntry] = field(default_factory=list)
+    """Every status change, in log order, with its writer and its cause's."""
     decided: str | None = None
     """The status the services last decided for the job (its latest `JobStatusChanged` not
     dead-lettered), None while they have decided none: the reducers here may have derived
@@ -184,27 +215,33 @@ class ClusterArchive:
         return self.cut.as_of()
 
 
-ARCHIVED = (
+TAKEN = (
     JobSubmitted, JobStatusChanged, TaskDeploymentRequested, TaskExecutionStateChanged,
-    EventRejected,
+    JobCancellationRequested,
 )  # fmt: skip
-"""The events an archive takes its times from (a refusal: to leave the report it refuses
-out); a question about the live log decodes only these (projections/log/live_log.py)."""
+"""The events an archive takes its times and writers from."""
+ARCHIVED = (*TAKEN, EventRejected)
+"""What an archive reads (a refusal: to leave the report it refuses out); a question about
+the live log decodes only these (projections/log/live_log.py)."""
 
 
 def archive(
-    upto: Cut, driver_factory: Callable[[], ReducerDriver] = ReducerDriver
-) -> ClusterArchive:
+    upto: Cut, driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
+    writers: Writers | None = None,
+) -> ClusterArchive:  # fmt: skip
     """The archive of every job the JobMasters hold as of `upto`, replayed by the reducers
-    `driver_factory` makes."""
+    `driver_factory` makes; writers named by `writers` (default: by key only)."""
     driver = replay(upto.records, driver_factory, refused=upto.refused).driver
     now = max((r.timestamp for r in upto.records), default=-1)
-    return archive_of(upto, driver, now)
+    return archive_of(upto, driver, now, writers)
 
 
-def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
+def archive_of(
+    upto: Cut, driver: ReducerDriver, now: int, writers: Writers | None = None
+) -> ClusterArchive:
     """The archive of the jobs `driver` holds, its times from the `ARCHIVED` records of
     `upto` (others may be left out of it); `now`: the cut's latest append time."""
+    writers = writers or Writers()
     jobs = {}
     for job_id, master in sorted(driver.job_masters.items()):
         jobs[job_id] = ArchivedJob(job_id, None, None, -1)
@@ -214,7 +251,7 @@ def archive_of(upto: Cut, driver: ReducerDriver, now: int) -> ClusterArchive:
         job = jobs.get(getattr(record.event, "job_id", None) or "")
         if job is not None:
             dead = (record.role.value, record.partition, record.offset) in upto.refused
-            take(job, record, refused, admitted=not dead)
+            take(job, record, refused, writers.of(record), admitted=not dead)
     for job in jobs.values():
         if job.submitted is None and job.master.archived_graph() is not None:  # submission deleted
             held_only_in_state(job)
@@ -234,23 +271,32 @@ def held_only_in_state(job: ArchivedJob) -> None:
 
 
 def take(
-    job: ArchivedJob, record: LogRecord, refused: dict[str, str], admitted: bool = True
-) -> None:
-    """The job's times after `record`, a record of the job (`refused`: event id -> why, of
-    the task state reports the JobMaster refused; `admitted`: the services did not
-    dead-letter the record)."""
+    job: ArchivedJob, record: LogRecord, refused: dict[str, str], writer: Writer = UNSIGNED,
+    admitted: bool = True,
+) -> None:  # fmt: skip
+    """The job's times after `record`, a record of the job written by `writer` (`refused`:
+    event id -> why, of the task state reports the JobMaster refused; `admitted`: the
+    services did not dead-letter the record)."""
     event = record.event
-    if not isinstance(event, ARCHIVED[:4]):
+    if not isinstance(event, TAKEN):
         return
     at = record.timestamp
     if isinstance(event, TaskExecutionStateChanged) and event.event_id in refused:
         return
+    if isinstance(event, JobCancellationRequested):
+        if admitted:
+            job.requests[event.event_id] = (event.type_name(), writer)
+            job.cancelled_by = writer
+        return
     job.last_modified = max(job.last_modified, at)
     if isinstance(event, JobSubmitted) and job.submitted is None:
-        job.submitted, job.submitted_at = event, at
+        job.submitted, job.submitted_at, job.submitted_by = event, at, writer
+        job.requests[event.event_id] = (event.type_name(), writer)
         job.status_timestamps.setdefault("INITIALIZING", at)
     elif isinstance(event, JobStatusChanged):
         job.status_timestamps[event.to_status.value] = at
+        cause = job.requests.get(event.cause_event_id or "")
+        job.status_history.append(StatusEntry(event.to_status.value, at, writer, cause))
         if admitted:
             job.decided = event.to_status.value
         if event.cause:
@@ -266,6 +312,6 @@ def take(
             job.failures.append(TaskFailure(
                 event.execution_attempt_id, deployment.vertex_id, deployment.subtask_index,
                 deployment.attempt_number, event.error or "(no error text)",
-                event.resource_id or deployment.resource_id, at, where(record),
+                event.resource_id or deployment.resource_id, at, where(record), writer,
             ))  # fmt: skip
             job.root_cause = (at, f"{event.execution_attempt_id}: {job.failures[-1].error}")

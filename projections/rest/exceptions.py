@@ -41,6 +41,7 @@ def _entry(job: ArchivedJob, failure: TaskFailure) -> dict[str, Any]:
         "attempt": failure.attempt_number,
         "attempt-id": failure.attempt_id,
         "position": failure.position,
+        "writer": failure.writer.to_dict(),
     }
 
 

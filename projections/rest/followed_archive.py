@@ -21,6 +21,7 @@ from jobledger.services.control.partitioning import misrouted
 
 from ..log.log_file import LogRecord
 from ..log.positions import Cut
+from ..log.writers import Writers
 from .archived_execution_graph import ArchivedJob, ClusterArchive, take
 
 
@@ -28,9 +29,12 @@ class FollowedArchive:
     """The reducers' state and the jobs' times at the end of the records given so far."""
 
     def __init__(
-        self, factory: Callable[[], ReducerDriver], partitions: dict[TopicRole, int]
-    ) -> None:
+        self, factory: Callable[[], ReducerDriver], partitions: dict[TopicRole, int],
+        writers: Writers | None = None,
+    ) -> None:  # fmt: skip
         self.partitioned = PartitionedDriver(factory)
+        self.writers = writers or Writers()
+        """Who wrote each record taken."""
         self.partitions = partitions
         """How many partitions each input topic has (where its records belong)."""
         self.times: dict[str, ArchivedJob] = {}
@@ -54,7 +58,7 @@ class FollowedArchive:
         job_id = getattr(record.event, "job_id", None)
         if job_id:
             job = self.times.setdefault(job_id, ArchivedJob(job_id, None, None, -1))
-            take(job, record, refused, admitted)
+            take(job, record, refused, self.writers.of(record), admitted)
 
     def _refusal(self, record: LogRecord) -> str | None:
         """Why the services refuse the record (runtime's admission), or None."""

@@ -34,6 +34,31 @@ def field(name: str, description: str | None = None) -> Any:
     return Field(alias=name, description=description)
 
 
+class RecordWriter(Message):
+    """(jobledger) Who wrote a record, as its signature and the keyring say
+    (projections/log/writers.py): a principal and its role, or none (unsigned, refused, or no
+    keyring to check it)."""
+
+    principal: str | None
+    role: str | None
+    key_id: str | None = Field(description="the key the record's signer header names")
+    refused: str | None = Field(description="why the keyring refuses the signature")
+
+
+class StatusCause(Message):
+    type: str = Field(description="the request's event type")
+    writer: RecordWriter
+
+
+class StatusChange(Message):
+    """(jobledger) One status change of the job: who wrote it, and whose request caused it."""
+
+    status: str
+    timestamp: int
+    writer: RecordWriter
+    cause: StatusCause | None = Field(description="the submission or cancellation that caused it")
+
+
 class ClusterOverviewWithVersion(Message):
     taskmanagers: int
     slots_total: int = field("slots-total")
@@ -132,6 +157,15 @@ class JobDetailsInfo(Message):
     max_parallelism: int = field("maxParallelism")
     now: int = Field(description="the cut's last append time, never the clock")
     timestamps: dict[str, int] = Field(description="status -> when the job last entered it")
+    status_history: list[StatusChange] = field(
+        "status-history", "(jobledger) every status change in log order, with its writers"
+    )
+    submitted_by: RecordWriter | None = field(
+        "submitted-by", "(jobledger) who wrote the job's submission"
+    )
+    cancelled_by: RecordWriter | None = field(
+        "cancelled-by", "(jobledger) who wrote its latest cancellation the services admitted"
+    )
     vertices: list[JobVertexDetailsInfo]
     status_counts: dict[str, int] = field("status-counts")
     plan: JobPlan
@@ -231,6 +265,7 @@ class RootExceptionInfo(ExceptionInfo):
     attempt: int
     attempt_id: str = field("attempt-id")
     position: str = Field(description="(jobledger) where the failure report is in the log")
+    writer: RecordWriter = Field(description="(jobledger) who wrote the failure report")
 
 
 class JobExceptionHistory(Message):

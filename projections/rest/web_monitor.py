@@ -36,6 +36,7 @@ from ..debugging.history import UnknownJob, history
 from ..debugging.slots import slot_report
 from ..log.log_file import LogRecord
 from ..log.positions import FORMS, Position, PositionError, cut
+from ..log.writers import Writers
 from . import metrics
 from . import rest_messages as messages
 from .archived_execution_graph import ClusterArchive, UnknownVertex, archive
@@ -108,15 +109,20 @@ class Archives:
     growing log is a new key once the log has grown, so a live view stays current."""
 
     def __init__(
-        self, log: Log, driver_factory: Callable[[], ReducerDriver], followed: Followed | None
-    ) -> None:
+        self, log: Log, driver_factory: Callable[[], ReducerDriver], followed: Followed | None,
+        writers: Writers | None = None,
+    ) -> None:  # fmt: skip
         self.log = log
         self.driver_factory = driver_factory
+        self.writers = writers or Writers()
+        """Who wrote each record (`--keyring`)."""
         self.lock = threading.Lock()
         self.making = threading.Lock()
         self.kept: OrderedDict[tuple[int, str], ClusterArchive] = OrderedDict()
         self.followed = followed
-        self.end = FollowedArchive(driver_factory, followed.partitions) if followed else None
+        self.end = (
+            FollowedArchive(driver_factory, followed.partitions, self.writers) if followed else None
+        )
         """The end of a followed log, advanced by what was read since the last ask."""
         self.at_end: ClusterArchive | None = None
         """The end's archive as last made (the state it holds changes in place)."""
@@ -144,7 +150,7 @@ class Archives:
                 found = self.kept.get(key)
             if found is not None:
                 return found
-            made = archive(cut(records, position), self.driver_factory)
+            made = archive(cut(records, position), self.driver_factory, self.writers)
             with self.lock:
                 self.kept[key] = made
                 while len(self.kept) > CACHED_ARCHIVES:
@@ -178,18 +184,19 @@ def _errors(status: int, *messages: str) -> JSONResponse:
 def create_app(
     log: Log, title: str = "jobledger",
     driver_factory: Callable[[], ReducerDriver] = ReducerDriver,
-    followed: Followed | None = None,
+    followed: Followed | None = None, writers: Writers | None = None,
 ) -> FastAPI:  # fmt: skip
     """The REST API and the dashboard over `log`, replayed by the reducers `driver_factory`
-    makes (the cluster's configuration); of a log that grows (`followed`), its end is not
-    replayed at each ask but advanced by what was read since (followed_archive.py)."""
+    makes (the cluster's configuration), each record's writer named by `writers`; of a log
+    that grows (`followed`), its end is not replayed at each ask but advanced by what was
+    read since (followed_archive.py)."""
     app = FastAPI(
         title=f"{title} REST API",
         description="Flink's REST API (v1) over a jobledger log, at any point of it.",
         version="v1",
         generate_unique_id_function=lambda route: route.name,
     )
-    archives = Archives(log, driver_factory, followed)
+    archives = Archives(log, driver_factory, followed, writers)
     _handle_errors(app)
     _flink_routes(app, archives)
     _jobledger_routes(app, archives, log)
@@ -437,7 +444,7 @@ def _jobledger_routes(app: FastAPI, archives: Archives, log: Log) -> None:
     @get("/jobs/{jobid}/history", "(jobledger) every event of a job, in log order, with causes")
     def job_history(jobid: JobId, at: At = None) -> dict[str, Any]:
         cluster = archives.at(at)
-        entries = history(cluster.cut.records, jobid, timers=False)
+        entries = history(cluster.cut.records, jobid, timers=False, writers=archives.writers)
         return {"job": jobid, "events": [e.to_dict() for e in entries], "as-of": cluster.as_of()}
 
     @get(
@@ -453,7 +460,7 @@ def _jobledger_routes(app: FastAPI, archives: Archives, log: Log) -> None:
         target = f"{jobid}/{vertexid}[{subtaskindex}]" + (
             f"#{attempt}" if attempt is not None else ""
         )
-        story = explain(cluster.cut.records, cluster.driver, target)
+        story = explain(cluster.cut.records, cluster.driver, target, archives.writers)
         return {**story.to_dict(), "as-of": cluster.as_of()}
 
     @get("/log", "(jobledger) the log's length and its job status changes, for a time slider")

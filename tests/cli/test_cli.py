@@ -263,6 +263,7 @@ def test_tail_formats_json_with_its_place_and_bare_events_for_produce(export, ca
     [line] = _tail(export, capsys, "--job", "b", "--format", "json")
     assert json.loads(line) == {
         "topic": "job", "partition": 1, "offset": 0, "timestamp": 1_700_000_000_004, "key": "b",
+        "writer": {"principal": None, "role": None, "key_id": None, "refused": None},
         "event": {"type": "JobMasterLeadershipGranted", "event_id": "in-4",
                   "event_time": 1_700_000_000_004, "producer": "test", "cause_event_id": None,
                   "job_id": "b", "job_master_id": "m"},

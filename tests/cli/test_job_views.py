@@ -52,9 +52,10 @@ def test_list_as_json_is_the_rest_apis_jobs_overview(capsys):
 def test_show_tells_every_subtasks_attempts_slots_and_times(capsys):
     assert main(["job", "show", JOB, "--file", FAIL_ONCE, "--at", RESTARTING]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1:5] == [
+    assert out[1:6] == [
         f"job {JOB} 'wordcount words.txt': RESTARTING, 1 restart(s)",
         "  submitted 2026-11-24T22:18:52.093Z, 13.9 s",
+        "  submitted by: unsigned",
         "  last failure: 184844dec56959f4a2fdeccc0ae6ef98: InjectedFailure: operator 'count' "
         "fails on attempt 0 as configured",
         "  statuses: INITIALIZING@+0.0 s CREATED@+0.0 s RUNNING@+0.0 s RESTARTING@+13.9 s",

@@ -332,6 +332,14 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
         assert (dead.returncode, dead.stdout) == (0, ""), dead.stdout + dead.stderr
         verified = secured.run("replay", "--verify", *as_("client"))
         assert verified.returncode == 0, verified.stdout + verified.stderr
+        # issue 48: the history names each event's writer (the home's keyring, by default)
+        told = secured.run("history", job_id, *as_("client"), "-o", "json")
+        assert told.returncode == 0, told.stderr
+        writers = {(e["event"]["type"], e["writer"]["principal"])
+                   for e in json.loads(told.stdout)["events"]}  # fmt: skip
+        assert {("JobSubmitted", "client"), ("JobStatusChanged", "services"),
+                ("TaskExecutionStateChanged", "runner")} <= writers, writers  # fmt: skip
+        assert {principal for _, principal in writers} == {"client", "services", "runner"}
     finally:
         for process in started:
             process.terminate()

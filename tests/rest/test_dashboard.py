@@ -85,6 +85,10 @@ def test_clicking_through_a_job_that_failed_once_and_back_in_time(page):
     expect(page.get_by_test_id("attempt-0-0")).to_have_text("[0] #0 FAILED runner-0/0")
     expect(page.get_by_test_id("attempt-0-1")).to_have_text("[0] #1 FINISHED runner-0/0")
     expect(page.locator("#exceptions tbody tr")).to_have_count(4)
+    # the golden log is unsigned: each writer says so (a signed log's: tests/log/test_writers.py)
+    expect(page.get_by_test_id("job-writers")).to_have_text("submitted by: unsigned")
+    expect(page.locator("#exceptions tbody tr").first).to_contain_text("unsigned")
+    expect(page.locator("#statuses tbody tr").first).to_contain_text("CREATED")
 
     _at(page, RESTARTING)
     expect(page.get_by_test_id("as-of")).to_contain_text(f"as of count:{RESTARTING}: 186 records")

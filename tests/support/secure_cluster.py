@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jobledger.schemas.topics import topic_name, topic_specs
 from jobledger.services.local import apache_kafka, broker, secure
 from jobledger.services.local.loopback import pid_alive
+from jobledger.services.signing import Keyring, SigningKey
+
+from .runtime_harness import wait_until_owning
 
 PREFIX = "sec."
 
@@ -104,3 +108,67 @@ def secured(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield running
     finally:
         stop_secure(running)
+
+
+@dataclass
+class SignedRun:
+    """A topic prefix of the secure broker with the services checking every input against
+    the home's keyring, and two keys for a client in another language: `good`, in that
+    keyring (an admin's: the client plays both a TaskExecutor and a job's submitter), and
+    `wrong`, in a keyring of its own, which the services have never seen."""
+
+    broker: SecureBroker
+    prefix: str
+    principal: str
+    good: Path
+    wrong: Path
+    wrong_key_id: str
+
+    def as_(self, principal: str) -> list[str]:
+        """A jobledger command's connection as `principal`."""
+        folder = self.broker.home / "secure"
+        return ["--bootstrap", self.broker.bootstrap, "--topic-prefix", self.prefix,
+                "-F", str(folder / f"{principal}.properties"),
+                "--signing-key", str(folder / f"{principal}.key")]  # fmt: skip
+
+    def client_args(self, key: Path) -> list[str]:
+        """What `examples/java` and `examples/go` take to write as Kafka user `client` and
+        sign with `key`."""
+        properties = self.broker.home / "secure" / "client.properties"
+        return ["--bootstrap", self.broker.bootstrap, "--prefix", self.prefix,
+                "--properties", str(properties), "--signing-key", str(key)]  # fmt: skip
+
+
+@contextmanager
+def signed_run(broker: SecureBroker, folder: Path, principal: str) -> Iterator[SignedRun]:
+    """A fresh prefix, its topics (three partitions: keys must hash as Java's client hashes
+    them), `principal`'s good and wrong keys, and the services running on it until the end."""
+    prefix = f"{principal}{os.getpid()}."
+    granted = broker.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
+    assert granted.returncode == 0, granted.stderr
+    secure_keyring = broker.home / "secure" / "keyring.json"
+    keyring = Keyring.load(secure_keyring)
+    good, wrong = SigningKey.generate(), SigningKey.generate()
+    keyring.add(good, principal, "admin")
+    keyring.save(secure_keyring)
+    for name, key in (("good", good), ("wrong", wrong)):
+        (folder / f"{name}.key").write_bytes(key.pem())
+    run = SignedRun(broker, prefix, principal, folder / "good.key", folder / "wrong.key",
+                    wrong.key_id)  # fmt: skip
+    created = broker.run("topics", "create", "--partitions", "3", *run.as_("admin"))
+    assert created.returncode == 0, created.stderr
+    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
+    env["JOBLEDGER_HOME"] = str(broker.home)
+    log = folder / "services.log"
+    services = subprocess.Popen(
+        [sys.executable, "-m", "jobledger.cli", "services", "run", "--timer-interval-ms", "0",
+         *run.as_("services"), "--keyring", str(secure_keyring)],
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"), env=env,  # noqa: SIM115
+    )  # fmt: skip
+    services.log_path = str(log)  # type: ignore[attr-defined]
+    try:
+        wait_until_owning(services)
+        yield run
+    finally:
+        services.terminate()
+        services.wait(60)

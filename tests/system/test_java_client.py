@@ -25,6 +25,8 @@ from jobledger.schemas.types import JobStatus
 
 from ..support.avro_java import missing_java
 from ..support.runtime_harness import read, service_process, wait_until_owning
+from ..support.secure_cluster import signed_run
+from ..support.signed_clients import signed_client_runs
 
 EXAMPLE = SCHEMA_DIR.parent / "examples" / "java"
 MAIN_CLASS = "jobledger.example.JobledgerClient"
@@ -88,3 +90,13 @@ def test_a_java_client_registers_a_task_executor_and_runs_a_job_to_finished(
         records, processed=processed_by_services(cluster.bootstrap, cluster.prefix)
     )
     assert divergence is None, divergence.describe()
+
+
+def test_a_java_client_signs_what_it_writes_and_a_wrong_key_is_dead_lettered(
+    java_client, secured, tmp_path
+):
+    """Issue 48 item 2: on `broker --secure`, the Java client signs each record with Ed25519
+    (the JDK's own); the services admit every one of them, and name its writer; the same
+    client with a key the keyring does not hold has every record dead-lettered."""
+    with signed_run(secured, tmp_path, "javaclient") as run:
+        signed_client_runs(run, [*java_client, "--schemas", str(SCHEMA_DIR)], "java")

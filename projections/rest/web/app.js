@@ -210,6 +210,14 @@ function renderJobs(jobs) {
   el("td", {}, job.restarts), el("td", {}, seconds(job.duration)))));
 }
 
+// a record's writer as `jobledger history` says it (projections/log/writers.py)
+function writer(w) {
+  if (!w) return "nobody in this part of the log";
+  if (w.principal !== null) return `${w.principal} (${w.role})`;
+  if (w.key_id === null) return "unsigned";
+  return w.refused === null ? `key ${w.key_id} (no keyring)` : `refused signature (key ${w.key_id})`;
+}
+
 function renderJob(loaded) {
   const section = document.getElementById("job");
   section.hidden = !loaded;
@@ -217,7 +225,8 @@ function renderJob(loaded) {
   if (loaded.missing) {
     document.getElementById("job-id").textContent = state.job;
     document.getElementById("job-state").textContent = "not in the log at this point";
-    for (const id of ["vertices", "exceptions"]) fill(document.querySelector(`#${id} tbody`), []);
+    document.getElementById("job-writers").textContent = "";
+    for (const id of ["vertices", "exceptions", "statuses"]) fill(document.querySelector(`#${id} tbody`), []);
     document.getElementById("graph").replaceChildren();
     document.getElementById("vertex").hidden = true;
     document.getElementById("root-exception").textContent = "";
@@ -228,6 +237,12 @@ function renderJob(loaded) {
   const stateNode = document.getElementById("job-state");
   stateNode.textContent = job.state;
   stateNode.className = `state ${job.state}`;
+  document.getElementById("job-writers").textContent = `submitted by: ${writer(job["submitted-by"])}`
+    + (job["cancelled-by"] ? `; cancelled by: ${writer(job["cancelled-by"])}` : "");
+  fill(document.querySelector("#statuses tbody"), job["status-history"].map((s) => el("tr", {},
+    el("td", { class: `state ${s.status}` }, s.status), el("td", {}, iso(s.timestamp)),
+    el("td", {}, writer(s.writer)),
+    el("td", {}, s.cause ? `${s.cause.type} by ${writer(s.cause.writer)}` : ""))));
   renderGraph(job);
   fill(document.querySelector("#vertices tbody"), job.vertices.map((v) => el("tr", {
     class: `clickable${v.id === state.vertex ? " selected" : ""}`,
@@ -242,7 +257,7 @@ function renderJob(loaded) {
     exceptions["root-exception"] ? `root exception: ${exceptions["root-exception"]}` : "no exception";
   fill(document.querySelector("#exceptions tbody"), exceptions.exceptionHistory.entries.map((e) => el("tr", {},
     el("td", {}, iso(e.timestamp)), el("td", {}, e.taskName), el("td", {}, e.taskManagerId),
-    el("td", {}, e.stacktrace))));
+    el("td", {}, writer(e.writer)), el("td", {}, e.stacktrace))));
   renderVertex(job, loaded.vertex);
   const explain = document.getElementById("explain");
   explain.hidden = !loaded.story;

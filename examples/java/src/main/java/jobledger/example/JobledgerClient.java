@@ -1,10 +1,22 @@
 package jobledger.example;
 
+import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.security.KeyFactory;
+import java.security.KeyPairGenerator;
+import java.security.MessageDigest;
+import java.security.PrivateKey;
+import java.security.SecureRandom;
+import java.security.Signature;
+import java.security.spec.NamedParameterSpec;
+import java.security.spec.PKCS8EncodedKeySpec;
 import java.time.Duration;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.HexFormat;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -42,8 +54,13 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * deployed into its slots is reported INITIALIZING, RUNNING and FINISHED, as a task runner would;
  * it exits 0 when the job is FINISHED and 1 when it ends otherwise or not within the time limit.
  *
+ * <p>On a secured cluster ({@code jobledger broker --secure}) it connects with a principal's
+ * property file ({@code --properties}, librdkafka's keys, as {@code jobledger broker --secure}
+ * writes them) and signs every record with an Ed25519 key ({@code --signing-key}, the PKCS#8 PEM
+ * file {@code jobledger keys new} writes), as docs/reference/signing.md lays out.
+ *
  * <p>Usage: {@code JobledgerClient --bootstrap HOST:PORT --schemas DIR [--prefix P]
- * [--parallelism N] [--timeout-s S]}
+ * [--parallelism N] [--timeout-s S] [--properties FILE] [--signing-key FILE]}
  */
 public final class JobledgerClient {
   private static final String PRODUCER = "java-client";
@@ -61,16 +78,22 @@ public final class JobledgerClient {
   private final String instanceId = UUID.randomUUID().toString();
   private final String jobId = "java-job-" + UUID.randomUUID().toString().substring(0, 8);
   private final Map<String, GenericRecord> deployments = new HashMap<>();
+  private final RecordSigner signer;
 
-  private JobledgerClient(String bootstrap, Path schemaDir, String prefix) throws Exception {
+  private JobledgerClient(
+      String bootstrap, Path schemaDir, String prefix, Properties security, RecordSigner signer)
+      throws Exception {
     this.prefix = prefix;
+    this.signer = signer;
     loadSchemas(schemaDir);
     Properties p = new Properties();
+    p.putAll(security);
     p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     p.put(ProducerConfig.ACKS_CONFIG, "all");
     p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true);
     producer = new KafkaProducer<>(p, new StringSerializer(), new ByteArraySerializer());
     Properties c = new Properties();
+    c.putAll(security);
     c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
     c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
@@ -115,10 +138,110 @@ public final class JobledgerClient {
             .encode(record);
     byte[] value = new byte[body.remaining()];
     body.get(value);
+    String type = record.getSchema().getName();
     ProducerRecord<String, byte[]> out = new ProducerRecord<>(topic(role), key, value);
-    out.headers()
-        .add(TYPE_HEADER, record.getSchema().getName().getBytes(StandardCharsets.UTF_8));
+    out.headers().add(TYPE_HEADER, type.getBytes(StandardCharsets.UTF_8));
+    if (signer != null) {
+      signer.sign(out, type);
+    }
     producer.send(out).get();
+  }
+
+  /**
+   * Signs each record as jobledger's services check it: an Ed25519 signature over
+   * "jobledger-record-v1", then the topic, the key, the value and the type header's value, each
+   * as a 4-byte big-endian length and its bytes, in the headers jobledger.signer (the key id) and
+   * jobledger.signature (the 64 raw signature bytes).
+   */
+  static final class RecordSigner {
+    private static final byte[] PREFIX = "jobledger-record-v1".getBytes(StandardCharsets.UTF_8);
+    private final PrivateKey key;
+    private final byte[] keyId;
+
+    private RecordSigner(PrivateKey key, byte[] keyId) {
+      this.key = key;
+      this.keyId = keyId;
+    }
+
+    /** The PKCS#8 PEM file of an Ed25519 key, as {@code jobledger keys new} writes it. */
+    static RecordSigner load(Path pem) throws Exception {
+      String text = Files.readString(pem);
+      String body = text.replaceAll("-----(BEGIN|END) PRIVATE KEY-----", "")
+          .replaceAll("\\s", "");
+      byte[] pkcs8 = Base64.getDecoder().decode(body);
+      PrivateKey key =
+          KeyFactory.getInstance("Ed25519").generatePrivate(new PKCS8EncodedKeySpec(pkcs8));
+      // an Ed25519 PKCS#8 key ends with its 32-byte seed
+      byte[] seed = Arrays.copyOfRange(pkcs8, pkcs8.length - 32, pkcs8.length);
+      return new RecordSigner(key, keyId(seed));
+    }
+
+    /**
+     * The first 16 hex digits of the SHA-256 of the raw public key. Java derives no public key
+     * from a private one, but its Ed25519 generator makes the pair from the 32 bytes it draws,
+     * so it is given the key's seed to draw.
+     */
+    private static byte[] keyId(byte[] seed) throws Exception {
+      KeyPairGenerator generator = KeyPairGenerator.getInstance("Ed25519");
+      generator.initialize(NamedParameterSpec.ED25519, new SecureRandom() {
+        @Override
+        public void nextBytes(byte[] bytes) {
+          System.arraycopy(seed, 0, bytes, 0, bytes.length);
+        }
+      });
+      byte[] x509 = generator.generateKeyPair().getPublic().getEncoded();
+      byte[] raw = Arrays.copyOfRange(x509, x509.length - 32, x509.length);
+      String hex = HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(raw));
+      return hex.substring(0, 16).getBytes(StandardCharsets.US_ASCII);
+    }
+
+    void sign(ProducerRecord<String, byte[]> record, String type) throws Exception {
+      ByteArrayOutputStream signed = new ByteArrayOutputStream();
+      signed.write(PREFIX);
+      byte[] key =
+          record.key() == null ? new byte[0] : record.key().getBytes(StandardCharsets.UTF_8);
+      for (byte[] part : List.of(record.topic().getBytes(StandardCharsets.UTF_8), key,
+          record.value(), type.getBytes(StandardCharsets.UTF_8))) {
+        signed.write(ByteBuffer.allocate(4).putInt(part.length).array());
+        signed.write(part);
+      }
+      Signature signature = Signature.getInstance("Ed25519");
+      signature.initSign(this.key);
+      signature.update(signed.toByteArray());
+      record.headers().add("jobledger.signer", keyId).add("jobledger.signature", signature.sign());
+    }
+  }
+
+  /**
+   * Kafka's Java settings from a librdkafka property file (what {@code jobledger broker --secure}
+   * writes per principal): SASL/SCRAM credentials become a JAAS line, a PEM CA a PEM trust store.
+   */
+  static Properties security(Path file) throws Exception {
+    Map<String, String> given = new HashMap<>();
+    for (String line : Files.readAllLines(file)) {
+      int eq = line.indexOf('=');
+      if (eq > 0 && !line.startsWith("#")) {
+        given.put(line.substring(0, eq).strip(), line.substring(eq + 1).strip());
+      }
+    }
+    Properties p = new Properties();
+    if (given.containsKey("security.protocol")) {
+      p.put("security.protocol", given.get("security.protocol"));
+    }
+    String mechanism = given.get("sasl.mechanisms");
+    if (mechanism != null) {
+      String module = mechanism.startsWith("SCRAM")
+          ? "org.apache.kafka.common.security.scram.ScramLoginModule"
+          : "org.apache.kafka.common.security.plain.PlainLoginModule";
+      p.put("sasl.mechanism", mechanism);
+      p.put("sasl.jaas.config", module + " required username=\"" + given.get("sasl.username")
+          + "\" password=\"" + given.get("sasl.password") + "\";");
+    }
+    if (given.containsKey("ssl.ca.location")) {
+      p.put("ssl.truststore.type", "PEM");
+      p.put("ssl.truststore.location", given.get("ssl.ca.location"));
+    }
+    return p;
   }
 
   /** Single-object bytes -> record: the writer schema is found by the fingerprint. */
@@ -314,11 +437,16 @@ public final class JobledgerClient {
     }
     if (!options.containsKey("--bootstrap") || !options.containsKey("--schemas")) {
       System.err.println("usage: JobledgerClient --bootstrap HOST:PORT --schemas DIR "
-          + "[--prefix P] [--parallelism N] [--timeout-s S]");
+          + "[--prefix P] [--parallelism N] [--timeout-s S] [--properties FILE] "
+          + "[--signing-key FILE]");
       System.exit(2);
     }
-    JobledgerClient client = new JobledgerClient(
-        options.get("--bootstrap"), Path.of(options.get("--schemas")), options.get("--prefix"));
+    Properties security = options.containsKey("--properties")
+        ? security(Path.of(options.get("--properties"))) : new Properties();
+    RecordSigner signer = options.containsKey("--signing-key")
+        ? RecordSigner.load(Path.of(options.get("--signing-key"))) : null;
+    JobledgerClient client = new JobledgerClient(options.get("--bootstrap"),
+        Path.of(options.get("--schemas")), options.get("--prefix"), security, signer);
     String end;
     try {
       end = client.run(Integer.parseInt(options.get("--parallelism")),
