@@ -7,7 +7,7 @@ with `services run` instances (issue 45 items 1-3).
 
 Per `--instances` count n, each part on fresh topics of one broker (`--nodes 3`: three):
 - (a) liveness, per `--task-executors` N: N stand-in TaskExecutors x `--te-slots` in one
-  process (bench/load.py's `--stand-in`, which registers, beats at `--heartbeat-interval`,
+  process (bench/stand_in.py, which registers, beats at `--heartbeat-interval`,
   runs and reports deployments as the runner does) register, then beat for `--beat-seconds`.
   Measured: seconds until all are registered (the ResourceManager partition's registrations
   per second); in the beating window, records per second on that partition, its lag in records
@@ -85,6 +85,7 @@ from jobledger.services.runner.heartbeats import heartbeats_reported
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench import stand_in  # noqa: E402
 from bench.load import NO_RESTART, Services, ownership_settled  # noqa: E402
 from bench.soak import until  # noqa: E402
 from tests.support.processes import kill_tree  # noqa: E402
@@ -135,16 +136,18 @@ class Cluster:
         if not until(lambda: ownership_settled(self.instances, self.args.partitions), 180):
             raise RuntimeError(f"the services never settled their ownership: {self.dir}")
         with (self.dir / "stand-in.log").open("w") as log:
-            self.stand_in = subprocess.Popen(
-                [sys.executable, str(ROOT / "bench" / "load.py"), "--stand-in",
-                 "--prefix", self.prefix, "--bootstrap", self.bootstrap,
-                 "--task-executors", str(self.task_executors),
-                 "--te-slots", str(self.args.te_slots),
-                 "--heartbeat-interval", str(self.args.heartbeat_interval),
-                 "--heartbeats", self.args.heartbeats],
-                env=self.env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+            self.stand_in = stand_in.start(
+                self.prefix,
+                self.bootstrap,
+                self.task_executors,
+                te_slots=self.args.te_slots,
+                heartbeat_interval=self.args.heartbeat_interval,
+                heartbeats=self.args.heartbeats,
+                env=self.env,
+                cwd=self.dir,
+                log=log,
+                new_session=True,
+            )
 
     def check(self) -> None:
         for instance in self.instances:

@@ -24,7 +24,7 @@ Two loads, each run as one phase per `--instances` count (default 1, then 2) on 
   EAGER (`--schedule lazy` for the other): EAGER is the heavier test, since all 2P slot
   requests go out at once and every slot is held, allocated and waiting, until all of them are
   there. The 2P subtasks run on stand-in TaskExecutors (`--task-executors` x `--te-slots`,
-  default 500 x 4 for P=1000) in one process of their own (`--stand-in`, below) that registers,
+  default 500 x 4 for P=1000) in one process of their own (bench/stand_in.py) that registers,
   heartbeats and reports exactly as the runner does for a no-op attempt: a Spark runner with
   500 TaskExecutors is beside the point, which is the services' bookkeeping of 2000 slots.
 `--burn N` adds N busy-loop processes for the whole benchmark (bounded by its limit): on this
@@ -54,29 +54,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers import bench_broker
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from jobledger.cli import demo
 from jobledger.projections.log.log_file import LogRecord, read_events
-from jobledger.schemas import Event, EventSerde, topic_name
+from jobledger.schemas import EventSerde, topic_name
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
-    TaskManagerHeartbeat,
     TaskManagerLost,
-    TaskManagerRegistered,
     TaskManagerRegistrationAccepted,
 )
 from jobledger.schemas.deadletters import DeadLettered
@@ -90,41 +86,33 @@ from jobledger.schemas.slots import (
     SlotRequestTimedOut,
 )
 from jobledger.schemas.tasks import (
-    TaskCancellationRequested,
     TaskDeploymentRequested,
-    TaskSubmissionAccepted,
     TaskSubmissionRejected,
 )
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import (
     DistributionPattern,
-    ExecutionState,
     JobEdge,
     JobStatus,
     JobVertex,
-    ResourceProfile,
-    ResourceProfileKind,
     RestartStrategy,
     RestartStrategyKind,
     ResultPartitionType,
     ScheduleMode,
 )
 from jobledger.services.client import dispatcher
-from jobledger.services.control.decisions import derived_id
 from jobledger.services.control.driver import DECIDING_PRODUCERS
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import (
     TYPE_HEADER,
-    append_events,
     read_committed_consumer,
     transactional_producer,
 )
 from jobledger.services.kafka_topics import create_topics, partitions_of
-from jobledger.services.runner import task
-from jobledger.services.runner.heartbeats import heartbeats_reported
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' and the other benchmarks' helpers
+from bench import stand_in  # noqa: E402
 from bench.recovery import Instance  # noqa: E402
 from bench.soak import Children, until  # noqa: E402
 from tests.support.processes import kill_tree  # noqa: E402
@@ -132,7 +120,6 @@ from tests.support.processes import kill_tree  # noqa: E402
 START_LIMIT_S = 180.0
 """How long the TaskExecutors (a Spark runner's JVM and query, or the stand-ins) and the
 services' partition ownership may take to be ready."""
-STAND_IN = "standin"
 WORDS = ROOT / "examples" / "words.txt"
 BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"  # noqa: E501
 """A busy loop that ends on its own after argv[1] seconds, should the benchmark be killed
@@ -245,144 +232,6 @@ def wide_job(job_id: str, parallelism: int, eager: bool) -> JobSubmitted:
         schedule_mode=ScheduleMode.EAGER if eager else ScheduleMode.LAZY_FROM_SOURCES,
         restart_strategy=NO_RESTART,
     )  # fmt: skip
-
-
-# -- the stand-in TaskExecutors ---------------------------------------------------------------
-
-
-STAND_IN_TYPES = {kind.type_name().encode() for kind in (
-    TaskManagerRegistrationAccepted, TaskManagerConnectionClosed, TaskDeploymentRequested,
-    TaskSubmissionAccepted, TaskCancellationRequested)}  # fmt: skip
-"""What a runner acts on; the rest of the TaskExecutor topic is skipped undecoded."""
-
-
-def stand_in(args: argparse.Namespace) -> int:
-    """`--stand-in`: `--task-executors` TaskExecutors in this process, each doing what
-    services/runner/runner.py does for its own: register as a new instance (no slot report),
-    beat every `--heartbeat-interval` (spread over it: they are independent machines; the
-    beats due at once in one record per 2,000, as the runner writes them, or one record each
-    with `--heartbeats single`), run only deployments its current instance accepted, and
-    report each accepted no-op attempt's whole life (INITIALIZING, RUNNING, FINISHED to the
-    job, the final state to the TaskExecutor) as `task.state_event` /
-    `task.final_state_event` build it, the reports of one poll in one transaction as a
-    micro-batch's are. A closed connection re-registers the
-    TaskExecutor as a new instance, as the runner does. Stops on SIGTERM."""
-    prefix, bootstrap = args.prefix, args.bootstrap
-    serde = EventSerde()
-    producer = transactional_producer(bootstrap, "load-standin")
-    ids = [f"{STAND_IN}-{i}" for i in range(args.task_executors)]
-    ours = set(ids)
-    instances: dict[str, str] = {}
-    live: set[str] = set()
-    awaiting: dict[str, TaskDeploymentRequested] = {}
-    cancelled: set[str] = set()
-    stats: Counter[str] = Counter()
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    profile = ResourceProfile(
-        kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=1024
-    )
-
-    def emit(events: list[Event]) -> None:
-        for start in range(0, len(events), 1000):  # transactions of a bounded size
-            append_events(producer, prefix, events[start : start + 1000], serde)
-
-    def register(rids: list[str]) -> None:
-        now = dispatcher.now_ms()
-        for rid in rids:
-            instances[rid] = uuid.uuid4().hex
-            live.discard(rid)
-        emit([TaskManagerRegistered(
-            event_id=derived_id(f"{rid}@{instances[rid]}", "registered"), event_time=now,
-            producer=task.PRODUCER, resource_id=rid, address="loopback",
-            number_of_slots=args.te_slots, resource_profile=profile, instance_id=instances[rid],
-        ) for rid in rids])  # fmt: skip
-        stats["registrations"] += len(rids)
-
-    topic = topic_name(TopicRole.TASK_EXECUTOR, prefix)
-    consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                     for p in partitions_of(consumer, topic)])  # fmt: skip
-    register(ids)
-    interval = args.heartbeat_interval
-    rng = random.Random(0)
-    start = time.monotonic()
-    # every TaskExecutor beats at its own offset, one interval apart: a queue in time order
-    # stays in order as each beat goes to its back, so a due beat costs O(1) even at 100,000
-    beat_queue = deque(sorted((start + rng.uniform(0, interval), rid) for rid in ids))
-    try:
-        while not stopping.is_set():
-            reports: list[Event] = []
-            for msg in consumer.consume(1000, 0.05):
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        print(f"stand-in: {msg.error()}", flush=True)
-                    continue
-                if dict(msg.headers() or []).get(TYPE_HEADER) not in STAND_IN_TYPES:
-                    continue
-                e = serde.decode(msg.value(), topic)
-                rid = getattr(e, "resource_id", None)
-                if rid not in ours:
-                    continue
-                if isinstance(e, TaskManagerRegistrationAccepted):
-                    if e.instance_id == instances[rid]:
-                        live.add(rid)
-                elif isinstance(e, TaskManagerConnectionClosed):
-                    if e.instance_id in (None, instances[rid]):
-                        stats["connections closed"] += 1
-                        for attempt, d in list(awaiting.items()):
-                            if d.resource_id == rid:
-                                del awaiting[attempt]
-                        register([rid])
-                elif rid not in live:
-                    stats["ignored: not live"] += 1
-                elif isinstance(e, TaskDeploymentRequested):
-                    awaiting[e.execution_attempt_id] = e
-                    stats["deployments"] += 1
-                elif isinstance(e, TaskCancellationRequested):
-                    cancelled.add(e.execution_attempt_id)
-                    stats["cancellations"] += 1
-                elif isinstance(e, TaskSubmissionAccepted):
-                    d = awaiting.pop(e.execution_attempt_id, None)
-                    if d is None:
-                        continue
-                    if d.execution_attempt_id in cancelled:
-                        reports += [task.state_event(d, ExecutionState.CANCELED),
-                                    task.final_state_event(d, ExecutionState.CANCELED)]  # fmt: skip
-                        continue
-                    lives = (ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                             ExecutionState.FINISHED)  # fmt: skip
-                    reports += [task.state_event(d, state) for state in lives]
-                    reports.append(task.final_state_event(d, ExecutionState.FINISHED))
-                    stats["finished"] += 1
-            if reports:
-                emit(reports)
-            now = time.monotonic()
-            due = []
-            while beat_queue and beat_queue[0][0] <= now:
-                at, rid = beat_queue.popleft()
-                due.append(rid)
-                beat_queue.append((at + interval, rid))
-            if due:
-                emit(beats(args.heartbeats, {rid: instances[rid] for rid in due}))
-                stats["heartbeats"] += len(due)
-    finally:
-        print(f"stand-in: {dict(stats)}", flush=True)
-        consumer.close()
-    return 0
-
-
-def beats(kind: str, due: dict[str, str], runner_id: str = STAND_IN) -> list[Event]:
-    """The beats of the `due` TaskExecutors (ResourceID -> InstanceID) as the runner writes
-    them (`batched`: a record carries up to 2,000) or as a client writing one record per
-    TaskExecutor does (`single`)."""
-    wall = dispatcher.now_ms()
-    if kind == "batched":
-        return list(heartbeats_reported(runner_id, due, task.PRODUCER, wall))
-    return [TaskManagerHeartbeat(
-        event_id=derived_id(f"{rid}@{wall}", "heartbeat"), event_time=wall,
-        producer=task.PRODUCER, resource_id=rid, instance_id=instance,
-    ) for rid, instance in due.items()]  # fmt: skip
 
 
 # -- one phase --------------------------------------------------------------------------------
@@ -510,15 +359,10 @@ def run_phase(args: argparse.Namespace, env: dict[str, str], work: Path,
         else:
             expected = args.task_executors
             with (run_dir / "stand-in.log").open("w") as log:
-                children.started.append(subprocess.Popen(
-                    [sys.executable, str(Path(__file__).resolve()), "--stand-in",
-                     "--prefix", prefix, "--bootstrap", bootstrap,
-                     "--task-executors", str(args.task_executors),
-                     "--te-slots", str(args.te_slots),
-                     "--heartbeat-interval", str(args.heartbeat_interval),
-                     "--heartbeats", args.heartbeats],
-                    env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT,
+                children.started.append(stand_in.start(
+                    prefix, bootstrap, args.task_executors, te_slots=args.te_slots,
+                    heartbeat_interval=args.heartbeat_interval, heartbeats=args.heartbeats,
+                    env=env, cwd=run_dir, log=log,
                 ))  # fmt: skip
         if not until(lambda: len(watch.registered) >= expected, START_LIMIT_S):
             raise PhaseFailed(f"{len(watch.registered)} of {expected} TaskExecutors registered "
@@ -688,11 +532,7 @@ def main() -> int:
                         "taskmanager.slot.timeout=1s to widen the window a late answer "
                         "once lost in; default: the services' defaults")  # fmt: skip
     parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
-    parser.add_argument("--stand-in", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.stand_in:
-        return stand_in(args)
     if not args.jobs and not args.parallelism:
         parser.error("give --jobs N or --parallelism P")
     if args.parallelism and args.task_executors is None:

@@ -4,7 +4,7 @@ submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its
     python bench/stall.py [--parallelism 10000] [--quiet-runs 3] [-D KEY=VALUE ...]
 
 On a broker of its own (or `--bootstrap`), fresh topics, one `jobledger services run` and
-bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
+bench/stand_in.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
 (two no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times
 (its quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and
 once the first of its slot requests is on the log the small job is submitted again. Printed:
@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import load
+import stand_in
 from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -84,18 +85,20 @@ def main() -> int:
         options = tuple(arg for pair in args.conf for arg in ("-D", pair))
         services = load.Services("stall", env, work, options=options)
         watch = load.Watch(bootstrap, prefix)
-        stand_in: subprocess.Popen | None = None
+        stand_ins: subprocess.Popen | None = None
         try:
             services.start()
             with (work / "stand-in.log").open("w") as log:
-                stand_in = subprocess.Popen(
-                    [sys.executable, str(Path(load.__file__)), "--stand-in", "--prefix", prefix,
-                     "--bootstrap", bootstrap, "--task-executors", str(task_executors),
-                     "--te-slots", str(SLOTS),
-                     "--heartbeat-interval", str(args.heartbeat_interval)],
-                    env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
+                stand_ins = stand_in.start(
+                    prefix,
+                    bootstrap,
+                    task_executors,
+                    te_slots=SLOTS,
+                    heartbeat_interval=args.heartbeat_interval,
+                    env=env,
+                    cwd=work,
+                    log=log,
+                )
             if not load.until(lambda: len(watch.registered) >= task_executors, 300):
                 raise RuntimeError("the stand-ins never registered")
             client = transactional_producer(bootstrap, "stall-client")
@@ -123,9 +126,9 @@ def main() -> int:
             rss_mb = (load.vm_hwm_kb(services.pid) or 0) / 1024
         finally:
             watch.close()
-            if stand_in is not None:
-                stand_in.terminate()
-                stand_in.wait(30)
+            if stand_ins is not None:
+                stand_ins.terminate()
+                stand_ins.wait(30)
             services.stop()
         records = read_events(bootstrap, prefix)
 

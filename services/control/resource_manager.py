@@ -1,5 +1,5 @@
-"""ResourceManager: registered TaskExecutors, their slots, and the slot requests of every job
-(Flink's ResourceManager with its SlotManager).
+"""ResourceManager: registered TaskExecutors and whether they live (Flink's ResourceManager);
+their slots and every job's slot requests are its SlotManager's (`slot_manager`).
 
 Invariants:
 - a TaskExecutor is registered as one instance (one run of its process) at a time; it lives
@@ -14,17 +14,9 @@ Invariants:
   per ResourceID, for the RETIRED_LIMIT ResourceIDs lost last. Losing it has one path (`_lose`): its
   requests in flight wait again, every job holding or awaiting a slot there is told
   (`TaskManagerDisconnected`, which fails the tasks on it), and its connection is closed;
-- a slot is FREE, PENDING for exactly one requested allocation (asked of its TaskExecutor,
-  not yet confirmed), ALLOCATED to one allocation, or OCCUPIED by an allocation the
-  ResourceManager did not make;
-- a request is waiting or pending at exactly one slot, until its TaskExecutor confirms it;
-- each request belongs to its job's tenant (`tenants`). A free slot goes to the tenant that
-  holds the fewest slots among those whose requests wait (the oldest waiting request breaks
-  a tie), and within a tenant requests are served in the order they arrived, each by the
-  first slot that matches it; a request re-queued after a failure keeps its place. With one
-  tenant (every log written before tenants) that is first come, first served;
-- a new job of a tenant over its limits (jobs in flight, submissions per second) has its
-  requests refused with the reason, never queued; a tenant holding its `max_slots` waits.
+- the SlotManager is told of every TaskExecutor registered and lost, and keeps the slot
+  requests' invariants (`slot_manager`). Its state is fields of the ResourceManager
+  (`requests`, `queue`, `arrivals`, the tenants' rates), which the snapshot holds here.
 
 There is one ResourceManager; its inputs are the `resourcemanager` topic.
 """
@@ -35,6 +27,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from jobledger.schemas import Event
 from jobledger.schemas.cluster import (
     MAX_BEATS_PER_RECORD,
     TaskManagerConnectionClosed,
@@ -48,11 +41,9 @@ from jobledger.schemas.cluster import (
 from jobledger.schemas.slots import (
     SlotAllocated,
     SlotAllocationFailed,
-    SlotAllocationRequested,
     SlotFreed,
     SlotRequestCancelled,
     SlotRequested,
-    SlotRequestRefused,
 )
 from jobledger.schemas.timers import TimerFired
 from jobledger.schemas.types import OwnerKind, ResourceProfile
@@ -60,14 +51,13 @@ from jobledger.schemas.types import OwnerKind, ResourceProfile
 from .decisions import Decisions
 from .queries import PendingSlotRequestInfo, TaskManagerInfo, TaskManagerSlot, query
 from .reducer import Reducer, derived, handles
-from .slot_placement import FreeSlotIndex, SlotPlacement
+from .slot_manager import Slot, SlotManager, SlotRequest, TenantShare
+from .slot_placement import SlotPlacement
 from .slot_states import SlotState
 from .task_slot_table import slot_count_refusal
-from .tenants import TenantLimits, tenant_of
+from .tenants import TenantLimits
 
 PRODUCER = "resourcemanager"
-RATE_SWEEP = 64
-"""How many tenants' submission rates are kept between sweeps of those at rest."""
 RETIRED_LIMIT = 4096
 """How many lost TaskExecutors' last instances are remembered (oldest loss forgotten first),
 so their registrations, re-sent, are refused. A TaskExecutor forgotten here could be
@@ -82,13 +72,6 @@ class ResourceManagerConfig:
     placement: SlotPlacement = SlotPlacement.SPREAD
     heartbeat_timeout_ms: int = 50_000
     tenants: TenantLimits = field(default_factory=TenantLimits)
-
-
-@dataclass
-class Slot:
-    state: SlotState = SlotState.FREE
-    allocation_id: str | None = None
-    job_id: str | None = None
 
 
 @dataclass
@@ -142,36 +125,6 @@ class RetiredInstance:
 
 
 @dataclass
-class SlotRequest:
-    job_id: str
-    slot_request_id: str
-    allocation_id: str
-    resource_profile: ResourceProfile
-    job_master_id: str | None
-    arrival: int
-    assigned: tuple[str, int] | None = None
-    blocked: list[str] = field(default_factory=list)
-    """TaskExecutors the job takes no slot of: the request is served elsewhere."""
-    tenant: str = tenant_of(None)
-    """Its job's principal (`tenants`)."""
-
-
-@dataclass
-class TenantShare:
-    """What one tenant has at the ResourceManager now: an index over `requests` and `queue`,
-    rebuilt from them, so a snapshot holds none of it."""
-
-    waiting: list[tuple[int, str]] = field(default_factory=list)
-    """A heap of (arrival, AllocationID) over its queued requests, so serving the oldest does
-    not sort thousands of waiting ones per freed slot; entries no longer in `queue` (or there
-    under another arrival) are stale."""
-    held: int = 0
-    """Slots picked for its requests (pending at their TaskExecutor, or allocated)."""
-    jobs: dict[str, int] = field(default_factory=dict)
-    """Its jobs in flight, each with its number of open requests."""
-
-
-@dataclass
 class ResourceManager(Reducer):
     config: ResourceManagerConfig = field(default_factory=ResourceManagerConfig)
     task_executors: dict[str, RegisteredTaskExecutor] = field(default_factory=dict)
@@ -191,9 +144,7 @@ class ResourceManager(Reducer):
     `latest_request_time`."""
     latest_request_time: int | None = None
     """The latest event time of a slot request read: the tenants' rates are judged on it."""
-    free_slot_index: FreeSlotIndex = derived()
-    shares: dict[str, TenantShare] = derived(default_factory=dict)
-    """Each tenant with open requests, by principal."""
+    slot_manager: SlotManager = derived()
     beat_order: list[tuple[int, str]] = derived(default_factory=list)
     """A heap of (last beat, ResourceID): an entry per beat that moved a TaskExecutor's last
     beat on, those no longer true left to go stale. The clock asks `next_timer` every second,
@@ -204,23 +155,11 @@ class ResourceManager(Reducer):
     producer: ClassVar[str] = PRODUCER
 
     def __post_init__(self) -> None:
-        self.free_slot_index = FreeSlotIndex(self.config.placement)
-        for te in self.task_executors.values():
-            self.free_slot_index.changed(te)
-        for request in self.requests.values():
-            share = self._share(request.tenant)
-            share.jobs[request.job_id] = share.jobs.get(request.job_id, 0) + 1
-            share.held += request.assigned is not None
-        for allocation_id, arrival in self.queue.items():
-            share = self.shares[self.requests[allocation_id].tenant]
-            heapq.heappush(share.waiting, (arrival, allocation_id))
+        config = self.config
+        self.slot_manager = SlotManager(
+            self, config.resource_manager_id, config.placement, config.tenants
+        )
         self._order_beats()
-
-    def _share(self, tenant: str) -> TenantShare:
-        share = self.shares.get(tenant)
-        if share is None:
-            share = self.shares[tenant] = TenantShare()
-        return share
 
     def _order_beats(self) -> None:
         self.beat_order = [(te.last_heartbeat, rid) for rid, te in self.task_executors.items()]
@@ -238,10 +177,15 @@ class ResourceManager(Reducer):
 
     def waiting(self) -> list[SlotRequest]:
         """Requests no slot has been picked for, in arrival order."""
-        return [self.requests[a] for a in sorted(self.queue, key=self.queue.__getitem__)]
+        return self.slot_manager.waiting()
 
     def free_slots(self) -> int:
-        return self.free_slot_index.free_total
+        return self.slot_manager.free_slot_index.free_total
+
+    @property
+    def shares(self) -> dict[str, TenantShare]:
+        """Each tenant with open requests, by principal (the SlotManager's index)."""
+        return self.slot_manager.shares
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -315,7 +259,7 @@ class ResourceManager(Reducer):
                 instance_id=event.instance_id,
                 registered_at=event.event_time,
             )
-            self.free_slot_index.changed(self.task_executors[event.resource_id])
+            self.slot_manager.registered(self.task_executors[event.resource_id])
             heapq.heappush(self.beat_order, (event.event_time, event.resource_id))
         te = self.task_executors[event.resource_id]
         self._beaten(te, event.event_time)
@@ -327,7 +271,7 @@ class ResourceManager(Reducer):
             resource_profile=te.resource_profile,
             instance_id=te.instance_id,
         )
-        self._serve_waiting(out)
+        self.slot_manager.serve_waiting(out)
 
     def _stale_registration(self, event: TaskManagerRegistered) -> str | None:
         """Why `event` is an old registration re-sent (None: it is the registered instance's
@@ -448,19 +392,15 @@ class ResourceManager(Reducer):
         te = self.task_executors.pop(resource_id)
         self._retire(te)
         self.task_managers_lost += 1
-        self.free_slot_index.removed(te)
+        self.slot_manager.lost(te)
         jobs: list[str] = []
         for slot in te.slots:
-            if slot.state is SlotState.PENDING:
-                self._requeue_pending(slot)
-            elif slot.state is SlotState.ALLOCATED:
-                self._forget(slot.allocation_id)
             if slot.job_id is not None and slot.job_id not in jobs:
                 jobs.append(slot.job_id)
         for job_id in jobs:
             out.emit(TaskManagerDisconnected, job_id=job_id, resource_id=resource_id, cause=cause)
         self._close_connection(resource_id, cause, out, te.instance_id, replaced_by)
-        self._serve_waiting(out)
+        self.slot_manager.serve_waiting(out)
 
     def _retire(self, te: RegisteredTaskExecutor) -> None:
         """Remember `te`'s instance as its ResourceID's last, forgetting the oldest beyond
@@ -496,231 +436,15 @@ class ResourceManager(Reducer):
             out.emit(TaskManagerLost, resource_id=resource_id, cause=cause)
             self._lose(resource_id, cause, out)
 
-    # -- slot requests -------------------------------------------------------------------
+    # -- slot requests: the SlotManager's ------------------------------------------------
 
     @handles(SlotRequested)
-    def on_slot_requested(self, event: SlotRequested, out: Decisions) -> None:
-        if event.allocation_id in self.requests:
-            self._reject(out, f"allocation {event.allocation_id} was already requested")
-            return
-        tenant = tenant_of(event.principal)
-        refusal = self._admission_refusal(tenant, event)
-        if refusal is not None:
-            out.emit(
-                SlotRequestRefused,
-                job_id=event.job_id,
-                allocation_id=event.allocation_id,
-                cause=refusal,
-            )
-            return
-        self.arrivals += 1
-        self.requests[event.allocation_id] = SlotRequest(
-            event.job_id,
-            event.slot_request_id,
-            event.allocation_id,
-            event.resource_profile,
-            event.job_master_id,
-            self.arrivals,
-            blocked=list(event.blocked_resource_ids),
-            tenant=tenant,
-        )
-        jobs = self._share(tenant).jobs
-        jobs[event.job_id] = jobs.get(event.job_id, 0) + 1
-        self._enqueue(event.allocation_id, self.arrivals)
-        self._serve_waiting(out)
-
-    def _admission_refusal(self, tenant: str, event: SlotRequested) -> str | None:
-        """Why the request's job may not start (None: it may, or it is in flight already):
-        its tenant's limits, judged at the latest request time read (`tenants`). A job let
-        in counts against its tenant's rate."""
-        now = event.event_time
-        if self.latest_request_time is not None:
-            now = max(now, self.latest_request_time)
-        self.latest_request_time = now
-        share = self.shares.get(tenant)
-        if share is not None and event.job_id in share.jobs:
-            return None
-        limits = self.config.tenants
-        rate = self.submission_rates.get(tenant, 0)
-        refusal = limits.admission_refusal(tenant, len(share.jobs) if share else 0, rate, now)
-        if refusal is None and limits.max_submissions_per_second:
-            if tenant not in self.submission_rates:
-                self._forget_rested_rates(now)
-            self.submission_rates[tenant] = limits.next_arrival(rate, now)
-        return refusal
-
-    def _forget_rested_rates(self, now: int) -> None:
-        """Before a tenant's rate is added to every RATE_SWEEP already kept, drop those that
-        have caught up with `now` (no different from none): bounded state, at a cost shared
-        by the tenants that grew it, and a function of the state alone, as replay needs."""
-        if len(self.submission_rates) % RATE_SWEEP:
-            return
-        limits = self.config.tenants
-        self.submission_rates = {
-            tenant: at for tenant, at in self.submission_rates.items()
-            if not limits.rested(at, now)
-        }  # fmt: skip
-
     @handles(SlotRequestCancelled)
-    def on_request_cancelled(self, event: SlotRequestCancelled, out: Decisions) -> None:
-        """A waiting or in-flight request is dropped (its slot is free again); a request whose
-        slot the TaskExecutor already confirmed is not a request any more."""
-        request = self.requests.get(event.allocation_id)
-        if request is None:
-            self._reject(out, f"allocation {event.allocation_id} has no open request")
-            return
-        if request.assigned is not None:
-            resource_id, index = request.assigned
-            te = self.task_executors[resource_id]
-            if te.slots[index].state is SlotState.ALLOCATED:
-                self._reject(out, f"allocation {event.allocation_id} is already fulfilled")
-                return
-            self._place(te, index, Slot())
-        self._forget(event.allocation_id)
-        self._serve_waiting(out)
-
     @handles(SlotAllocated)
-    def on_slot_allocated(self, event: SlotAllocated, out: Decisions) -> None:
-        """The TaskExecutor confirmed: the slot is the allocation's until it is freed. A request
-        the slot was meanwhile picked for goes back to wait."""
-        te = self._task_executor(event.resource_id, out)
-        if te is None or not self._valid_index(te, event.slot_index, out):
-            return
-        self._requeue_pending(te.slots[event.slot_index], keep=event.allocation_id)
-        request = self.requests.get(event.allocation_id)
-        if request is not None:
-            self._assign(request, (te.resource_id, event.slot_index))
-            self.queue.pop(event.allocation_id, None)
-        self._place(
-            te, event.slot_index, Slot(SlotState.ALLOCATED, event.allocation_id, event.job_id)
-        )
-        self._serve_waiting(out)
-
     @handles(SlotAllocationFailed)
-    def on_allocation_failed(self, event: SlotAllocationFailed, out: Decisions) -> None:
-        """The TaskExecutor refused: the slot holds something we did not place there, and the
-        request goes back to wait in its place."""
-        te = self._task_executor(event.resource_id, out)
-        if te is None or not self._valid_index(te, event.slot_index, out):
-            return
-        slot = te.slots[event.slot_index]
-        if slot.state is SlotState.PENDING and slot.allocation_id == event.allocation_id:
-            self._requeue_pending(slot)
-            self._place(te, event.slot_index, Slot(SlotState.OCCUPIED))
-        self._serve_waiting(out)
-
     @handles(SlotFreed)
-    def on_slot_freed(self, event: SlotFreed, out: Decisions) -> None:
-        te = self._task_executor(event.resource_id, out)
-        if te is None or not self._valid_index(te, event.slot_index, out):
-            return
-        slot = te.slots[event.slot_index]
-        if slot.state is SlotState.PENDING and slot.allocation_id != event.allocation_id:
-            self._reject(
-                out,
-                f"slot {event.slot_index} of {te.resource_id} is being allocated "
-                f"for {slot.allocation_id}, not {event.allocation_id}",
-            )
-            return
-        self._forget(event.allocation_id)
-        self._place(te, event.slot_index, Slot())
-        self._serve_waiting(out)
-
-    def _place(self, te: RegisteredTaskExecutor, index: int, slot: Slot) -> None:
-        te.place(index, slot)
-        self.free_slot_index.changed(te)
-
-    def _forget(self, allocation_id: str) -> None:
-        request = self.requests.pop(allocation_id, None)
-        self.queue.pop(allocation_id, None)
-        if request is None:
-            return
-        share = self.shares[request.tenant]
-        share.held -= request.assigned is not None
-        left = share.jobs.pop(request.job_id) - 1
-        if left:
-            share.jobs[request.job_id] = left
-        elif not share.jobs:
-            del self.shares[request.tenant]
-
-    def _assign(self, request: SlotRequest, slot: tuple[str, int] | None) -> None:
-        """Every change of a request's slot goes through here, so its tenant's count holds."""
-        self.shares[request.tenant].held += (slot is not None) - (request.assigned is not None)
-        request.assigned = slot
-
-    def _requeue_pending(self, slot: Slot, keep: str | None = None) -> None:
-        """A request pending at `slot` (other than `keep`) waits again, keeping its place."""
-        if slot.state is SlotState.PENDING and slot.allocation_id != keep:
-            request = self.requests.get(slot.allocation_id)
-            if request is not None:
-                self._assign(request, None)
-                self._enqueue(request.allocation_id, request.arrival)
-
-    def _enqueue(self, allocation_id: str, arrival: int) -> None:
-        self.queue[allocation_id] = arrival
-        share = self.shares[self.requests[allocation_id].tenant]
-        heapq.heappush(share.waiting, (arrival, allocation_id))
-
-    def _valid_index(self, te: RegisteredTaskExecutor, index: int, out: Decisions) -> bool:
-        if 0 <= index < len(te.slots):
-            return True
-        self._reject(out, f"TaskExecutor {te.resource_id} has no slot {index}")
-        return False
-
-    def _serve_waiting(self, out: Decisions) -> None:
-        """Give free slots to waiting requests, one at a time to the tenant holding the fewest
-        (`_next_tenant`), each its oldest request's first matching slot. A request no free
-        slot matches waits on, and its tenant's next is tried."""
-        unserved: dict[str, list[tuple[int, str]]] = {}
-        tenants = [tenant for tenant, share in self.shares.items() if share.waiting]
-        while tenants and self.free_slot_index.free_total:
-            tenant = self._next_tenant(tenants)
-            if tenant is None:
-                break
-            arrival, allocation_id = heapq.heappop(self.shares[tenant].waiting)
-            request = self.requests[allocation_id]
-            te = self.free_slot_index.pick(
-                request.resource_profile, self.task_executors, request.blocked
-            )
-            if te is None:
-                unserved.setdefault(tenant, []).append((arrival, allocation_id))
-                continue
-            index = te.first_free()
-            self._place(te, index, Slot(SlotState.PENDING, request.allocation_id, request.job_id))
-            self._assign(request, (te.resource_id, index))
-            del self.queue[request.allocation_id]
-            out.emit(
-                SlotAllocationRequested,
-                resource_id=te.resource_id,
-                slot_index=index,
-                allocation_id=request.allocation_id,
-                job_id=request.job_id,
-                resource_profile=request.resource_profile,
-                resource_manager_id=self.config.resource_manager_id,
-                job_master_id=request.job_master_id,
-            )
-        for tenant, entries in unserved.items():
-            for entry in entries:
-                heapq.heappush(self.shares[tenant].waiting, entry)
-
-    def _next_tenant(self, tenants: list[str]) -> str | None:
-        """The tenant among `tenants` to serve next: the one holding the fewest slots, then
-        the one whose oldest waiting request is oldest (Flink's and YARN's fair schedulers
-        serve the neediest first, too). `tenants` loses those with nothing left to try (stale
-        heap entries are dropped on the way) and those at their `max_slots`."""
-        best: tuple[int, int, str] | None = None
-        for tenant in list(tenants):
-            share = self.shares[tenant]
-            waiting = share.waiting
-            while waiting and self.queue.get(waiting[0][1]) != waiting[0][0]:
-                heapq.heappop(waiting)
-            if not waiting or self.config.tenants.at_slot_limit(share.held):
-                tenants.remove(tenant)
-                continue
-            rank = (share.held, waiting[0][0], tenant)
-            if best is None or rank < best:
-                best = rank
-        return None if best is None else best[2]
+    def on_slot_event(self, event: Event, out: Decisions) -> None:
+        self.slot_manager.handle(event, out)
 
     # -- the query surface (queries.py) ---------------------------------------------------
 
@@ -739,10 +463,7 @@ class ResourceManager(Reducer):
     def slot_request(self, allocation_id: str) -> PendingSlotRequestInfo | None:
         """The open request for `allocation_id`; None if none is open (not received yet, or
         its slot freed)."""
-        r = self.requests.get(allocation_id)
-        if r is None:
-            return None
-        return PendingSlotRequestInfo(r.job_id, r.slot_request_id, r.allocation_id, r.assigned)
+        return self.slot_manager.slot_request(allocation_id)
 
     @query
     def lost(self) -> int:
@@ -758,14 +479,7 @@ class ResourceManager(Reducer):
     def requests_queued_before(self, allocation_id: str) -> int:
         """How many queued requests of its tenant arrived before the one for `allocation_id`
         and so are served first (0 if that one is not queued); other tenants' take turns."""
-        mine = self.queue.get(allocation_id)
-        if mine is None:
-            return 0
-        tenant = self.requests[allocation_id].tenant
-        return sum(
-            1 for other, order in self.queue.items()
-            if order < mine and self.requests[other].tenant == tenant
-        )  # fmt: skip
+        return self.slot_manager.requests_queued_before(allocation_id)
 
 
 def _task_manager_info(te: RegisteredTaskExecutor) -> TaskManagerInfo:

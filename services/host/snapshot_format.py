@@ -596,6 +596,11 @@ resolves a record only by that full name."""
 
 
 def _namespace(cls: type) -> str:
+    """A type's Avro namespace: its module's, or the one it pins as `wire_namespace` (a type
+    moved to another module keeps the full name snapshots wrote it under)."""
+    pinned = cls.__dict__.get("wire_namespace")
+    if isinstance(pinned, str):
+        return pinned
     return ROOMS.sub("jobledger.services.", cls.__module__.removesuffix(f".{cls.__name__}"))
 
 
