@@ -39,12 +39,13 @@ from jobledger.schemas.topics import TopicRole
 
 from ..client_properties import java_properties
 from ..kafka import TYPE_HEADER
+from ..signing import Keyring
 from . import checkpoint, task
 from .instances import TaskExecutorInstances
 from .kafka_source import FORMAT, register
 from .metrics import RunnerMetrics
 from .registration import Registration
-from .releases import ResultReleases
+from .releases import SIGNED_COLUMNS, ResultReleases
 from .reports import DriverReports, first_line
 from .routing import BATCH_STARTERS, BatchRouter
 from .session import spark_session
@@ -103,6 +104,9 @@ class RunnerConfig:
     signing_key: bytes | None = None
     """The runner principal's signing key (PEM) for the executors' records; the driver's own
     sign with the process's key (`signing.use_signing_key`, set from the same file)."""
+    keyring: Keyring | None = None
+    """The services' keyring (`--keyring`): given it, the runner deletes result topics only on
+    a release a `services` key signed (`releases.py`); a secured cluster's runners need it."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -151,8 +155,8 @@ class TaskRunner:
         )  # fmt: skip
         self.router = BatchRouter(
             self.task_executors, self.registration, self.jobs,
-            ResultReleases(config.bootstrap, config.prefix), self.reports, self.pool,
-            self.metrics,
+            ResultReleases(config.bootstrap, config.prefix, config.keyring), self.reports,
+            self.pool, self.metrics,
         )  # fmt: skip
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -203,9 +207,12 @@ class TaskRunner:
             stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
             # a task that opened a consumer to read a batch's few records took most of it
             stream = stream.option("readOnDriver", "true")
-        stream = stream.load()
+        columns = ["value"]
+        if self.config.keyring is not None:  # a release's signature is checked over these too
+            stream = stream.option("includeHeaders", "true")
+            columns += SIGNED_COLUMNS
         self.query = (
-            stream.select("value").writeStream.foreachBatch(self.router.on_batch)
+            stream.load().select(*columns).writeStream.foreachBatch(self.router.on_batch)
             .option("checkpointLocation", str(self.config.checkpoint))
             .trigger(processingTime=self.config.trigger_interval)
             .start()
