@@ -60,6 +60,10 @@ QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBa
 """Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
 inside it; the runner says why its query ended in one line of its own instead."""
 
+STOP_WARNINGS = "org.apache.spark.scheduler.DAGScheduler"
+"""Warns, as a query stops, that no job of its group was left to cancel: every stop of an
+idle runner. Raised to ERROR only once the runner stops."""
+
 
 class RunnerStopped(Exception):
     """The runner could not go on: its query did not start, its checkpoint no longer fits
@@ -284,8 +288,10 @@ class TaskRunner:
     def _stop_spark_work(self) -> None:
         if self.query is not None:
             # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
-            # collect as an error with a long Java trace: expected here, so not shown
+            # collect as an error with a long Java trace: expected here, so not shown; and
+            # Spark warns twice that the query's job group had no job left to cancel
             logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+            _quiet(self.spark, STOP_WARNINGS)
             self.query.stop()
         self.jobs.cancel_all()
 
@@ -332,9 +338,14 @@ def _cause(error: BaseException | None) -> str:
 
 def _quiet_query_failures(spark: SparkSession) -> None:
     """`QUERY_FAILURE_LOGGER` off in the driver's log4j2."""
+    _quiet(spark, QUERY_FAILURE_LOGGER, "OFF")
+
+
+def _quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
+    """The driver's log4j2 `logger` at `level` from now on."""
     jvm = spark.sparkContext._jvm
-    level = jvm.org.apache.logging.log4j.Level.OFF
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(QUERY_FAILURE_LOGGER, level)
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
 
 
 def _session(master: str | None) -> SparkSession:
