@@ -40,8 +40,8 @@ def release_refusal(keyring: Keyring, row: Any) -> str | None:
 
 
 def _millis(timestamp: datetime | None) -> int:
-    """A record's timestamp as Kafka's milliseconds (Spark gives the session's local time,
-    which `datetime.timestamp` reads back as such); none known: 0, before any revocation."""
+    """A record's timestamp as Kafka's milliseconds (PySpark hands it over as a naive local
+    time, which `datetime.timestamp` reads back as such); none known: 0, before any revocation."""
     return 0 if timestamp is None else round(timestamp.timestamp() * 1000)
 
 
