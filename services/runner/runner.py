@@ -60,9 +60,11 @@ QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBa
 """Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
 inside it; the runner says why its query ended in one line of its own instead."""
 
-STOP_WARNINGS = "org.apache.spark.scheduler.DAGScheduler"
-"""Warns, as a query stops, that no job of its group was left to cancel: every stop of an
-idle runner. Raised to ERROR only once the runner stops."""
+STOP_WARNINGS = ("org.apache.spark.scheduler.DAGScheduler", "org.apache.hadoop.util.Shell")
+"""What warns as the query stops, each time and expectedly: that no job of its group was left
+to cancel (every stop of an idle runner), and, with a Java stack trace, that a checkpoint
+write's file command was interrupted (a stop during a micro-batch's commit). Raised to ERROR
+only once the runner stops."""
 
 
 class RunnerStopped(Exception):
@@ -291,7 +293,8 @@ class TaskRunner:
             # collect as an error with a long Java trace: expected here, so not shown; and
             # Spark warns twice that the query's job group had no job left to cancel
             logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-            _quiet(self.spark, STOP_WARNINGS)
+            for logger in STOP_WARNINGS:
+                _quiet(self.spark, logger)
             self.query.stop()
         self.jobs.cancel_all()
 

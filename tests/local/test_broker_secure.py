@@ -295,7 +295,8 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
     through `-F` alone and sign with their own key; the services check every input against
     the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered.
     Issue 43: the runner, given the keyring too, deletes the job's result topics on the
-    services' release, and a release forged for another job's deletes nothing."""
+    services' release, a release forged for another job's deletes nothing, and the runner's
+    log has no trace and none of Spark's routine warnings from its start to its stop."""
     prefix = f"e2e{uuid.uuid4().hex[:6]}."
     granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
     assert granted.returncode == 0, granted.stderr
@@ -342,6 +343,13 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
         _wait_for(lambda: deleted in runner_log.read_text(), runner_log)
         assert _result_topics(secured, prefix, job_id) == []
         _forged_releases_delete_nothing(secured, prefix, runner_log)
+        runner = started[1]
+        runner.terminate()
+        assert runner.wait(60) == 0, runner_log.read_text()[-3000:]
+        said = runner_log.read_text()
+        noise = ("Traceback", "BrokenPipeError", "Exception", "WARN DataSourceManager",
+                 "WARN DAGScheduler", "WARN ResolveWriteToStream")  # fmt: skip
+        assert [n for n in noise if n in said] == [], said[-3000:]
     finally:
         for process in started:
             process.terminate()
