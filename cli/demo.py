@@ -44,9 +44,10 @@ from jobledger.services.client.dispatcher import now_ms, submit
 from jobledger.services.control.key_groups import assign_to_key_group
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import admin_client, client_properties, transactional_producer
-from jobledger.services.kafka_topics import create_topics
+from jobledger.services.kafka_topics import create_topics, delete_prefixed
 from jobledger.services.runner import functions, kv_state
 from jobledger.services.runner.exchange import job_result_prefix
+from jobledger.services.runner.reports import first_line
 from jobledger.services.runner.runner import RunnerConfig, TaskRunner
 
 REGISTRATION = "word-counts"
@@ -224,6 +225,7 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         raise FileNotFoundError(
             2, "no such file (the demo counts the words of a text file)", str(text)
         )
+    own_prefix = prefix is None
     prefix = prefix if prefix is not None else f"demo-{uuid.uuid4().hex[:8]}."
     job_id = f"wordcount-{uuid.uuid4().hex[:8]}"
     out = work / prefix.rstrip(".") / job_id / "counts"
@@ -260,6 +262,22 @@ def run(text: Path, bootstrap: str, work: Path, parallelism: int = 4, fail_once:
         finally:  # a reader gone (a closed pipe) still leaves nothing running behind
             cluster.close()
         progress(f"stopped in {time.monotonic() - stopping:.1f} s")
+        if own_prefix:
+            _delete_run_topics(bootstrap, prefix)
+        else:
+            progress(f"topics {prefix}* kept: the prefix was given (or --secure's, which only "
+                     "the admin may delete)")  # fmt: skip
+
+
+def _delete_run_topics(bootstrap: str, prefix: str) -> None:
+    """The run's own topics go with it: each run picks a fresh prefix, so nothing would ever
+    read them again and every run would leave its own behind."""
+    try:
+        deleted = delete_prefixed(bootstrap, prefix)
+    except Exception as exc:  # the results are printed; the topics only stay
+        progress(f"could not delete topics {prefix}* ({first_line(exc)}); they stay")
+        return
+    progress(f"deleted the run's {len(deleted)} topics {prefix}*")
 
 
 def _print_results(

@@ -78,6 +78,7 @@ class SecuredCluster(DemoCluster):
             ])  # fmt: skip
             self.processes["runner"] = self._start("runner", [
                 "runner", "--master", self.master, "--checkpoint", str(self.work / "checkpoint"),
+                "--keyring", str(secure.keyring_path()),
                 *(["--slots", str(self.slots)] if self.slots else []), *roots,
             ])  # fmt: skip
             progress("services and runner started, each as its own principal, signing what "

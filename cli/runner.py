@@ -70,6 +70,12 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
         "it well under the services' -D heartbeat.timeout, 50 s by default)",
     )  # fmt: skip
     p.add_argument(
+        "--keyring", type=Path, default=os.environ.get(signing.KEYRING_ENV), metavar="FILE",
+        help="delete a job's result topics only on a release a services key of this keyring "
+        "signed, as a secured cluster needs (default: $JOBLEDGER_KEYRING; none: believe "
+        "every release)",
+    )  # fmt: skip
+    p.add_argument(
         "--master", default=master_default,
         help=f"Spark master (default: {master_default or 'whatever spark-submit says'})",
     )  # fmt: skip
@@ -145,6 +151,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
         checkpoint_mismatch=args.checkpoint_mismatch,
         client_properties=tuple(kafka.client_properties().items()),
         signing_key=key.pem() if (key := signing.signing_key()) else None,
+        keyring=_keyring(args.keyring),
     )
     runner = TaskRunner(config)
     serve_metrics(args.metrics_port, runner.metrics.registry)
@@ -164,6 +171,15 @@ def cmd_runner(args: argparse.Namespace) -> int:
         runner.stop()
         raise CommandFailed(str(exc)) from None
     return 0
+
+
+def _keyring(path: Path | None) -> signing.Keyring | None:
+    """The keyring of `--keyring`, read before Spark starts; one that cannot be read stops
+    the runner in one line (under spark-submit too, where `main` catches nothing else)."""
+    try:
+        return signing.Keyring.load(path) if path else None
+    except signing.KeyFileError as exc:
+        raise CommandFailed(str(exc)) from None
 
 
 def cmd_demo_wordcount(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 from .catalog import EVENT_TYPES, SCHEMA_DIR
 from .model import Event
@@ -22,11 +23,15 @@ def _summary(cls: type[Event]) -> str:
     return " ".join(inspect.cleandoc(cls.__doc__ or "").split())
 
 
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\. ")
+"""A full stop that ends a sentence: not the one of "e.g." or "i.e." inside it."""
+
+
 def meaning(cls: type[Event]) -> str:
     """What the event means in one line: its docstring's first sentence."""
     summary = _summary(cls)
-    end = summary.find(". ")
-    return summary if end < 0 else summary[: end + 1]
+    end = SENTENCE_END.search(summary)
+    return summary if end is None else summary[: end.start() + 1]
 
 
 def catalog_table() -> str:

@@ -193,6 +193,24 @@ def list_topics(bootstrap: str) -> dict[str, int]:
     return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
 
 
+def delete_prefixed(bootstrap: str, prefix: str, timeout_s: float = 30.0) -> list[str]:
+    """Delete every topic whose name starts with `prefix` (one gone meanwhile is no error);
+    the topics deleted. For a cluster of one run only: its inboxes, log and result topics."""
+    admin = admin_client(bootstrap)
+    topics = sorted(t for t in admin.list_topics(timeout=timeout_s).topics if t.startswith(prefix))
+    if not topics:
+        return []
+    deleted = []
+    for topic, future in admin.delete_topics(topics, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout_s)
+            deleted.append(topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+    return sorted(deleted)
+
+
 def resolve_topic(name: str, prefix: str) -> str:
     """A role name (`job`, `taskexecutor`, ...) means that topic of the cluster."""
     roles = {role.value: role for role in TopicRole}

@@ -26,8 +26,8 @@ runner's ids start `jobledger-runner-P` (services/runner/runner.py), a client's
 Kafka cannot say who wrote a record on a topic several roles write; the records' signatures
 do (services/signing.py).
 
-`X*` is a prefixed pattern, anything else literal; R/W/D/C/A: Read, Write, Describe, Create,
-Alter. Every rule is ALLOW; what no rule allows is refused.
+`X*` is a prefixed pattern, anything else literal; R/W/D/C/A/X: Read, Write, Describe, Create,
+Alter, Delete. Every rule is ALLOW; what no rule allows is refused.
 
   who       resource                              ops        why
   services  topic P*                              R D        consume every input; rebuild from
@@ -46,8 +46,11 @@ Alter. Every rule is ALLOW; what no rule allows is refused.
   runner    topic P*                              R D        deployments and their inputs
   runner    topics Pjob Presourcemanager          W          registrations, heartbeats, task
             Ptaskexecutor Pkvstate                           states, queryable state
-  runner    topic Presult.*                       C A W R D  result partitions: only runners make,
-                                                             grow and write them
+  runner    topic Presult.*                       C A W R D X result partitions: only runners
+                                                             make, grow, write and delete them
+                                                             (a runner deletes a job's once a
+                                                             release the services signed says
+                                                             it ended: `runner --keyring`)
   runner    transactional id jobledger-runner-P*  W D        the driver's and the Spark tasks'
                                                              producers
   runner    group jobledger-spark-*               R D        the Python Kafka source's readers
@@ -274,7 +277,7 @@ def acl_bindings(prefix: str) -> list[AclBinding]:
             for t in (*inputs, topic_name(TopicRole.KV_STATE, prefix))
         ),
         ("runner", Resource.TOPIC, f"{prefix}result.", Pattern.PREFIXED,
-         (op.CREATE, op.ALTER, op.WRITE, op.READ, op.DESCRIBE)),
+         (op.CREATE, op.ALTER, op.WRITE, op.READ, op.DESCRIBE, op.DELETE)),
         ("runner", Resource.TRANSACTIONAL_ID, f"jobledger-runner-{prefix}", Pattern.PREFIXED,
          (op.WRITE, op.DESCRIBE)),
         ("runner", Resource.GROUP, "jobledger-spark-", Pattern.PREFIXED, (op.READ, op.DESCRIBE)),

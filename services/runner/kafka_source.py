@@ -134,6 +134,10 @@ def native_kafka_available(spark: SparkSession) -> bool:
 
 def register(spark: SparkSession) -> str:
     """Register `jobledger-kafka` and name the format the runner should use: the native
-    connector when present (JVM speed, same schema and options), else this one."""
-    spark.dataSource.register(KafkaDataSource)
+    connector when present (JVM speed, same schema and options), else this one. Registered
+    once per session: the runner's own session registered it already, and registering it
+    again has Spark warn that it replaced it in every runner's log."""
+    manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
+    if not manager.dataSourceExists(FORMAT):
+        spark.dataSource.register(KafkaDataSource)
     return NATIVE_FORMAT if native_kafka_available(spark) else FORMAT

@@ -3,8 +3,9 @@ answers go to the registration, a deployment waits for its TaskExecutor's accept
 (`TaskSubmissionAccepted`, later on the same partition) so nothing the TaskExecutor refused
 ever runs, the accepted ones of each job go to Spark as one job, cancellations reach an
 attempt wherever it is (waiting, queued in this batch, or in a Spark job) and a job's release
-deletes its result topics. Apart from the Spark jobs because it runs on the query's thread and
-must return quickly: the query reads nothing while a micro-batch is routed."""
+deletes its result topics (if the services signed it, where the runner has a keyring). Apart
+from the Spark jobs because it runs on the query's thread and must return quickly: the query
+reads nothing while a micro-batch is routed."""
 
 from __future__ import annotations
 
@@ -131,7 +132,9 @@ class BatchRouter:
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
                 self.cancel_attempt(event.job_id, event.execution_attempt_id, accepted)
-            elif isinstance(event, ResultPartitionsReleased):
+            elif isinstance(event, ResultPartitionsReleased) and self.releases.believes(
+                event.job_id, row
+            ):
                 self.pool.submit(self.releases.release, event.job_id)
         for job_id, received in accepted.items():
             if received:  # not all cancelled while queued

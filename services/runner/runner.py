@@ -39,12 +39,13 @@ from jobledger.schemas.topics import TopicRole
 
 from ..client_properties import java_properties
 from ..kafka import TYPE_HEADER
+from ..signing import Keyring
 from . import checkpoint, task
 from .instances import TaskExecutorInstances
 from .kafka_source import FORMAT, register
 from .metrics import RunnerMetrics
 from .registration import Registration
-from .releases import ResultReleases
+from .releases import SIGNED_COLUMNS, ResultReleases
 from .reports import DriverReports, first_line
 from .routing import BATCH_STARTERS, BatchRouter
 from .session import spark_session
@@ -58,6 +59,12 @@ LEASE_JOURNAL = "jobledger-leased-ids.json"
 QUERY_FAILURE_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
 """Where Spark logs a failed query's error, with its Java stack trace and any Python traceback
 inside it; the runner says why its query ended in one line of its own instead."""
+
+STOP_WARNINGS = ("org.apache.spark.scheduler.DAGScheduler", "org.apache.hadoop.util.Shell")
+"""What warns as the query stops, each time and expectedly: that no job of its group was left
+to cancel (every stop of an idle runner), and, with a Java stack trace, that a checkpoint
+write's file command was interrupted (a stop during a micro-batch's commit). Raised to ERROR
+only once the runner stops."""
 
 
 class RunnerStopped(Exception):
@@ -103,6 +110,9 @@ class RunnerConfig:
     signing_key: bytes | None = None
     """The runner principal's signing key (PEM) for the executors' records; the driver's own
     sign with the process's key (`signing.use_signing_key`, set from the same file)."""
+    keyring: Keyring | None = None
+    """The services' keyring (`--keyring`): given it, the runner deletes result topics only on
+    a release a `services` key signed (`releases.py`); a secured cluster's runners need it."""
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
@@ -151,8 +161,8 @@ class TaskRunner:
         )  # fmt: skip
         self.router = BatchRouter(
             self.task_executors, self.registration, self.jobs,
-            ResultReleases(config.bootstrap, config.prefix), self.reports, self.pool,
-            self.metrics,
+            ResultReleases(config.bootstrap, config.prefix, config.keyring), self.reports,
+            self.pool, self.metrics,
         )  # fmt: skip
         self.query = None
         self.heartbeats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -203,9 +213,12 @@ class TaskRunner:
             stream = stream.option("batchOnHeader", f"{TYPE_HEADER}={names}")
             # a task that opened a consumer to read a batch's few records took most of it
             stream = stream.option("readOnDriver", "true")
-        stream = stream.load()
+        columns = ["value"]
+        if self.config.keyring is not None:  # a release's signature is checked over these too
+            stream = stream.option("includeHeaders", "true")
+            columns += SIGNED_COLUMNS
         self.query = (
-            stream.select("value").writeStream.foreachBatch(self.router.on_batch)
+            stream.load().select(*columns).writeStream.foreachBatch(self.router.on_batch)
             .option("checkpointLocation", str(self.config.checkpoint))
             .trigger(processingTime=self.config.trigger_interval)
             .start()
@@ -277,8 +290,11 @@ class TaskRunner:
     def _stop_spark_work(self) -> None:
         if self.query is not None:
             # stopping interrupts the micro-batch in flight, and py4j logs the interrupted
-            # collect as an error with a long Java trace: expected here, so not shown
+            # collect as an error with a long Java trace: expected here, so not shown; and
+            # Spark warns twice that the query's job group had no job left to cancel
             logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+            for logger in STOP_WARNINGS:
+                _quiet(self.spark, logger)
             self.query.stop()
         self.jobs.cancel_all()
 
@@ -325,9 +341,14 @@ def _cause(error: BaseException | None) -> str:
 
 def _quiet_query_failures(spark: SparkSession) -> None:
     """`QUERY_FAILURE_LOGGER` off in the driver's log4j2."""
+    _quiet(spark, QUERY_FAILURE_LOGGER, "OFF")
+
+
+def _quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
+    """The driver's log4j2 `logger` at `level` from now on."""
     jvm = spark.sparkContext._jvm
-    level = jvm.org.apache.logging.log4j.Level.OFF
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(QUERY_FAILURE_LOGGER, level)
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
 
 
 def _session(master: str | None) -> SparkSession:

@@ -154,9 +154,14 @@ def _launch_jvm_apart(master: str, app_name: str, settings: dict[str, str]) -> N
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-ROUTINE_WARNINGS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",)
+ROUTINE_WARNINGS = (
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream",
+)
 """Loggers whose warnings are routine for the runner: the trigger's "current batch is falling
-behind" every time a micro-batch that runs tasks takes longer than the 0.5 s trigger."""
+behind" every time a micro-batch that runs tasks takes longer than the 0.5 s trigger, and
+"spark.sql.adaptive.enabled is not supported in streaming" as every query starts (adaptive
+execution stays on for the session's batch work; a stream only goes without it)."""
 
 
 def _quiet_routine_warnings(spark: SparkSession) -> None:

@@ -10,7 +10,9 @@ after its last use, and as Spark stops when the runner exits), the daemon's last
 fails and PySpark's daemon prints a BrokenPipeError trace into the runner's log (one a
 minute after the query started, one more at each stop). The script runs `quiet_daemon`
 instead of `pyspark.daemon`, which ends such a worker quietly and reports anything else as
-PySpark would; every other start (a worker module, spark-submit's) passes through unchanged.
+PySpark would. The streaming source's own process, which Spark starts directly, failed the
+same way as a query stopped, and runs as `quiet_source_runner` for the same reason; every
+other start (a worker module, spark-submit's) passes through unchanged.
 It is written once per interpreter into jobledger's cache, named by its content.
 """
 
@@ -28,6 +30,10 @@ SCRIPT = """#!/bin/sh
 if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
     shift 2
     exec {python} -m jobledger.services.runner.quiet_daemon "$@"
+fi
+if [ "$1" = -m ] && [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ]; then
+    shift 2
+    exec {python} -m jobledger.services.runner.quiet_source_runner "$@"
 fi
 exec {python} "$@"
 """

@@ -109,6 +109,10 @@ def test_schemas_list_says_what_each_event_means(capsys):
         "TaskManagerLost\tresourcemanager\tkey=resource_id\tA TaskExecutor is gone (heartbeat "
         "timeout, shutdown); its slots and tasks are lost."
     ) in lines
+    assert (  # an "e.g." ends no sentence
+        "SlotAllocationFailed\tresourcemanager\tkey=resource_id\tThe TaskExecutor refused an "
+        "allocation, e.g. the slot is occupied by another job."
+    ) in lines
 
 
 def test_schemas_show_prints_the_avsc(capsys):

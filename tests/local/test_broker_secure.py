@@ -20,10 +20,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jobledger.schemas import EventSerde
+from jobledger.schemas.tasks import ResultPartitionsReleased
 from jobledger.schemas.topics import TopicRole, topic_name
+from jobledger.schemas.types import JobStatus
 from jobledger.services import client_properties
 from jobledger.services.kafka import SERVICES_GROUP_PREFIX
 from jobledger.services.local import secure, tls
+from jobledger.services.signing import SIGNER_HEADER, TYPE_HEADER, SigningKey
 
 from ..support.secure_cluster import (
     PREFIX,
@@ -291,7 +295,10 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
     """SASL_SSL and signatures end to end: the services, a runner (its Spark Kafka source, its
     tasks' producers, its result partitions) and a client each talk SASL_SSL with SCRAM
     through `-F` alone and sign with their own key; the services check every input against
-    the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered."""
+    the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered; the
+    history names each event's writer. The runner, given the keyring too, deletes the job's result topics on the
+    services' release, a release forged for another job's deletes nothing, and the runner's
+    log has no trace and none of Spark's routine warnings from its start to its stop."""
     prefix = f"e2e{uuid.uuid4().hex[:6]}."
     granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
     assert granted.returncode == 0, granted.stderr
@@ -312,7 +319,8 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
             ("services", ["services", "run", *as_("services"),
                           "--keyring", str(secured.home / "secure" / "keyring.json")]),
             ("runner", ["runner", *as_("runner"), "--slots", "2",
-                        "--checkpoint", str(tmp_path / "checkpoint")]),
+                        "--checkpoint", str(tmp_path / "checkpoint"),
+                        "--keyring", str(secured.home / "secure" / "keyring.json")]),
         ):  # fmt: skip
             log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
             started.append(subprocess.Popen(
@@ -332,7 +340,7 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
         assert (dead.returncode, dead.stdout) == (0, ""), dead.stdout + dead.stderr
         verified = secured.run("replay", "--verify", *as_("client"))
         assert verified.returncode == 0, verified.stdout + verified.stderr
-        # issue 48: the history names each event's writer (the home's keyring, by default)
+        # the history names each event's writer (the home's keyring, by default)
         told = secured.run("history", job_id, *as_("client"), "-o", "json")
         assert told.returncode == 0, told.stderr
         writers = {(e["event"]["type"], e["writer"]["principal"])
@@ -340,6 +348,18 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
         assert {("JobSubmitted", "client"), ("JobStatusChanged", "services"),
                 ("TaskExecutionStateChanged", "runner")} <= writers, writers  # fmt: skip
         assert {principal for _, principal in writers} == {"client", "services", "runner"}
+        runner_log = tmp_path / "runner.log"
+        deleted = f"job {job_id} ended: deleted its "
+        _wait_for(lambda: deleted in runner_log.read_text(), runner_log)
+        assert _result_topics(secured, prefix, job_id) == []
+        _forged_releases_delete_nothing(secured, prefix, runner_log)
+        runner = started[1]
+        runner.terminate()
+        assert runner.wait(60) == 0, runner_log.read_text()[-3000:]
+        said = runner_log.read_text()
+        noise = ("Traceback", "BrokenPipeError", "Exception", "WARN DataSourceManager",
+                 "WARN DAGScheduler", "WARN ResolveWriteToStream")  # fmt: skip
+        assert [n for n in noise if n in said] == [], said[-3000:]
     finally:
         for process in started:
             process.terminate()
@@ -348,6 +368,63 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
                 process.wait(60)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def _result_topics(secured, prefix: str, job_id: str) -> list[str]:
+    admin = AdminClient({**secured.config("admin"), "log_level": 0})
+    start = f"{prefix}result.{job_id}."
+    return sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(start))
+
+
+def _wait_for(condition: Callable[[], bool], log: Path, limit_s: float = 60) -> None:
+    """Until `condition` holds; past `limit_s` the test fails with the end of `log`."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def _forged_releases_delete_nothing(secured, prefix: str, runner_log: Path) -> None:
+    """A victim job's result topic, then releases of it the services did not sign, written
+    as a client may: unsigned, signed by the client, and naming the services' key over a
+    signature of the client's. Each is one warning line of the runner's; the topic stays."""
+    victim = f"{prefix}result.victim.a.b"
+    runner = AdminClient({**secured.config("runner"), "log_level": 0})
+    runner.create_topics([NewTopic(victim, 1, 1)])[victim].result(30)
+    keys = {
+        p: SigningKey.load(secured.home / "secure" / f"{p}.key") for p in ("client", "services")
+    }
+    topic = topic_name(TopicRole.TASK_EXECUTOR, prefix)
+    release = ResultPartitionsReleased(
+        event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="mallory",
+        job_id="victim", resource_id="runner-0", job_status=JobStatus.FINISHED,
+    )  # fmt: skip
+    value, kind = EventSerde().encode(release, topic), ResultPartitionsReleased.type_name()
+    by_client = keys["client"].headers(topic, b"runner-0", value, kind)
+    forged = {
+        "unsigned": {},
+        "client": by_client,
+        "services' id": {**by_client, SIGNER_HEADER: keys["services"].key_id.encode()},
+    }
+    producer = Producer({**secured.config("client"), "log_level": 0})
+    for headers in forged.values():
+        producer.produce(topic, key=b"runner-0", value=value,
+                         headers=[(TYPE_HEADER, kind.encode()), *headers.items()])  # fmt: skip
+    assert producer.flush(30) == 0
+    ignored = "ignored a release of job victim's result topics: "
+
+    def refusals() -> list[str]:
+        lines = runner_log.read_text().splitlines()
+        return [line.split(ignored, 1)[1] for line in lines if ignored in line]
+
+    _wait_for(lambda: len(refusals()) >= len(forged), runner_log)
+    services_id = keys["services"].key_id
+    assert refusals() == [
+        "unsigned record (no jobledger.signer/jobledger.signature header)",
+        "written by client (client): only the services release",
+        f"bad signature for key {services_id} (services): the record is not what that key signed",
+    ]
+    assert _result_topics(secured, prefix, "victim") == [victim]
 
 
 def test_the_fail_once_demo_runs_secured(secured, tmp_path):
