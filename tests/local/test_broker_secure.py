@@ -296,9 +296,10 @@ def test_a_job_runs_with_each_role_on_nothing_but_its_own_property_file(secured,
     tasks' producers, its result partitions) and a client each talk SASL_SSL with SCRAM
     through `-F` alone and sign with their own key; the services check every input against
     the keyring, and a job with a shuffle runs to FINISHED with nothing dead-lettered; the
-    history names each event's writer. The runner, given the keyring too, deletes the job's result topics on the
-    services' release, a release forged for another job's deletes nothing, and the runner's
-    log has no trace and none of Spark's routine warnings from its start to its stop."""
+    history names each event's writer. The runner, given the keyring too, deletes the job's
+    result topics on the services' release, a release forged for another job's deletes
+    nothing, and the runner's log has no trace and none of Spark's routine warnings from
+    its start to its stop."""
     prefix = f"e2e{uuid.uuid4().hex[:6]}."
     granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
     assert granted.returncode == 0, granted.stderr
