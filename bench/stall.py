@@ -3,7 +3,9 @@ submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its
 
     python bench/stall.py [--parallelism 10000] [--quiet-runs 3] [-D KEY=VALUE ...]
 
-On a broker of its own (or `--bootstrap`), fresh topics, one `jobledger services run` and
+On a broker of its own (or `--bootstrap`), fresh topics, `--instances` `jobledger services run`
+(one by default; with more, the consumer group splits the partitions between them, and the
+small job is given a job partition the giant's owner does not own) and
 bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
 (two no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times
 (its quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and
@@ -37,6 +39,7 @@ from jobledger.schemas.slots import SlotRequested
 from jobledger.schemas.tasks import TaskDeploymentRequested
 from jobledger.schemas.topics import TopicRole
 from jobledger.services.client import dispatcher
+from jobledger.services.control.partitioning import partition_of
 from jobledger.services.kafka import TYPE_HEADER, read_committed_consumer, transactional_producer
 from jobledger.services.kafka_topics import create_topics
 
@@ -67,6 +70,7 @@ def main() -> int:
     parser.add_argument("--parallelism", type=int, default=10_000, help="the giant's P")
     parser.add_argument("--quiet-runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--instances", type=int, default=1, help="`services run` processes")
     parser.add_argument("--limit", type=float, default=600.0)
     parser.add_argument("--heartbeat-interval", type=float, default=10.0,
                         help="the stand-ins' beat, s (Flink's heartbeat.interval)")  # fmt: skip
@@ -82,11 +86,17 @@ def main() -> int:
         env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_TOPIC_PREFIX": prefix,
                "JOBLEDGER_HOME": home}  # fmt: skip
         options = tuple(arg for pair in args.conf for arg in ("-D", pair))
-        services = load.Services("stall", env, work, options=options)
+        instances = [load.Services(f"stall-{k}", env, work, options=options)
+                     for k in range(args.instances)]  # fmt: skip
         watch = load.Watch(bootstrap, prefix)
         stand_in: subprocess.Popen | None = None
         try:
-            services.start()
+            for instance in instances:
+                instance.start()
+            if args.instances > 1 and not load.until(
+                lambda: load.ownership_settled(instances, args.partitions), 300
+            ):
+                raise RuntimeError(f"the services never settled their ownership: {work}")
             with (work / "stand-in.log").open("w") as log:
                 stand_in = subprocess.Popen(
                     [sys.executable, str(Path(load.__file__)), "--stand-in", "--prefix", prefix,
@@ -101,8 +111,19 @@ def main() -> int:
             client = transactional_producer(bootstrap, "stall-client")
             serde = EventSerde()
 
+            giant = load.wide_job(f"giant-{uuid.uuid4().hex[:8]}", args.parallelism, True)
+            job_topic = topic_name(TopicRole.JOB, prefix)
+            owners = {name: i.name for i in instances for name in i.ownership()[0]}
+
+            def owner(job_id: str) -> str:
+                return owners.get(f"{job_topic}/{partition_of(job_id, args.partitions)}", "?")
+
             def small() -> JobSubmitted:
-                job = load.wide_job(f"small-{uuid.uuid4().hex[:8]}", 1, eager=True)
+                while True:
+                    job_id = f"small-{uuid.uuid4().hex[:8]}"
+                    if args.instances == 1 or owner(job_id) != owner(giant.job_id):
+                        break
+                job = load.wide_job(job_id, 1, eager=True)
                 dispatcher.submit(client, prefix, job, serde)
                 client.flush(10)
                 return job
@@ -112,7 +133,6 @@ def main() -> int:
                 job = small()
                 load.until(lambda j=job: j.job_id in watch.ends, 60)
                 quiet.append(job)
-            giant = load.wide_job(f"giant-{uuid.uuid4().hex[:8]}", args.parallelism, True)
             dispatcher.submit(client, prefix, giant, serde)
             client.flush(10)
             waited = first_slot_request(bootstrap, prefix, giant.job_id, args.limit)
@@ -120,13 +140,14 @@ def main() -> int:
             if not load.until(lambda: beside.job_id in watch.ends and giant.job_id in watch.ends,
                               args.limit):  # fmt: skip
                 raise RuntimeError(f"the jobs did not end within {args.limit:.0f} s: {work}")
-            rss_mb = (load.vm_hwm_kb(services.pid) or 0) / 1024
+            rss_mb = max((load.vm_hwm_kb(i.pid) or 0) / 1024 for i in instances)
         finally:
             watch.close()
             if stand_in is not None:
                 stand_in.terminate()
                 stand_in.wait(30)
-            services.stop()
+            for instance in instances:
+                instance.stop()
         records = read_events(bootstrap, prefix)
 
     def span_ms(job_id: str) -> int:
@@ -145,14 +166,15 @@ def main() -> int:
         for r in records
         if isinstance(r.event, JobSubmitted) and r.event.job_id == giant.job_id
     )
-    print(f"the giant's job partition: {giant_partition}")
+    print(f"the giant's job partition: {giant_partition} ({owner(giant.job_id)})")
     for r in sorted(records, key=lambda r: r.timestamp):
         if (
             getattr(r.event, "job_id", None) == beside.job_id
             or (getattr(r.event, "allocation_id", None) or "").find(beside.job_id) >= 0
         ):
             where = f"{r.role.value}/{r.partition}@{r.offset}"
-            print(f"  {r.timestamp - start:6d} ms {r.event.type_name():28} {where}")
+            by = owners.get(f"{topic_name(r.role, prefix)}/{r.partition}", "")
+            print(f"  {r.timestamp - start:6d} ms {r.event.type_name():28} {where} {by}")
     giant_records = [r for r in records if getattr(r.event, "job_id", None) == giant.job_id]
     g0 = min(r.timestamp for r in giant_records)
     deployed = max(r.timestamp for r in records if isinstance(r.event, TaskDeploymentRequested)
@@ -160,6 +182,7 @@ def main() -> int:
     finished = max(r.timestamp for r in giant_records if isinstance(r.event, JobStatusChanged))
     summary = {
         "parallelism": args.parallelism,
+        "instances": args.instances,
         "quiet_ms": quiet_ms,
         "beside_ms": beside_ms,
         "over_quiet_ms": beside_ms - statistics.median(quiet_ms),
