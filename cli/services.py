@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jobledger.services import kafka, signing
 from jobledger.services.control.event_time import MAX_AHEAD_MS
+from jobledger.services.host import gc_policy
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.metrics import ServiceMetrics
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
@@ -92,6 +93,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if runtime.metrics is not None:
         serve_metrics(args.metrics_port, runtime.metrics.registry)
+    gc_policy.live_service()
     try:
         runtime.run()
     except ServiceHalted:
