@@ -5,7 +5,7 @@ submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its
 
 On a broker of its own (or `--bootstrap`), fresh topics, `--instances` `jobledger services run`
 (one by default; with more, the consumer group splits the partitions between them, and the
-small job is given a job partition the giant's owner does not own) and
+small job is given a job partition the giant's owner does not own, if another owns one) and
 bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
 (two no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times
 (its quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and
@@ -119,11 +119,11 @@ def main() -> int:
                 return owners.get(f"{job_topic}/{partition_of(job_id, args.partitions)}", "?")
 
             def small() -> JobSubmitted:
-                while True:
-                    job_id = f"small-{uuid.uuid4().hex[:8]}"
-                    if args.instances == 1 or owner(job_id) != owner(giant.job_id):
-                        break
-                job = load.wide_job(job_id, 1, eager=True)
+                """A small job, on a job partition of another owner than the giant's if
+                there is one (an instance may own every job partition)."""
+                ids = [f"small-{uuid.uuid4().hex[:8]}" for _ in range(4 * args.partitions)]
+                others = [i for i in ids if owner(i) != owner(giant.job_id)]
+                job = load.wide_job((others or ids)[0], 1, eager=True)
                 dispatcher.submit(client, prefix, job, serde)
                 client.flush(10)
                 return job
