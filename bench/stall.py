@@ -6,13 +6,14 @@ submission to FINISHED while a giant ALL_TO_ALL job is being derived, beside its
 On a broker of its own (or `--bootstrap`), fresh topics, `--instances` `jobledger services run`
 (one by default; with more, the consumer group splits the partitions between them, and the
 small job is given a job partition the giant's owner does not own, if another owns one) and
-bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job
-(two no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times
-(its quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and
-once the first of its slot requests is on the log the small job is submitted again. Printed:
-the quiet times, the small job's time under the giant, its hops (each of its records with
-milliseconds since its submission, from broker timestamps), the giant's seconds to all
-deployed and finished. The last line is one JSON object. Nothing is asserted.
+bench/load.py's stand-in TaskExecutors (enough 4-slot ones for both jobs): the small job (two
+no-op vertices of one subtask, POINTWISE-free, EAGER) is run alone `--quiet-runs` times (its
+quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitted, and once
+the first of its slot requests (`--beside deployments`: of its deployments) is on the log the
+small job is submitted again. Printed: the quiet times, the small job's time under the giant,
+its hops (each of its records with milliseconds since its submission, from broker timestamps),
+the giant's seconds to all deployed and finished. The last line is one JSON object. Nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -41,17 +42,20 @@ from jobledger.schemas.topics import TopicRole
 from jobledger.services.client import dispatcher
 from jobledger.services.control.partitioning import partition_of
 from jobledger.services.kafka import TYPE_HEADER, read_committed_consumer, transactional_producer
-from jobledger.services.kafka_topics import create_topics
+from jobledger.services.kafka_topics import create_topics, partitions_of
 
 SLOTS = 4
 
 
-def first_slot_request(bootstrap: str, prefix: str, job_id: str, limit_s: float) -> float:
-    """Seconds waited until a SlotRequested of `job_id` is on the ResourceManager's topic."""
+def first_record(bootstrap: str, prefix: str, job_id: str, kind: type, limit_s: float) -> float:
+    """Seconds waited until a record of `kind` of `job_id` is on its topic (partition 0 of
+    the ResourceManager's, or any of the TaskExecutors')."""
     consumer = read_committed_consumer(bootstrap, extra={"fetch.wait.max.ms": 10})
-    topic = topic_name(TopicRole.RESOURCE_MANAGER, prefix)
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    serde, wanted = EventSerde(), SlotRequested.type_name().encode()
+    role = TopicRole.RESOURCE_MANAGER if kind is SlotRequested else TopicRole.TASK_EXECUTOR
+    topic = topic_name(role, prefix)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
+                     for p in range(len(partitions_of(consumer, topic)))])  # fmt: skip
+    serde, wanted = EventSerde(), kind.type_name().encode()
     started = time.monotonic()
     try:
         while time.monotonic() - started < limit_s:
@@ -62,7 +66,7 @@ def first_slot_request(bootstrap: str, prefix: str, job_id: str, limit_s: float)
                     return time.monotonic() - started
     finally:
         consumer.close()
-    raise TimeoutError(f"no slot request of {job_id} in {limit_s:.0f} s")
+    raise TimeoutError(f"no {kind.type_name()} of {job_id} in {limit_s:.0f} s")
 
 
 def main() -> int:
@@ -71,6 +75,9 @@ def main() -> int:
     parser.add_argument("--quiet-runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--instances", type=int, default=1, help="`services run` processes")
+    parser.add_argument("--beside", choices=("requests", "deployments"), default="requests",
+                        help="submit the small job at the giant's first slot request, or "
+                        "at its first deployment (its last offer derives them all)")  # fmt: skip
     parser.add_argument("--limit", type=float, default=600.0)
     parser.add_argument("--heartbeat-interval", type=float, default=10.0,
                         help="the stand-ins' beat, s (Flink's heartbeat.interval)")  # fmt: skip
@@ -135,7 +142,8 @@ def main() -> int:
                 quiet.append(job)
             dispatcher.submit(client, prefix, giant, serde)
             client.flush(10)
-            waited = first_slot_request(bootstrap, prefix, giant.job_id, args.limit)
+            kind = SlotRequested if args.beside == "requests" else TaskDeploymentRequested
+            waited = first_record(bootstrap, prefix, giant.job_id, kind, args.limit)
             beside = small()
             if not load.until(lambda: beside.job_id in watch.ends and giant.job_id in watch.ends,
                               args.limit):  # fmt: skip
@@ -160,7 +168,8 @@ def main() -> int:
     beside_ms = span_ms(beside.job_id)
     start = min(r.timestamp for r in records if getattr(r.event, "job_id", None) == beside.job_id)
     print(f"small job alone: {quiet_ms} ms; beside a P={args.parallelism} giant: {beside_ms} ms "
-          f"(submitted {waited:.1f} s after the giant, at its first slot request)")  # fmt: skip
+          f"(submitted {waited:.1f} s after the giant, at its first "
+          f"{kind.type_name()})")  # fmt: skip
     giant_partition = next(
         r.partition
         for r in records
@@ -183,6 +192,7 @@ def main() -> int:
     summary = {
         "parallelism": args.parallelism,
         "instances": args.instances,
+        "beside": args.beside,
         "quiet_ms": quiet_ms,
         "beside_ms": beside_ms,
         "over_quiet_ms": beside_ms - statistics.median(quiet_ms),
