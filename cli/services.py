@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException
 from jobledger.schemas.topics import INPUT_ROLES, topic_name
 from jobledger.services import kafka, kafka_topics, signing
 from jobledger.services.control.event_time import MAX_AHEAD_MS
-from jobledger.services.host import retention
+from jobledger.services.host import gc_policy, retention
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.metrics import ServiceMetrics
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
@@ -100,6 +100,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if runtime.metrics is not None:
         serve_metrics(args.metrics_port, runtime.metrics.registry)
+    gc_policy.live_service()
     try:
         runtime.run()
     except ServiceHalted:

@@ -99,6 +99,10 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
         _count, str(SlotPoolConfig.max_pending_requests), "slot requests one job keeps at the "
         "ResourceManager at once (0: no bound); the rest wait in its pool and go as these are "
         "answered, so one giant job queues no more than this ahead of other jobs' requests"),
+    "jobledger.scheduler.max-pending-deployments": (
+        _count, "0", "deployments one job has unreported at once (0: no bound); the rest "
+        "wait and go as these report, so one giant job queues no more than this ahead of "
+        "other jobs' records at the TaskExecutors"),
     "task.deployment.timeout": (
         duration_ms, "2 min", "how long a deployed task may take to report INITIALIZING before "
         "it fails and runs elsewhere (Flink's submitTask RPC timeout plays this part)"),
@@ -199,6 +203,7 @@ class Configuration:
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),
             deployment_timeout_ms=self.get("task.deployment.timeout"),
+            max_pending_deployments=self.get("jobledger.scheduler.max-pending-deployments"),
             limits=self.job_limits(),
         )
 

@@ -88,6 +88,8 @@ class JobMasterConfig:
     deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
     """How long a deployed attempt may take to report INITIALIZING before it fails (Flink's
     `submitTask` RPC timeout plays this part)."""
+    max_pending_deployments: int = 0
+    """Deployments a job has unreported at once (`Scheduler.max_pending_deployments`)."""
     limits: JobLimits = field(default_factory=JobLimits)
     """What one JobGraph may cost (`jobledger.job.max-subtasks`, `...max-deployment-bytes`):
     a JobSubmitted beyond them is refused with the reason, before anything is derived."""
@@ -116,7 +118,8 @@ class JobMaster(Reducer):
         self.scheduler = Scheduler(
             self.job_id, pool, self.config.slot_request_timeout_ms,
             self.config.failover_strategy, self.config.restart_strategy,
-            deployment_timeout_ms=self.config.deployment_timeout_ms, limits=self.config.limits,
+            deployment_timeout_ms=self.config.deployment_timeout_ms,
+            max_pending_deployments=self.config.max_pending_deployments, limits=self.config.limits,
         )  # fmt: skip
 
     @property

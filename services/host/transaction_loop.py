@@ -56,7 +56,7 @@ from ..control.partitioning import misrouted
 from ..kafka import SERVICES_GROUP_PREFIX
 from ..kafka_topics import partitions_of
 from ..signing import Keyring
-from . import snapshot
+from . import gc_policy, snapshot
 from .clock import Clock, timers_fired
 from .errors import ServiceHalted, StopRequested, topic_gone
 from .health import HealthReport
@@ -218,6 +218,7 @@ class ServiceRuntime:
         self.workers.update(
             self.rebuilder.rebuild_all(consumer.committed(partitions, timeout=30), producers)
         )
+        gc_policy.rebuilt()
         log.info("owns %s", sorted(f"{t}/{p}" for t, p in self.workers))
 
     def _check_partition_counts(self) -> None:
@@ -670,6 +671,7 @@ class ServiceRuntime:
         topic = topic_name(worker.role, self.prefix)
         committed = self.consumer.committed([TopicPartition(topic, worker.partition)], 30)[0]
         self.workers[(topic, worker.partition)] = self.rebuilder.rebuild(committed, worker.producer)
+        gc_policy.rebuilt()
         start = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
         self.consumer.seek(TopicPartition(topic, worker.partition, start))
 

@@ -85,7 +85,7 @@ def test_a_small_job_s_request_waits_behind_at_most_the_giant_s_window():
 def test_the_window_is_an_option_and_zero_leaves_it_unbounded():
     config = Configuration.parse(["jobledger.slot-pool.max-pending-requests=0"])
     assert config.job_master().pool.max_pending_requests == 0
-    assert Configuration.parse([]).job_master().pool.max_pending_requests == 1_000
+    assert Configuration.parse([]).job_master().pool.max_pending_requests == 100
     cluster = JobCluster(task_executors=0, config=config.job_master())
     cluster.submit([vertex("v", 8)])
     assert sum(isinstance(e, SlotRequested) for e in cluster.log) == 8

@@ -2,7 +2,7 @@
 through `jobledger services run` on the real broker.
 
 The giant is scaled down (2 x 300 subtasks) and so is its window of slot requests at the
-ResourceManager (`jobledger.slot-pool.max-pending-requests`, 10 here, 1,000 by default), so
+ResourceManager (`jobledger.slot-pool.max-pending-requests`, 10 here, 100 by default), so
 that its derivation spans dozens of transactions on every partition it touches, as a
 10,000 x 10,000 job's does at the default (bench/stall.py runs that one). No TaskExecutor
 process runs: TaskExecutors are registered by their TaskManagerRegistered records, slots are
