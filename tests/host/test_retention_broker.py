@@ -199,7 +199,7 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
         # the retention set on the running cluster: every record older than it goes at once
         status, out = run(capsys, "topics", "create", "--partitions", "1", "--retention",
                           RETENTION, "--snapshot-interval-s", "1")  # fmt: skip
-        assert status == 0 and out.count("exists") == 6, out
+        assert status == 0 and out.count("exists") == len(TopicRole), out
         status, out = run(capsys, "services", "run", "--snapshot-interval-s", "2")
         assert status == 1 and "refused to start" in out and "4000 ms the snapshots" in out, out
 
@@ -220,7 +220,7 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
 
     # kept from now on: what follows is verified from the snapshots taken before the kill
     status, out = run(capsys, "topics", "create", "--partitions", "1", "--retention", "-1")
-    assert status == 0 and out.count("exists") == 6, out
+    assert status == 0 and out.count("exists") == len(TopicRole), out
     again = service_process(cluster, home, "--snapshot-interval-s", "1")
     try:
         wait_until_owning(again)
