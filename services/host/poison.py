@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -30,11 +31,15 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from jobledger.schemas import topic_name
 from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.model import MAX_EVENT_BYTES
 
 from ..control.driver import ReducerDriver
 from .errors import ServiceHalted, StopRequested
+from .partition_worker import PartitionWorker
+
+log = logging.getLogger("jobledger.runtime")
 
 REASON_CHARS = 500
 """A dead letter's reason is one line of at most this many characters: an exception's message
@@ -103,6 +108,63 @@ class Quarantine:
             del self.poisoned[done]
         if self.one_by_one_until is not None and self.one_by_one_until <= offset:
             self.one_by_one_until = None
+
+
+class Quarantines:
+    """The owned partitions' quarantines, by topic and partition: kept across a partition's
+    restores, dropped when it is given up (its next owner finds its poisoned inputs again)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._by_partition: dict[tuple[str, int], Quarantine] = {}
+
+    def of(self, worker: PartitionWorker) -> Quarantine:
+        key = (topic_name(worker.role, self.prefix), worker.partition)
+        return self._by_partition.setdefault(key, Quarantine())
+
+    def drop(self, topic: str, partition: int) -> None:
+        self._by_partition.pop((topic, partition), None)
+
+    def poison(self, worker: PartitionWorker, offset: int, poison: Poison) -> None:
+        """Dead-letter input `offset` when it is read again (the caller then takes the
+        partition back to its last commit: the state must be what it was without it)."""
+        log.error("%s/%d@%d: %s; it is dead-lettered and the partition goes on without it",
+                  worker.role.value, worker.partition, offset, poison.reason)  # fmt: skip
+        self.of(worker).poisoned[offset] = poison
+
+    def one_by_one(self, worker: PartitionWorker) -> bool:
+        until = self.of(worker).one_by_one_until
+        return until is not None and worker.next_offset <= until
+
+    def refused_for_an_input(self, worker: PartitionWorker, error: KafkaError) -> None:
+        """The broker refused the transaction for what it holds (`record_specific`): tried
+        again as it was, it fails again. A transaction of several inputs is committed again
+        one input per transaction; one of a single input poisons it (its dead letter leaves
+        the record's bytes out). A dead letter refused even so is a topic that holds no dead
+        letter: the service stops."""
+        quarantine = self.of(worker)
+        first, end = worker.committed_offset, worker.next_offset
+        where = f"{worker.role.value}/{worker.partition}"
+        if end - first > 1:
+            log.error("%s: the transaction of inputs %d-%d was refused (%s); committing them one "
+                      "by one to find the input it is refused for", where, first, end - 1,
+                      error.str())  # fmt: skip
+            quarantine.one_by_one_until = end
+            return
+        if end - first < 1:
+            return  # no input in it (a snapshot alone): what failed is no input's
+        earlier = quarantine.poisoned.get(first)
+        if earlier is not None and earlier.kind == "transaction":
+            raise ServiceHalted(
+                f"{where}@{first}: the broker refuses even the dead letter of the input, without "
+                f"its bytes ({error.str()}); check the topics' max.message.bytes (`jobledger "
+                "topics create` makes them), then start the service again"
+            )
+        quarantine.poisoned[first] = Poison(
+            "transaction", f"the broker refused its transaction: {error.name()}"
+        )
+        log.error("%s@%d: its transaction was refused (%s); it is dead-lettered without its "
+                  "bytes and the partition goes on", where, first, error.str())  # fmt: skip
 
 
 def dead_letter(msg: Message, reason: str, *, with_bytes: bool = True) -> DeadLettered:

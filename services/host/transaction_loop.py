@@ -20,7 +20,9 @@ transaction that snapshots the partition. An input whose transaction the broker 
 what it holds is found by committing the batch again one input per transaction, and
 dead-lettered without its bytes. Records larger than `MAX_EVENT_BYTES` are dead-lettered
 before decoding, and a dead letter too large to carry its record carries the record's digest.
-Only infrastructure faults stop the service (`poison.py`).
+Only infrastructure faults stop the service (`poison.py`). Committing a batch, and going back
+to the last commit, is the `Committer`'s (`committer.py`); the poisoned inputs are kept by
+`poison.Quarantines`.
 """
 
 from __future__ import annotations
@@ -35,12 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -50,37 +50,24 @@ from jobledger.schemas.topics import INPUT_ROLES, TopicRole
 
 from .. import kafka, kafka_reads
 from ..control.driver import ReducerDriver
-from ..control.event_time import MAX_AHEAD_MS, ahead_refusal
+from ..control.event_time import ahead_refusal
 from ..control.job_status import awaited_by_clients
 from ..control.partitioning import misrouted
 from ..kafka import SERVICES_GROUP_PREFIX
 from ..kafka_topics import partitions_of
 from ..signing import Keyring
-from . import gc_policy, snapshot
+from . import gc_policy
 from .clock import Clock, timers_fired
+from .committer import Committer
 from .errors import ServiceHalted, StopRequested, topic_gone
 from .health import HealthReport
 from .metrics import ServiceMetrics
 from .partition_worker import PartitionWorker
-from .poison import (
-    Poison,
-    Quarantine,
-    dead_letter,
-    exception_line,
-    infrastructure,
-    one_line,
-    record_specific,
-)
+from .poison import Poison, Quarantines, dead_letter, exception_line, infrastructure
 from .rebuild import Rebuilder, Refusal
+from .runtime_config import RuntimeConfig
 from .stop_signals import on_stop_signal
-from .transactions import (
-    SEND_OFFSETS_TIMEOUT_S,
-    Encoded,
-    PartitionCommit,
-    TransactionWriter,
-    Wedged,
-    retire,
-)
+from .transactions import Encoded, PartitionCommit, TransactionWriter
 
 log = logging.getLogger("jobledger.runtime")
 
@@ -89,41 +76,6 @@ PREFETCH_KB = 512
 records of ~250 bytes, four batches): enough to keep it busy between fetches on a broker
 milliseconds away, little enough that a record of a quiet partition is not queued behind
 seconds of another partition's backlog."""
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    batch_size: int = 500
-    snapshot_every: int = 10_000
-    """Snapshot a partition after this many inputs since its last snapshot (0: never)..."""
-    snapshot_interval_s: float = 60.0
-    """...or once this long has passed with inputs since the last one, whether more inputs
-    come or not (0: never); what a safe retention is measured by (retention.py)."""
-    timer_interval_ms: int = 1_000
-    """Look this often for owners whose deadline has come, and append a TimerFired for each
-    (0: no clock)."""
-    health_interval_s: float = 10.0
-    idle_commit_interval_s: float = 1.0
-    """Inputs that derive nothing are committed with the next transaction that has output, or
-    after this long: a transaction per tiny batch of such inputs (a task's end told to its
-    TaskExecutor, a heartbeat) cost more than the reducing."""
-    poll_timeout_s: float = 0.1
-    """How long one poll waits for the first record when there is none; it returns as soon as
-    one arrives, so this bounds only how late an idle service looks at its clock."""
-    stop_deadline_s: float = 15.0
-    """After SIGTERM, the current transaction may finish; a process still running this long
-    after the signal (blocked on a broker that does not answer) exits at once, non-zero: its
-    open transaction is aborted by the broker and the next owner redoes it."""
-    session_timeout_ms: int = kafka.SESSION_TIMEOUT_MS
-    client_grace_s: float = 5.0
-    """How long past its own timeout a librdkafka call may take before it counts as stuck."""
-    rebuild_silence_s: float = 60.0
-    """A rebuild that hears nothing from the broker this long stops the service (it cannot
-    own a partition whose log it cannot read) instead of waiting forever."""
-    max_event_time_ahead_ms: int = MAX_AHEAD_MS
-    """An input dated further ahead of its record's Kafka timestamp is dead-lettered (0: no
-    bound). The record's timestamp, not this process's clock: it is in the log, so a rebuild
-    admits what the live loop admitted; and the broker bounds it by its own clock."""
 
 
 @dataclass
@@ -192,11 +144,12 @@ class ServiceRuntime:
         self._broker_down_since: float | None = None
         self._deadline: threading.Timer | None = None
         """Started by the first stop signal: exits the process when it runs out."""
-        self._abandoned: list[Producer] = []
-        """Producers left behind with a thread stuck inside (never closed under it)."""
-        self._quarantines: dict[tuple[str, int], Quarantine] = {}
-        """Each owned partition's poisoned inputs (`poison.py`); kept across its restores,
-        dropped when it is given up (its next owner finds them again)."""
+        self.quarantines = Quarantines(self.prefix)
+        """Each owned partition's poisoned inputs (`poison.py`)."""
+        self.committer = Committer(
+            self.prefix, self.config, self.writer, self.consumer, self.rebuilder, self.metrics,
+            self.workers, self.quarantines,
+        )  # fmt: skip
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -256,8 +209,8 @@ class ServiceRuntime:
             worker = self.workers.pop((tp.topic, tp.partition), None)
             if worker is not None and worker.uncommitted_since is not None:
                 with contextlib.suppress(KafkaException):  # the next owner redoes them
-                    self._commit(worker, [], giving_up=True)
-            self._quarantines.pop((tp.topic, tp.partition), None)
+                    self.committer.commit(worker, [], giving_up=True)
+            self.quarantines.drop(tp.topic, tp.partition)
         log.info("gave up %s", sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -267,7 +220,7 @@ class ServiceRuntime:
         owner's to redo."""
         for tp in partitions:
             self.workers.pop((tp.topic, tp.partition), None)
-            self._quarantines.pop((tp.topic, tp.partition), None)
+            self.quarantines.drop(tp.topic, tp.partition)
         log.warning("lost %s (the group session ended); rejoining",
                     sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))  # fmt: skip
 
@@ -285,7 +238,7 @@ class ServiceRuntime:
         try:
             while self.running:
                 self.step()
-            self._commit_idle(0)
+            self.committer.commit_idle(0)
         except StopRequested as exc:
             log.info("%s", exc)
         except ServiceHalted as exc:
@@ -339,8 +292,8 @@ class ServiceRuntime:
             worker = self.workers.get(key)
             if worker is not None:
                 self._process(worker, messages)
-        self._commit_idle(self.config.idle_commit_interval_s)
-        self._snapshot_quiet()
+        self.committer.commit_idle(self.config.idle_commit_interval_s)
+        self.committer.snapshot_quiet()
         self._tick_if_due()
         self.health.report_if_due(self.consumer, self.workers)
         if self.metrics is not None and self.metrics.wanted():
@@ -352,7 +305,7 @@ class ServiceRuntime:
         number is then what replay says at the commit). A metric that cannot be computed is
         an error to log, never a reason to stop deciding: the scrape is served the last
         answer, with its age."""
-        self._commit_idle(0)
+        self.committer.commit_idle(0)
         topics = {role: topic for topic, role in self.roles.items()}
         try:
             metrics.answer(self.workers.values(), self.consumer, topics, int(time.time() * 1000))
@@ -417,23 +370,23 @@ class ServiceRuntime:
             except Exception as exc:
                 if infrastructure(exc):
                     raise
-                self._poison(worker, msg.offset(), Poison("raised", exception_line(exc)))
+                self.committer.poison(worker, msg.offset(), Poison("raised", exception_line(exc)))
                 return
             worker.next_offset = msg.offset() + 1
             worker.since_snapshot += 1
             worker.processed += 1
-            if self._one_by_one(worker):
-                if not self._commit(worker, outputs):
+            if self.quarantines.one_by_one(worker):
+                if not self.committer.commit(worker, outputs):
                     return
                 outputs = []
-        if outputs or worker.awaited or self._snapshot_due(worker):
-            self._commit(worker, outputs)
+        if outputs or worker.awaited or self.committer.snapshot_due(worker):
+            self.committer.commit(worker, outputs)
         elif worker.uncommitted_since is None:
             worker.uncommitted_since = time.monotonic()
 
     def _reduce(self, worker: PartitionWorker, msg: Message) -> list[Encoded]:
         """The input's decisions, encoded, or a dead letter if no reducer may see it."""
-        poison = self._quarantine(worker).poisoned.get(msg.offset())
+        poison = self.quarantines.of(worker).poisoned.get(msg.offset())
         if poison is not None:
             worker.snapshot_forced = True
             refusal = Refusal(poison.kind, poison.reason)
@@ -485,235 +438,6 @@ class ServiceRuntime:
             reason = driver.admit(event, signer.principal, signer.role, self.keyring.owners())
         return (None, Refusal("refused", reason)) if reason else (event, None)
 
-    # -- poisoned inputs -----------------------------------------------------------------
-
-    def _quarantine(self, worker: PartitionWorker) -> Quarantine:
-        key = (topic_name(worker.role, self.prefix), worker.partition)
-        return self._quarantines.setdefault(key, Quarantine())
-
-    def _poison(self, worker: PartitionWorker, offset: int, poison: Poison) -> None:
-        """Dead-letter input `offset` when it is read again, and go back to the last commit:
-        the state must be what it was without it."""
-        log.error("%s/%d@%d: %s; it is dead-lettered and the partition goes on without it",
-                  worker.role.value, worker.partition, offset, poison.reason)  # fmt: skip
-        self._quarantine(worker).poisoned[offset] = poison
-        self._restore(worker)
-
-    def _one_by_one(self, worker: PartitionWorker) -> bool:
-        until = self._quarantine(worker).one_by_one_until
-        return until is not None and worker.next_offset <= until
-
-    def _refused_for_an_input(self, worker: PartitionWorker, error: KafkaError) -> None:
-        """The broker refused the transaction for what it holds (`poison.record_specific`):
-        tried again as it was, it fails again. A transaction of several inputs is committed
-        again one input per transaction; one of a single input poisons it (its dead letter
-        leaves the record's bytes out). A dead letter refused even so is a topic that holds no
-        dead letter: the service stops."""
-        quarantine = self._quarantine(worker)
-        first, end = worker.committed_offset, worker.next_offset
-        where = f"{worker.role.value}/{worker.partition}"
-        if end - first > 1:
-            log.error("%s: the transaction of inputs %d-%d was refused (%s); committing them one "
-                      "by one to find the input it is refused for", where, first, end - 1,
-                      error.str())  # fmt: skip
-            quarantine.one_by_one_until = end
-            return
-        if end - first < 1:
-            return  # no input in it (a snapshot alone): what failed is no input's
-        earlier = quarantine.poisoned.get(first)
-        if earlier is not None and earlier.kind == "transaction":
-            raise ServiceHalted(
-                f"{where}@{first}: the broker refuses even the dead letter of the input, without "
-                f"its bytes ({error.str()}); check the topics' max.message.bytes (`jobledger "
-                "topics create` makes them), then start the service again"
-            )
-        quarantine.poisoned[first] = Poison(
-            "transaction", f"the broker refused its transaction: {error.name()}"
-        )
-        log.error("%s@%d: its transaction was refused (%s); it is dead-lettered without its "
-                  "bytes and the partition goes on", where, first, error.str())  # fmt: skip
-
-    # -- committing ----------------------------------------------------------------------
-
-    def _commit(
-        self, worker: PartitionWorker, outputs: list[Encoded], giving_up: bool = False
-    ) -> bool:
-        """One transaction: the decisions, the input offsets and, when due, a snapshot;
-        `giving_up` for a partition being given up (its next owner starts over). False if it
-        did not commit: the worker went back to its last commit (unless given up)."""
-        topic = topic_name(worker.role, self.prefix)
-        records: list[tuple[bytes, bytes]] = []
-        if self._snapshot_due(worker):
-            try:
-                records = self._snapshot(worker, topic)
-            except Exception as exc:
-                if infrastructure(exc):
-                    raise
-                if not giving_up:
-                    self._snapshot_refused(worker, exc)
-                return False
-        unit = PartitionCommit(
-            outputs, TopicPartition(topic, worker.partition, worker.next_offset), records
-        )
-        if not self._transaction(worker, unit, restore=not giving_up, giving_up=giving_up):
-            return False
-        worker.uncommitted_since = None
-        worker.awaited = False
-        worker.committed_offset = worker.next_offset
-        self._quarantine(worker).committed(worker.next_offset)
-        return True
-
-    def _snapshot_refused(self, worker: PartitionWorker, exc: Exception) -> None:
-        """The state no longer encodes as a snapshot: poison the first input since the last
-        snapshot after which it does not (found by reducing them again, encoding after each)."""
-        topic = topic_name(worker.role, self.prefix)
-        poisoned = self._quarantine(worker).poisoned
-        found = self.rebuilder.first_unencodable(topic, worker.partition, worker.next_offset,
-                                                 set(poisoned))  # fmt: skip
-        if found is None:
-            raise ServiceHalted(
-                f"{worker.role.value}/{worker.partition}: its state does not encode as a "
-                f"snapshot ({exception_line(exc)}), yet no input since the last snapshot makes "
-                "it so when reduced again: the reducers are not deterministic. Report it with "
-                "the log (`jobledger export`)"
-            ) from exc
-        offset, cause = found
-        self._poison(worker, offset, Poison("raised", one_line(
-            f"the snapshot after it raised {type(cause).__name__}: {cause}"
-        )))  # fmt: skip
-
-    def _transaction(
-        self, worker: PartitionWorker, unit: PartitionCommit, *, restore: bool,
-        giving_up: bool = False,
-    ) -> bool:  # fmt: skip
-        """Commit `unit` with the worker's producer. If it fails short of fatal (a timeout, a
-        lost coordinator, a full queue, a stuck call), the producer is never used again and,
-        unless the partition is being given up, a new one takes its place: making it fences
-        the old one and aborts its open transaction. librdkafka lacks KIP-890 (Kafka's
-        hardened transactions): a producer whose commit or abort did not complete in time may
-        still deliver them late, into its next transaction (Jepsen saw aborted reads, lost
-        writes and torn transactions of that kind), while a fenced one cannot. With
-        `restore`, the worker then goes back to its last committed offset: its reducers have
-        seen inputs whose decisions were just thrown away, and going on from there would lose
-        them. A refusal of what the transaction holds narrows it to the input it is refused
-        for (`_refused_for_an_input`). A fatal error (fenced: another instance owns the
-        partition now) is raised."""
-        producer = worker.producer
-        started = time.monotonic()
-        try:
-            self.writer.commit(producer, worker.partition, unit)
-            worker.committed_at = time.monotonic()
-            if self.metrics is not None:
-                role = worker.role.value
-                self.metrics.commit_seconds.labels(role).observe(worker.committed_at - started)
-                self.metrics.decisions.labels(role).inc(sum(r.decision for r in unit.decisions))
-            return True
-        except Wedged:
-            log.error("%s/%d: the transaction's offsets were not sent within %.0f s (librdkafka "
-                      "is stuck; see its issue #5511); leaving that producer behind%s",
-                      worker.role.value, worker.partition,
-                      SEND_OFFSETS_TIMEOUT_S + self.config.client_grace_s,
-                      "" if giving_up else " and fencing it with a new one")  # fmt: skip
-            self._abandoned.append(producer)  # a thread is still inside: never closed under it
-            if not giving_up:
-                self._renew_producers(worker)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() == KafkaError.INVALID_TIMESTAMP:
-                what = f"{worker.role.value}/{worker.partition}'s transaction"
-                raise ServiceHalted(kafka.clock_skew(error, what)) from exc
-            if error.fatal():
-                raise ServiceHalted(
-                    f"{worker.role.value}/{worker.partition}: the broker refused this "
-                    f"instance's transactions for good ({error.str()}). Another instance "
-                    "has taken the partition over (its producer fenced this one): two services "
-                    "on the same partitions, or this one stalled past its session timeout. "
-                    "This instance stops; the other goes on. Start it again to rejoin the group."
-                ) from exc
-            if record_specific(error) and restore and unit.offset is not None:
-                self._refused_for_an_input(worker, error)
-            else:
-                log.warning("%s/%d: transaction failed (%s); %s", worker.role.value,
-                            worker.partition, error.str(),
-                            "left to the next owner" if giving_up
-                            else "its producer is replaced")  # fmt: skip
-            retire(producer)
-        if not giving_up:  # when giving the partition up, a new producer would fence the next owner
-            worker.producer = self.writer.producer(
-                topic_name(worker.role, self.prefix), worker.partition
-            )
-            if restore:
-                log.warning("%s/%d: going back to the committed offset", worker.role.value,
-                            worker.partition)  # fmt: skip
-                self._restore(worker)
-        return False
-
-    def _renew_producers(self, stuck: PartitionWorker) -> None:
-        """Give every other owned partition a new producer as well (none is inside a
-        transaction: they run one at a time). In librdkafka's issue #5511, a producer keeps a
-        group coordinator that left the cluster in its cache, and its next
-        `send_offsets_to_transaction` blocks the same way: the partitions wedged one after
-        another, 20 s apiece (a rolling restart stalled the services 31-39 s). A new producer
-        looks the coordinator up afresh; making it fences the old one, which had nothing
-        open."""
-        others = [w for w in self.workers.values() if w is not stuck]
-        if not others:
-            return
-        keys = [(topic_name(w.role, self.prefix), w.partition) for w in others]
-        for other, producer in zip(others, self.writer.producers(keys), strict=True):
-            retire(other.producer)
-            other.producer = producer
-        log.warning("gave the %d other partitions new producers too (librdkafka #5511)",
-                    len(others))  # fmt: skip
-
-    def _restore(self, worker: PartitionWorker) -> None:
-        """Rebuild the worker from its committed offset and fetch again from there."""
-        topic = topic_name(worker.role, self.prefix)
-        committed = self.consumer.committed([TopicPartition(topic, worker.partition)], 30)[0]
-        self.workers[(topic, worker.partition)] = self.rebuilder.rebuild(committed, worker.producer)
-        gc_policy.rebuilt()
-        start = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
-        self.consumer.seek(TopicPartition(topic, worker.partition, start))
-
-    def _commit_idle(self, older_than_s: float) -> None:
-        """Commit the offsets of inputs that derived nothing, once they wait long enough."""
-        now = time.monotonic()
-        for worker in list(self.workers.values()):
-            since = worker.uncommitted_since
-            if since is not None and now - since >= older_than_s:
-                self._commit(worker, [])
-
-    def _snapshot_quiet(self) -> None:
-        """Snapshot the partitions whose snapshot came due while no input arrived: a due
-        snapshot was looked for only as an input was processed, so a partition that went
-        quiet kept its last inputs uncovered for good, and a retention (services/host/
-        retention.py) deleting them left every later restart rebuilding without them."""
-        for worker in list(self.workers.values()):
-            if worker.since_snapshot and self._snapshot_due(worker):
-                self._commit(worker, [])
-
-    def _snapshot_due(self, worker: PartitionWorker) -> bool:
-        every, interval = self.config.snapshot_every, self.config.snapshot_interval_s
-        if worker.snapshot_forced:
-            return True
-        if not worker.since_snapshot:
-            return False
-        return bool(
-            (every and worker.since_snapshot >= every)
-            or (interval and time.monotonic() - worker.last_snapshot >= interval)
-        )
-
-    def _snapshot(self, worker: PartitionWorker, topic: str) -> list[tuple[bytes, bytes]]:
-        """The worker's state as snapshot records; the count starts again (a transaction that
-        fails rebuilds the worker, and its count with it)."""
-        data = snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset))
-        worker.snapshot_bytes = len(data)
-        records = snapshot.chunk_records(f"{topic}/{worker.partition}", worker.next_offset, data)
-        worker.since_snapshot = 0
-        worker.snapshot_forced = False
-        worker.last_snapshot = time.monotonic()
-        return list(records)
-
     def _tick_if_due(self) -> None:
         now_ms = self.clock.tick()
         if now_ms is None:
@@ -724,4 +448,4 @@ class ServiceRuntime:
                 # nothing reduced yet (the TimerFired are reduced when read back): the next
                 # tick tries again
                 encoded = [self.writer.encode(event) for event in fired]
-                self._transaction(worker, PartitionCommit(encoded, None), restore=False)
+                self.committer.transaction(worker, PartitionCommit(encoded, None), restore=False)
