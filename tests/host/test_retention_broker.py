@@ -15,8 +15,10 @@ written before the kill; and the deleted job's debugging answers from its archiv
 the broker gave before the deletion.
 
 The other TaskExecutor is played by the test (its registration and its tasks' reports, as
-`tests/support/jobs.py` answers deployments), so that the first job can run through the kill:
-the real runner's tasks have nothing to run and finish at once. The runner comes back whether
+`tests/support/jobs.py` answers deployments), so that the first job can run through the kill
+(the real runner's tasks have nothing to run and finish at once); its slots are larger than
+the runner's, and the first two jobs ask for such, so they run there whenever the runner
+registers. The runner comes back whether
 Spark had committed its last micro-batch (it reads on from the log's new start) or was killed
 while one ran (whose records are deleted: the checkpoint is moved aside and it reads from the
 log's end, `services/runner/checkpoint.py`); on two cores the second is the usual.
@@ -71,6 +73,9 @@ ARCHIVE = f"memory://retention-{uuid.uuid4().hex[:8]}"
 TM = "tm-retained"
 REAL = "real-0"
 """The TaskExecutor of the real runner (`jobledger runner --runner-id real`)."""
+PLAYED = profile(2.0, 2048)
+"""The played TaskExecutor's slots: more than the real runner's, so that a job asking for
+them runs there whenever the real runner registered."""
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +102,16 @@ class Runner:
         self.clock = Clock(start=int(time.time() * 1000))
         append(cluster, [self.clock(
             TaskManagerRegistered, resource_id=TM, address=f"{TM}:6122", number_of_slots=4,
-            resource_profile=profile(1.0, 1024),
+            resource_profile=PLAYED,
         )])  # fmt: skip
 
-    def submit(self, job_id: str, parallelism: int) -> None:
+    def submit(self, job_id: str, parallelism: int, played_only: bool = False) -> None:
+        """Submit a job; `played_only`: its slots must be the played TaskExecutor's."""
+        work = vertex("work", parallelism)
+        if played_only:
+            work = work.model_copy(update={"resource_profile": PLAYED})
         job = self.clock(
-            JobSubmitted, job_id=job_id, job_name=job_id, vertices=[vertex("work", parallelism)],
+            JobSubmitted, job_id=job_id, job_name=job_id, vertices=[work],
             restart_strategy=RestartStrategy(),
         )  # fmt: skip
         append(self.cluster, submission(job, "test"))
@@ -240,20 +249,18 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
     status, _ = run(capsys, "topics", "create", "--partitions", "1", "-D", "segment.ms=200")
     assert status == 0
 
+    real = real_runner(cluster, tmp_path)  # its ~25 s start overlaps what follows
     services = service_process(cluster, home, "--snapshot-interval-s", "1")
-    real: subprocess.Popen | None = None
     try:
         wait_until_owning(services)
         runner = Runner(cluster)
-        runner.submit("outlives", 2)
-        runner.submit("closes", 1)
+        runner.submit("outlives", 2, played_only=True)
+        runner.submit("closes", 1, played_only=True)
         outlives = runner.deployments("outlives", 2)
         runner.report(outlives, ExecutionState.INITIALIZING, ExecutionState.RUNNING)
         runner.report(runner.deployments("closes", 1), ExecutionState.INITIALIZING,
                       ExecutionState.RUNNING, ExecutionState.FINISHED)  # fmt: skip
         until(lambda: finished(cluster, "closes"), "the job that closes finished", 30)
-        # registered only now, so that the jobs above are the played TaskExecutor's
-        real = real_runner(cluster, tmp_path)
 
         status, out = run(capsys, "archive", "--to", ARCHIVE)
         assert status == 0 and out.startswith("closes\t"), out
@@ -294,7 +301,7 @@ def test_the_broker_deletes_while_jobs_run_and_restarts_debugging_and_replay_sta
         assert "retention deleted the oldest records of job/0 (before " in out, out
     finally:
         for process in (real, services):
-            if process is not None and process.poll() is None:
+            if process.poll() is None:
                 kill_tree(process.pid)
                 process.wait(10)
 
