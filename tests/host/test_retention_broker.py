@@ -16,12 +16,14 @@ the broker gave before the deletion.
 
 The other TaskExecutor is played by the test (its registration and its tasks' reports, as
 `tests/support/jobs.py` answers deployments), so that the first job can run through the kill
-(the real runner's tasks have nothing to run and finish at once); its slots are larger than
-the runner's, and the first two jobs ask for such, so they run there whenever the runner
-registers. The runner comes back whether
-Spark had committed its last micro-batch (it reads on from the log's new start) or was killed
-while one ran (whose records are deleted: the checkpoint is moved aside and it reads from the
-log's end, `services/runner/checkpoint.py`); on two cores the second is the usual.
+(the real runner's tasks have nothing to run and finish at once); its slots are larger than the
+runner's, and the first two jobs ask for such, so they run there whenever the runner registers.
+The runner comes back whether Spark had committed its last micro-batch (it reads on from the
+log's new start) or was killed while one ran (whose records are deleted: the checkpoint is
+moved aside and it reads from the log's end, `services/runner/checkpoint.py`): which one
+depends on when the kill comes, and both must hold. The second made every restart fail ("Offset
+out of range") until the checkpoint was judged from where Spark reads again, not from its
+latest offsets (`tests/runner/test_checkpoint.py` holds that case on its own).
 """
 
 from __future__ import annotations
