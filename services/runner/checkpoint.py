@@ -8,10 +8,13 @@ query, printed the failure every few seconds for good. So before its query start
 compares the checkpoint with the log: a small file beside Spark's (`MARKER`) records the
 broker's cluster id and the topic's id as they were when the checkpoint was used, and the
 offsets of the checkpoint's latest micro-batch must lie within each partition's log: not past
-its end, not before its start (records retention deleted, which Spark cannot read). A
-checkpoint that does not fit is moved aside, never deleted (it is the only record of where
-the runner was), and the runner starts from the log's current end, as a new one does; or, as
-the operator chooses, the runner refuses to start.
+its end, and, from where the restarted query reads first, not before its start (records
+retention deleted, which Spark cannot read). Where it reads first is the latest batch's end,
+unless Spark planned that batch and never committed it (the runner was killed while it ran):
+Spark runs it again, from the end of the batch before. A checkpoint that does not fit is moved
+aside, never deleted (it is the only record of where the runner was), and the runner starts
+from the log's current end, as a new one does; or, as the operator chooses, the runner refuses
+to start.
 """
 
 from __future__ import annotations
@@ -116,9 +119,10 @@ def misfit(checkpoint: Path, now: LogState) -> str | None:
     ]
     if beyond:
         return f"has offsets past the end of {now.topic}: {'; '.join(beyond)}"
+    first = resume_offsets(checkpoint) or offsets
     deleted = [
         f"[{p}] at {offset}, start {now.starts[int(p)]}"
-        for p, offset in sorted(offsets[now.topic].items(), key=lambda item: int(item[0]))
+        for p, offset in sorted(first.get(now.topic, {}).items(), key=lambda item: int(item[0]))
         if offset < now.starts.get(int(p), 0)
     ]
     if deleted:
@@ -135,12 +139,31 @@ def latest_offsets(checkpoint: Path) -> Offsets | None:
     Spark writes each `offsets/N` as a version line, a line of batch metadata, then one line
     per source: that source's offsets as it serialized them (here `{topic: {partition:
     offset}}`), or `-` if it had none. The runner's query has one source."""
-    batches = [f for f in (checkpoint / "offsets").glob("*") if f.name.isdigit()]
+    batches = _batches(checkpoint)
+    return _offsets(checkpoint, batches[-1]) if batches else None
+
+
+def resume_offsets(checkpoint: Path) -> Offsets | None:
+    """Where a query started from the checkpoint reads first: the latest micro-batch's end
+    once Spark committed it (`commits/N`); else its start, the offsets of the batch before it,
+    since Spark runs a batch it planned but never committed again (`None` for a first batch
+    never committed: it starts from the source's initial offsets, which `offsets/` lacks)."""
+    batches = _batches(checkpoint)
     if not batches:
         return None
-    latest = max(batches, key=lambda f: int(f.name))
+    if (checkpoint / "commits" / str(batches[-1])).exists():
+        return _offsets(checkpoint, batches[-1])
+    return _offsets(checkpoint, batches[-2]) if len(batches) > 1 else None
+
+
+def _batches(checkpoint: Path) -> list[int]:
+    """The numbers of the checkpoint's micro-batches (`offsets/N`), in order."""
+    return sorted(int(f.name) for f in (checkpoint / "offsets").glob("*") if f.name.isdigit())
+
+
+def _offsets(checkpoint: Path, batch: int) -> Offsets | None:
     offsets: Offsets = {}
-    for line in latest.read_text("utf-8").splitlines()[2:]:
+    for line in (checkpoint / "offsets" / str(batch)).read_text("utf-8").splitlines()[2:]:
         if line.strip() != "-":
             offsets.update(json.loads(line))
     return offsets or None

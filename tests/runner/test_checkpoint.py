@@ -26,10 +26,16 @@ LOG = LogState(cluster_id="cluster-a", topic=TOPIC, topic_id="topic-1", ends={0:
 AT = datetime(2026, 11, 26, 19, 12, 5, tzinfo=UTC)
 
 
-def checkpoint(tmp_path: Path, *batches: str, marker: LogState | None = None) -> Path:
-    """A checkpoint whose batch i's offsets line is `batches[i]`, marked with `marker`."""
+def checkpoint(
+    tmp_path: Path, *batches: str, marker: LogState | None = None, committed: int = -1
+) -> Path:
+    """A checkpoint whose batch i's offsets line is `batches[i]`, marked with `marker`, its
+    batches up to `committed` committed (`commits/i`, as Spark writes once a batch ran)."""
     directory = tmp_path / "ckpt"
     (directory / "offsets").mkdir(parents=True)
+    (directory / "commits").mkdir()
+    for i in range(committed + 1):
+        (directory / "commits" / str(i)).write_text('v1\n{"nextBatchWatermarkMs":0}')
     (directory / "metadata").write_text('{"id":"0f6c4d1e-query"}')
     for i, offsets in enumerate(batches):
         (directory / "offsets" / str(i)).write_text(
@@ -76,6 +82,24 @@ def test_offsets_retention_has_deleted_since_do_not_fit(tmp_path):
     assert misfit(ckpt, trimmed) == (
         f"has offsets before the start of {TOPIC} (records deleted since): [0] at 3, start 5"
     )
+
+
+def test_a_batch_never_committed_whose_start_was_deleted_does_not_fit(tmp_path):
+    """The runner was killed while batch 1 ran: Spark runs it again from batch 0's offsets,
+    and retention deleted the records from there to 5 ("Offset out of range" at every start)."""
+    ckpt = checkpoint(tmp_path, native({"0": 3, "1": 12}), native({"0": 6, "1": 12}),
+                      marker=LOG, committed=0)  # fmt: skip
+    trimmed = LogState("cluster-a", TOPIC, "topic-1", {0: 8, 1: 12}, starts={0: 5, 1: 12})
+    assert misfit(ckpt, trimmed) == (
+        f"has offsets before the start of {TOPIC} (records deleted since): [0] at 3, start 5"
+    )
+
+
+def test_a_committed_batch_reads_on_from_its_end(tmp_path):
+    ckpt = checkpoint(tmp_path, native({"0": 3, "1": 12}), native({"0": 6, "1": 12}),
+                      marker=LOG, committed=1)  # fmt: skip
+    trimmed = LogState("cluster-a", TOPIC, "topic-1", {0: 8, 1: 12}, starts={0: 5, 1: 12})
+    assert misfit(ckpt, trimmed) is None
 
 
 def test_another_cluster_does_not_fit(tmp_path):
