@@ -1,5 +1,5 @@
 """Cluster scale: many TaskExecutors beating, small jobs at a rising rate, and how both grow
-with `services run` instances (issue 45 items 1-3).
+with `services run` instances.
 
     python bench/cluster_scale.py --task-executors 100000 --instances 1 2
     ... [--task-executors 10000 100000] [--instances 1 2 4] [--rates 10 25 50 100 150]

@@ -1,4 +1,4 @@
-"""Disk a jobledger log takes (issue 47): bytes per job, small and at parallelism 1000, and
+"""Disk a jobledger log takes: bytes per job, small and at parallelism 1000, and
 per idle TaskExecutor per day, as the broker stores them, to size disk and retention by.
 
 On a broker of its own (or `--bootstrap`'s, whose log folder `--log-dirs` names), the

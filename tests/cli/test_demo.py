@@ -1,4 +1,4 @@
-"""`demo wordcount`'s topics (issue 43): a run that picked its own prefix deletes its topics
+"""`demo wordcount`'s topics: a run that picked its own prefix deletes its topics
 when it ends, so runs do not pile up `demo-XXXX.*`; a prefix it was given stays. The
 cluster is a stand-in that makes the topics as the real ones do and whose job never ends:
 what is tested is the demo's end, on the real broker, without Spark or services."""

@@ -1,4 +1,5 @@
-"""A job keeps a bounded window of unreported deployments (issue 44, item 4).
+"""A job keeps a bounded window of unreported deployments, so that a giant job's
+deployments do not hold back another job's.
 
 An EAGER job's last slot made every deployment at once: a giant job's thousands then sat on
 the TaskExecutor partitions (and its tasks' reports on the job's) ahead of any other job's

@@ -1,5 +1,5 @@
-"""A runner's TaskExecutors beat in one record (`TaskManagerHeartbeatsReported`, issue 45
-item 3): each beat decides what a `TaskManagerHeartbeat` of its instance would, so every
+"""A runner's TaskExecutors beat in one record (`TaskManagerHeartbeatsReported`):
+each beat decides what a `TaskManagerHeartbeat` of its instance would, so every
 TaskExecutor's loss is decided alike however its beats were carried, and again by replay."""
 
 from __future__ import annotations

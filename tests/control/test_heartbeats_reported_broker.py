@@ -1,4 +1,4 @@
-"""Beats batched per runner through the real services on the real broker (issue 45 item 3):
+"""Beats batched per runner through the real services on the real broker:
 a runner's record of beats keeps its TaskExecutors alive beside a client's single
 `TaskManagerHeartbeat`, the one TaskExecutor left out of both is lost at the heartbeat
 timeout, and `replay --verify` re-derives every decision where the services wrote it."""

@@ -1,4 +1,4 @@
-"""Retention and archives without a broker (issue 47): which retention the snapshots make
+"""Retention and archives without a broker: which retention the snapshots make
 safe, what a restart needs of each partition, a closed job's story and its archive in an
 fsspec location, the debugging answers an archive gives, and the verification of a log whose
 beginning is deleted, from snapshots."""

@@ -1,4 +1,4 @@
-"""Retention on a real broker (issue 47): a broker of its own that deletes expired segments
+"""Retention on a real broker: a broker of its own that deletes expired segments
 every quarter second, topics in segments of 0.2 s, the services snapshotting every second.
 One job runs; another closes and is archived, and its debugging answers are taken; a real
 `jobledger runner` (one local core, one slot) starts and runs a subtask of a third job. Then a

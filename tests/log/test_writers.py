@@ -1,4 +1,4 @@
-"""Who wrote each record, wherever events are shown (issue 48 item 1): `history` (and
+"""Who wrote each record, wherever events are shown: `history` (and
 `--by`), `explain`, `tail`, `job show` and the REST API name each record's signer as the
 keyring checks it, or say it is unsigned, refused, or that no keyring names its key. The log
 is the stale-leader golden log as a cluster whose writers all sign writes it

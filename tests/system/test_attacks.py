@@ -413,7 +413,7 @@ def test_kafka_refuses_what_signatures_cannot_stop(cluster):
 
 
 def test_the_services_checkpoints_make_an_export_that_audits_clean(secured, tmp_path):
-    """Issue 48 item 3 on the real broker: `jobledger checkpoint`, as the services, writes
+    """Signed checkpoints on the real broker: `jobledger checkpoint`, as the services, writes
     signed tree heads of every partition twice (the second run goes on from the first's);
     an export carries them, and `jobledger audit` finds every record under one, an unsigned
     record the services refused among them."""

@@ -95,7 +95,7 @@ def test_a_java_client_registers_a_task_executor_and_runs_a_job_to_finished(
 def test_a_java_client_signs_what_it_writes_and_a_wrong_key_is_dead_lettered(
     java_client, secured, tmp_path
 ):
-    """Issue 48 item 2: on `broker --secure`, the Java client signs each record with Ed25519
+    """On `broker --secure`, the Java client signs each record with Ed25519
     (the JDK's own); the services admit every one of them, and name its writer; the same
     client with a key the keyring does not hold has every record dead-lettered."""
     with signed_run(secured, tmp_path, "javaclient") as run:
