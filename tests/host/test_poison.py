@@ -32,7 +32,7 @@ from ..support import scenario
 from ..support.events import Clock
 from ..support.golden_logs import as_log
 from ..support.jobs import vertex
-from ..support.runtime_harness import RuntimeThread, append, until, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, append, wait_until_decided
 
 SERDE = EventSerde()
 PILLS = {"job-p": "pill-raise", "job-q": "pill-encode", "job-s": "pill-snapshot"}
@@ -95,7 +95,7 @@ def test_an_input_whose_processing_raises_is_dead_lettered_and_its_partition_goe
     at = len(scenario.TASK_EXECUTORS) + 2  # among job-a's, before job-b's and job-c's
     append(cluster, inputs[:at] + pills(clock) + inputs[at:])
     with RuntimeThread(cluster, snapshot_every=5) as first:
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert first.failure is None, first.failure
         live = job_states(first.workers)
     letters = {d.source_offset: d for d in dead_letters(cluster)}
@@ -121,7 +121,7 @@ def test_an_input_whose_processing_raises_is_dead_lettered_and_its_partition_goe
     assert live == replay(records).driver.to_dict()["job_masters"]
 
     with RuntimeThread(cluster, snapshot_every=5) as second:  # a new owner: snapshot + tail
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         rebuilt = job_states(second.workers)
         assert any(w.rebuilt_from_snapshot_at for w in second.workers.values())
     assert rebuilt == live
@@ -237,10 +237,7 @@ def test_records_larger_than_an_event_are_dead_lettered_by_digest_and_the_partit
     assert write_raw(cluster, (b"job-b", garbage), (b"job-p", encoded)) == [(0, 0), (0, 1)]
     append(cluster, scenario.start_cluster(Clock()))
     with RuntimeThread(cluster) as runtime:
-        # the services are seen at work (both records dead-lettered) before the log's quiet
-        # counts: on a loaded machine, 3 s may pass before they read anything
-        until(lambda: len(dead_letters(cluster)) == 2, "both records dead-lettered")
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert runtime.failure is None, runtime.failure
         live = job_states(runtime.workers)
     letters = sorted(dead_letters(cluster), key=lambda d: d.source_offset)
@@ -280,7 +277,7 @@ def test_an_input_whose_transaction_is_refused_for_what_it_holds_is_dead_lettere
     [(partition, offset)] = write_raw(cluster, (b"job-b", garbage))
     append(cluster, inputs[6:])
     with RuntimeThread(cluster) as runtime:
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert runtime.failure is None, runtime.failure
         live = job_states(runtime.workers)
     [letter] = dead_letters(cluster)

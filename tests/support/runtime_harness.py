@@ -1,5 +1,6 @@
 """Running the service runtime in tests: in a thread, or as a `jobledger services run`
-subprocess, and waiting until the log stops growing."""
+subprocess, and waiting until the services have decided every input on the log (or, where
+no services group commits, until the log stops growing)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from jobledger.projections.log.log_file import LogRecord, read_events
+from jobledger.projections.log.log_file import LogRecord, processed_by_services, read_events
 from jobledger.schemas import Event, EventSerde
+from jobledger.schemas.topics import INPUT_ROLES
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 from jobledger.services.kafka import append_events, transactional_producer
 
@@ -39,6 +41,24 @@ def wait_until_quiet(cluster, settle_s: float = 3.0, limit_s: float = 120.0) -> 
         elif time.monotonic() - since >= settle_s:
             return records
     raise TimeoutError(f"the log kept growing for {limit_s} s ({len(records)} records)")
+
+
+def wait_until_decided(cluster, limit_s: float = 120.0) -> list[LogRecord]:
+    """The log once the services have committed past every input on it and it holds nothing
+    newer. A decision is written in the transaction that commits its input's offset, so when
+    every input read lies below the services' committed offsets and a second read finds no
+    record more, nothing is left for them to decide: no quiet period to guess at, which a
+    loaded machine outlasts."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        records = read(cluster)
+        decided = processed_by_services(cluster.bootstrap, cluster.prefix)
+        inputs = (r for r in records if r.role in INPUT_ROLES)
+        if all(decided(r) for r in inputs) and len(read(cluster)) == len(records):
+            return records
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the services did not decide every input within {limit_s:.0f} s")
+        time.sleep(0.2)
 
 
 def until(holds: Callable[[], bool], what: str, limit_s: float = 120.0) -> None:
