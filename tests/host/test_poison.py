@@ -208,18 +208,21 @@ def test_a_dead_letter_carries_the_digest_of_a_value_too_large_to_carry():
 
 
 def write_raw(cluster, *records: tuple[bytes, bytes]) -> list[tuple[int, int]]:
-    """Write records to the job topic as a raw Kafka client; where each went."""
-    delivered: list[tuple[int, int]] = []
+    """Write records to the job topic as a raw Kafka client; where each went, in the order
+    given. Idempotent, so that a retried request cannot land a record after the one written
+    next (a 1 MB record's request once did, and the records' offsets came out swapped)."""
+    delivered: dict[int, tuple[int, int]] = {}
     producer = Producer({
         "bootstrap.servers": cluster.bootstrap, "message.max.bytes": 1_040_000,
-        "partitioner": PARTITIONER,
-        "on_delivery": lambda err, msg: delivered.append((msg.partition(), msg.offset())),
+        "partitioner": PARTITIONER, "enable.idempotence": True,
     })  # fmt: skip
     topic = topic_name(TopicRole.JOB, cluster.prefix)
-    for key, value in records:
-        producer.produce(topic, key=key, value=value)
+    for i, (key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value,
+                         on_delivery=lambda err, msg, i=i: delivered.__setitem__(
+                             i, (msg.partition(), msg.offset())))  # fmt: skip
     assert producer.flush(30) == 0
-    return delivered
+    return [delivered[i] for i in range(len(records))]
 
 
 @pytest.mark.broker

@@ -98,7 +98,8 @@ def test_an_unexpected_event_is_reported_with_its_fields():
     assert message.splitlines()[1:] == [
         "  [0] unexpected: SlotRequested(job_id='job-1', job_master_id='jm', "
         "slot_request_id='r1', allocation_id='a1', resource_profile="
-        f"{UNKNOWN!r}, batch_request=False, timeout_ms=5000, blocked_resource_ids=[])",
+        f"{UNKNOWN!r}, batch_request=False, timeout_ms=5000, blocked_resource_ids=[], "
+        "principal=None)",
     ], "the event after it is not reported again"
     message = fails(events, [expect(SlotRequestCancelled, **CANCELLED | {"cause": "x"})])
     assert message.splitlines()[2] == (
