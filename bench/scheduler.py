@@ -71,6 +71,7 @@ from jobledger.schemas.types import (
 from jobledger.services.control.driver import ReducerDriver
 from jobledger.services.control.failover_strategy import tasks_needing_restart
 from jobledger.services.control.job_master import JobMasterConfig
+from jobledger.services.host import gc_policy
 
 SLOTS_PER_TASK_EXECUTOR = 4
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)
@@ -230,10 +231,13 @@ class Run:
 
 
 def measure(parallelism: int, kind: ResultPartitionType, mode: ScheduleMode,
-            profile: str | None) -> dict[str, Any]:  # fmt: skip
+            profile: str | None, collector: str) -> dict[str, Any]:  # fmt: skip
     """Every phase of one shape: the failovers and the release each on a run of their own
     (a failed job restarts only after its cancelled tasks report, which the bench leaves
-    out)."""
+    out). Under the `service` collector this child collects as a `services run` does
+    (`gc_policy.live_service`), each run's registered cluster frozen as a rebuilt state is."""
+    if collector == "service":
+        gc_policy.live_service()
     figures: dict[str, Any] = {}
     for purpose in ("region", "full", "release"):
         figures.update(one_run(parallelism, kind, mode, purpose, profile))
@@ -248,6 +252,7 @@ def one_run(parallelism: int, kind: ResultPartitionType, mode: ScheduleMode, pur
     and deployment."""
     figures: dict[str, Any] = {}
     run = Run(parallelism, kind, mode, "full" if purpose == "full" else "region", profile)
+    gc_policy.rebuilt()
     submitted = [
         run.make(JobSubmitted, **job(parallelism, kind, mode)),
         run.make(JobMasterLeadershipGranted, job_id=JOB, job_master_id=JM),
@@ -308,6 +313,8 @@ def main() -> int:
         ],
     )
     parser.add_argument("--profile", choices=PHASES, help="cProfile this phase (to stderr)")
+    parser.add_argument("--collector", choices=["service", "cpython"], default="service",
+                        help="collector: a services run's (default), or CPython's")  # fmt: skip
     args = parser.parse_args()
     results: dict[str, Any] = {}
     for shape in args.shape:
@@ -316,7 +323,7 @@ def main() -> int:
             key = f"{shape} P={p}"
             results[key] = figures = in_fork(
                 lambda p=p, k=kind, m=mode: measure(
-                    p, ResultPartitionType(k), ScheduleMode(m), args.profile
+                    p, ResultPartitionType(k), ScheduleMode(m), args.profile, args.collector
                 )
             )
             print(f"{key} (peak RSS {figures['peak_rss_mb']:.0f} MB)", file=sys.stderr)

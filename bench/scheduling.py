@@ -18,11 +18,14 @@ seconds beside them, and the CPU seconds of the garbage collector's passes among
 mode and P, and for EAGER `ratio_4000_to_1000` (CPU seconds: the work is single-threaded,
 and on a shared machine wall seconds move with the load, not with the code),
 `wall_ratio_4000_to_1000`, and `ratio_outside_gc_4000_to_1000`; LAZY_FROM_SOURCES's carry
-its name as a prefix. Four times the subtasks at linear cost is a ratio near 4. Outside the
-collector it is (4.0-4.2 measured); the collector's full passes add the rest: each walks the
-whole heap, and CPython runs one once enough objects survived (10 middle passes, a quarter
-of the heap), which a job of 1000 barely reaches (0 or 1) and one of 4000 does 3 or 4
-times, over a heap of 150k-340k objects (the events in the driver's queue and log).
+its name as a prefix. Four times the subtasks at linear cost is a ratio near 4. Each round
+runs under the collector policy of a `services run` (`--collector service`:
+`gc_policy.live_service`, the registered cluster frozen as a rebuilt state is) and under
+CPython's own (`cpython`, its ratios prefixed `cpython_`). Outside the collector the ratio is
+4.0-4.2 either way; CPython's full passes add the rest: each walks the whole heap, and CPython
+runs one once enough objects survived (10 middle passes, a quarter of the heap), which a job
+of 1000 barely reaches (0 or 1) and one of 4000 does 3 or 4 times, over a heap of 150k-340k
+objects (the events in the driver's queue and log). The services' policy makes none here.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from jobledger.schemas.types import (
     ScheduleMode,
 )
 from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.host import gc_policy
 
 SLOTS_PER_TASK_EXECUTOR = 4
 SLOT = ResourceProfile(kind=ResourceProfileKind.SPECIFIED, cpu_cores=1.0, task_heap_memory_mb=512)
@@ -143,7 +147,19 @@ def one_round(driver: ReducerDriver, make: Inputs, parallelism: int, mode: Sched
     return {"wall_s": wall, "cpu_s": cpu, **collector}
 
 
-def measure(parallelism: int, mode: ScheduleMode, repeats: int) -> dict[str, float]:
+def measured_round(
+    driver: ReducerDriver, make: Inputs, parallelism: int, mode: ScheduleMode, collector: str
+) -> dict[str, float]:
+    """One round in this (forked) child, under `collector`: `cpython`'s own thresholds, or
+    `service`, the policy a `services run` process serves under (`gc_policy.live_service`,
+    with the state rebuilt before the job came, here the registered cluster, frozen)."""
+    if collector == "service":
+        gc_policy.live_service()
+        gc_policy.rebuilt()
+    return one_round(driver, make, parallelism, mode)
+
+
+def measure(parallelism: int, mode: ScheduleMode, repeats: int, collector: str) -> dict[str, float]:
     """Medians over `repeats` forked rounds, from one cluster registered once. A small job
     is scheduled first, on a throwaway cluster: the builders of the events a job derives are
     compiled on their first use in a process (a running service's compiled long before), a
@@ -151,9 +167,22 @@ def measure(parallelism: int, mode: ScheduleMode, repeats: int) -> dict[str, flo
     warm_up, made = cluster(2)
     schedule(warm_up, made, 2, mode)
     driver, make = cluster(parallelism)
-    rounds = [in_fork(lambda: one_round(driver, make, parallelism, mode)) for _ in range(repeats)]
+    rounds = [in_fork(lambda: measured_round(driver, make, parallelism, mode, collector))
+              for _ in range(repeats)]  # fmt: skip
     return {key: round(statistics.median(r[key] for r in rounds), 4)
             for key in ("wall_s", "cpu_s", "gc_s", "full_gcs")}  # fmt: skip
+
+
+def ratios(by_p: dict[str, dict[str, float]], prefix: str) -> dict[str, float]:
+    """P=4000 over P=1000: of CPU seconds, of wall seconds, and of CPU outside the collector."""
+    outside_gc = {p: by_p[p]["cpu_s"] - by_p[p]["gc_s"] for p in ("1000", "4000")}
+    return {
+        f"{prefix}ratio_4000_to_1000": round(by_p["4000"]["cpu_s"] / by_p["1000"]["cpu_s"], 2),
+        f"{prefix}wall_ratio_4000_to_1000": round(
+            by_p["4000"]["wall_s"] / by_p["1000"]["wall_s"], 2
+        ),
+        f"{prefix}ratio_outside_gc_4000_to_1000": round(outside_gc["4000"] / outside_gc["1000"], 2),
+    }
 
 
 def main() -> int:
@@ -162,30 +191,29 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="rounds per figure (median)")
     parser.add_argument("--mode", nargs="+", default=["EAGER", "LAZY_FROM_SOURCES"],
                         choices=["EAGER", "LAZY_FROM_SOURCES"])  # fmt: skip
+    parser.add_argument("--collector", nargs="+", default=["service", "cpython"],
+                        choices=["service", "cpython"],
+                        help="collector policy: a services run's, or CPython's")  # fmt: skip
     args = parser.parse_args()
     if args.repeats < 1 or any(p < 1 for p in args.parallelism):
         parser.error("--repeats and every --parallelism must be at least 1")
     results: dict[str, dict[str, dict[str, float]]] = {}
-    for mode in args.mode:
-        results[mode] = {}
-        for p in args.parallelism:
-            figures = results[mode][str(p)] = measure(p, ScheduleMode(mode), args.repeats)
-            print(f"{mode} P={p}: {figures['wall_s']:.3f} s wall, {figures['cpu_s']:.3f} s CPU, "
-                  f"of which {figures['gc_s']:.3f} s in {figures['full_gcs']:g} full and the "
-                  f"young garbage collections (median of {args.repeats})",
-                  file=sys.stderr)  # fmt: skip
     summary: dict[str, Any] = {"repeats": args.repeats, "seconds": results}
-    for mode, by_p in results.items():
-        if "1000" in by_p and "4000" in by_p:
-            prefix = "" if mode == "EAGER" else f"{mode.lower()}_"
-            for key, name in (("cpu_s", "ratio"), ("wall_s", "wall_ratio")):
-                summary[f"{prefix}{name}_4000_to_1000"] = round(
-                    by_p["4000"][key] / by_p["1000"][key], 2
+    for collector in args.collector:
+        for mode in args.mode:
+            name = mode if collector == "service" else f"{mode}/cpython"
+            by_p = results[name] = {}
+            for p in args.parallelism:
+                figures = by_p[str(p)] = measure(p, ScheduleMode(mode), args.repeats, collector)
+                print(f"{name} P={p}: {figures['wall_s']:.3f} s wall, {figures['cpu_s']:.3f} s "
+                      f"CPU, of which {figures['gc_s']:.3f} s in {figures['full_gcs']:g} full and "
+                      f"the young garbage collections (median of {args.repeats})",
+                      file=sys.stderr)  # fmt: skip
+            if "1000" in by_p and "4000" in by_p:
+                prefix = ("" if mode == "EAGER" else f"{mode.lower()}_") + (
+                    "" if collector == "service" else "cpython_"
                 )
-            outside_gc = {p: by_p[p]["cpu_s"] - by_p[p]["gc_s"] for p in ("1000", "4000")}
-            summary[f"{prefix}ratio_outside_gc_4000_to_1000"] = round(
-                outside_gc["4000"] / outside_gc["1000"], 2
-            )
+                summary.update(ratios(by_p, prefix))
     print(json.dumps(summary))
     return 0
 
