@@ -42,7 +42,7 @@ from jobledger.services.kafka import SERVICES_GROUP_PREFIX, transactional_produc
 from jobledger.services.kafka_topics import committed_offsets
 
 from ..support.jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
-from ..support.runtime_harness import RuntimeThread, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, wait_until_decided
 
 
 class _Marker:
@@ -595,10 +595,10 @@ def test_a_state_larger_than_a_kafka_message_is_snapshotted_and_rebuilt(cluster)
     producer.commit_transaction(30)
 
     with RuntimeThread(cluster, snapshot_every=1) as first:
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         assert first.failure is None, first.failure
     with RuntimeThread(cluster, snapshot_every=1) as second:
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         workers = dict(second.workers)
         assert second.failure is None, second.failure
 
