@@ -71,9 +71,9 @@ def add_runner_arguments(p: argparse.ArgumentParser, master_default: str | None)
     )  # fmt: skip
     p.add_argument(
         "--keyring", type=Path, default=os.environ.get(signing.KEYRING_ENV), metavar="FILE",
-        help="delete a job's result topics only on a release a services key of this keyring "
-        "signed, as a secured cluster needs (default: $JOBLEDGER_KEYRING; none: believe "
-        "every release)",
+        help="act only on decisions (deployments, cancellations, releases, registration "
+        "answers) a services key of this keyring signed, as a secured cluster needs (default: "
+        "$JOBLEDGER_KEYRING; none: believe every one, which a secured runner warns of)",
     )  # fmt: skip
     p.add_argument(
         "--master", default=master_default,

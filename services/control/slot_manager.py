@@ -54,8 +54,8 @@ RATE_SWEEP = 64
 @dataclass
 class Slot:
     wire_namespace: ClassVar[str] = "jobledger.services.resource_manager"
-    """Where snapshots have named it since before it moved here from `resource_manager`:
-    Avro resolves a record by its full name (services/host/snapshot_format.py)."""
+    """Where snapshots have named it since before it moved here from `resource_manager`: a
+    moved type keeps its wire name (services/host/snapshot_format.py `_namespace`)."""
 
     state: SlotState = SlotState.FREE
     allocation_id: str | None = None
@@ -65,8 +65,8 @@ class Slot:
 @dataclass
 class SlotRequest:
     wire_namespace: ClassVar[str] = "jobledger.services.resource_manager"
-    """Where snapshots have named it since before it moved here from `resource_manager`:
-    Avro resolves a record by its full name (services/host/snapshot_format.py)."""
+    """Where snapshots have named it since before it moved here from `resource_manager`: a
+    moved type keeps its wire name (services/host/snapshot_format.py `_namespace`)."""
 
     job_id: str
     slot_request_id: str

@@ -5,11 +5,17 @@ too: the reducers import the query records, so the records cannot import the red
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import StrEnum, nonmember
+from typing import ClassVar
 
 
 class SlotState(StrEnum):
     """A TaskExecutor's slot as the ResourceManager sees it."""
+
+    wire_namespace: ClassVar[str] = nonmember("jobledger.services.resource_manager")
+    """Where snapshots named it before it moved here from `resource_manager`: a moved type
+    keeps its wire name (services/host/snapshot_format.py `_namespace`); `nonmember`, or the
+    enum would take it for a slot state."""
 
     FREE = "FREE"
     PENDING = "PENDING"
@@ -19,6 +25,9 @@ class SlotState(StrEnum):
 
 class TaskSlotState(StrEnum):
     """A slot in a TaskExecutor's slot table (a slot exists there only while allocated)."""
+
+    wire_namespace: ClassVar[str] = nonmember("jobledger.services.task_slot_table")
+    """Where snapshots named it before it moved here from `task_slot_table`."""
 
     ALLOCATED = "ALLOCATED"
     ACTIVE = "ACTIVE"

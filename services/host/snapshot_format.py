@@ -591,13 +591,18 @@ def _runnable(annotation: Any) -> bool:
 
 ROOMS = re.compile(r"^jobledger\.services\.(?:control|host)\.")
 """The engine's folders are not part of a type's wire name: a snapshot written before the
-reducers moved into `services/control/` names them `jobledger.services.<module>`, and Avro
-resolves a record only by that full name."""
+reducers moved into `services/control/` names them `jobledger.services.<module>`."""
 
 
 def _namespace(cls: type) -> str:
-    """A type's Avro namespace: its module's, or the one it pins as `wire_namespace` (a type
-    moved to another module keeps the full name snapshots wrote it under)."""
+    """A type's Avro namespace: its module's, or the one it pins as `wire_namespace`.
+
+    One rule for moving code (folders by `ROOMS`, a type to another module by its pin): a
+    type keeps the full name snapshots wrote it under, so a move changes neither the snapshot
+    schema nor its fingerprint. Our decoders (cavro, fastavro) would still read a renamed
+    type, since they resolve named types by their unqualified name as the Avro specification
+    does, but every move would add a schema to the history for nothing, and a reader that
+    compares full names would refuse it."""
     pinned = cls.__dict__.get("wire_namespace")
     if isinstance(pinned, str):
         return pinned

@@ -3,7 +3,8 @@ answers go to the registration, a deployment waits for its TaskExecutor's accept
 (`TaskSubmissionAccepted`, later on the same partition) so nothing the TaskExecutor refused
 ever runs, the accepted ones of each job go to Spark as one job, cancellations reach an
 attempt wherever it is (waiting, queued in this batch, or in a Spark job) and a job's release
-deletes its result topics (if the services signed it, where the runner has a keyring). Apart
+deletes its result topics; where the runner has a keyring, each only if the services signed
+it (`trust.py`). Apart
 from the Spark jobs because it runs on the query's thread and must return quickly: the query
 reads nothing while a micro-batch is routed."""
 
@@ -33,6 +34,7 @@ from .registration import Registration
 from .releases import ResultReleases
 from .reports import DriverReports, now_ms
 from .spark_jobs import Group, Received, SparkJobs
+from .trust import ServicesDecisions
 
 BATCH_STARTERS = (
     TaskSubmissionAccepted, TaskCancellationRequested, TaskManagerConnectionClosed,
@@ -88,6 +90,7 @@ class BatchRouter:
         registration: Registration,
         jobs: SparkJobs,
         releases: ResultReleases,
+        decisions: ServicesDecisions,
         reports: DriverReports,
         pool: ThreadPoolExecutor,
         metrics: RunnerMetrics,
@@ -96,6 +99,7 @@ class BatchRouter:
         self.registration = registration
         self.jobs = jobs
         self.releases = releases
+        self.decisions = decisions
         self.reports = reports
         self.pool = pool
         self.metrics = metrics
@@ -119,6 +123,8 @@ class BatchRouter:
                 continue  # the services dead-letter what they cannot read
             if getattr(event, "resource_id", None) not in self.task_executors.resource_ids:
                 continue
+            if not self.decisions.believes(event, row):
+                continue
             if isinstance(event, TaskManagerRegistrationAccepted):
                 self.registration.on_registration_accepted(event)
             elif isinstance(event, TaskManagerConnectionClosed):
@@ -132,9 +138,7 @@ class BatchRouter:
                 self._accept(event, accepted)
             elif isinstance(event, TaskCancellationRequested):
                 self.cancel_attempt(event.job_id, event.execution_attempt_id, accepted)
-            elif isinstance(event, ResultPartitionsReleased) and self.releases.believes(
-                event.job_id, row
-            ):
+            elif isinstance(event, ResultPartitionsReleased):
                 self.pool.submit(self.releases.release, event.job_id)
         for job_id, received in accepted.items():
             if received:  # not all cancelled while queued

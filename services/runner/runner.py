@@ -45,11 +45,12 @@ from .instances import TaskExecutorInstances
 from .kafka_source import FORMAT, register
 from .metrics import RunnerMetrics
 from .registration import Registration
-from .releases import SIGNED_COLUMNS, ResultReleases
+from .releases import ResultReleases
 from .reports import DriverReports, first_line
 from .routing import BATCH_STARTERS, BatchRouter
 from .session import spark_session
 from .spark_jobs import SparkJobs
+from .trust import SIGNED_COLUMNS, ServicesDecisions
 
 log = logging.getLogger("jobledger.runner")
 
@@ -111,12 +112,28 @@ class RunnerConfig:
     """The runner principal's signing key (PEM) for the executors' records; the driver's own
     sign with the process's key (`signing.use_signing_key`, set from the same file)."""
     keyring: Keyring | None = None
-    """The services' keyring (`--keyring`): given it, the runner deletes result topics only on
-    a release a `services` key signed (`releases.py`); a secured cluster's runners need it."""
+    """The services' keyring (`--keyring`): given it, the runner acts only on decisions a
+    `services` key signed (`trust.py`); a secured cluster's runners need it."""
+
+    @property
+    def secured(self) -> bool:
+        """Whether the cluster is secured: the runner signs its records (the services check
+        signatures) or its Kafka clients authenticate (SASL or TLS)."""
+        protocol = dict(self.client_properties).get("security.protocol", "plaintext")
+        return self.signing_key is not None or protocol.lower() != "plaintext"
 
     def __post_init__(self) -> None:
         roots = tuple(Path(root).resolve() for root in self.data_roots)
         object.__setattr__(self, "data_roots", roots)
+
+
+def warn_if_unchecked(config: RunnerConfig) -> None:
+    """One warning line where a secured cluster's runner has no keyring: it believes every
+    decision it reads, whoever wrote it (`trust.py`), which the operator must hear of."""
+    if config.keyring is None and config.secured:
+        log.warning("runner %s has no keyring (--keyring) on a secured cluster: it acts on "
+                    "every deployment, cancellation, release and registration answer on the "
+                    "TaskExecutor topic, whoever wrote it", config.runner_id)  # fmt: skip
 
 
 class TaskRunner:
@@ -161,7 +178,8 @@ class TaskRunner:
         )  # fmt: skip
         self.router = BatchRouter(
             self.task_executors, self.registration, self.jobs,
-            ResultReleases(config.bootstrap, config.prefix, config.keyring), self.reports,
+            ResultReleases(config.bootstrap, config.prefix), ServicesDecisions(config.keyring),
+            self.reports,
             self.pool, self.metrics,
         )  # fmt: skip
         self.query = None
@@ -173,6 +191,7 @@ class TaskRunner:
         that does not fit the log is dealt with first (`checkpoint.fit`), after the
         transactions a killed predecessor's tasks left open are aborted
         (`ProducerLeases.recover`), so no reader waits for them to time out."""
+        warn_if_unchecked(self.config)
         aborted = self.jobs.gate.leases.recover()
         if aborted:
             log.info("aborted what %d task producer(s) of the last run left open", len(aborted))
@@ -214,7 +233,7 @@ class TaskRunner:
             # a task that opened a consumer to read a batch's few records took most of it
             stream = stream.option("readOnDriver", "true")
         columns = ["value"]
-        if self.config.keyring is not None:  # a release's signature is checked over these too
+        if self.config.keyring is not None:  # a decision's signature is checked over these too
             stream = stream.option("includeHeaders", "true")
             columns += SIGNED_COLUMNS
         self.query = (

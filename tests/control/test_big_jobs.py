@@ -218,7 +218,7 @@ def test_a_jobsubmitted_beyond_the_limits_written_with_produce_is_refused_with_i
     from jobledger.schemas.jobs import JobStatusChanged
     from jobledger.schemas.rejections import EventRejected
 
-    from ..support.runtime_harness import RuntimeThread, wait_until_quiet
+    from ..support.runtime_harness import RuntimeThread, wait_until_decided
 
     lines = [graph("too-many", 30_000), graph("too-costly", 10_000, 30_000), graph("fine", 2)]
     for n, line in enumerate(lines):
@@ -229,7 +229,7 @@ def test_a_jobsubmitted_beyond_the_limits_written_with_produce_is_refused_with_i
         argv = ["produce", str(path), "--bootstrap", cluster.bootstrap,
                 "--topic-prefix", cluster.prefix]  # fmt: skip
         assert main(argv) == 0, capsys.readouterr().err
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert runtime.failure is None, runtime.failure
     rejected = {r.event.owner_id: r.event.reason for r in records
                 if isinstance(r.event, EventRejected)}  # fmt: skip

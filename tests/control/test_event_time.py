@@ -31,7 +31,7 @@ from jobledger.services.host.snapshot import Snapshot, decode, encode
 
 from ..support.events import ANY, Clock
 from ..support.jobs import JM, JOB, JobCluster, fixed_delay, vertex
-from ..support.runtime_harness import RuntimeThread, append, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, append, wait_until_decided
 
 TOP = LONG_MAX
 
@@ -125,7 +125,7 @@ def test_a_slot_request_at_the_top_of_time_is_dead_lettered_and_the_partitions_g
         append(cluster, [registered])
         append(cluster, [hostile])
         append(cluster, [honest])
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert runtime.failure is None, runtime.failure
     dead = [r.event for r in records if isinstance(r.event, DeadLettered)]
     assert [d.reason for d in dead] == [ahead_refusal(TOP, dead[0].event_time, MAX_AHEAD_MS)]

@@ -23,7 +23,7 @@ from jobledger.schemas.timers import CLOCK, TimerFired
 from jobledger.schemas.types import OwnerKind, TaskManagerBeat
 
 from ..support.events import profile
-from ..support.runtime_harness import RuntimeThread, append, read, until, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, append, read, until, wait_until_decided
 
 pytestmark = pytest.mark.broker
 
@@ -55,7 +55,7 @@ def test_a_runner_s_batched_beats_keep_its_task_executors_alive_and_replay_agree
 
         until(lambda: any(isinstance(r.event, TaskManagerLost) for r in read(cluster)),
               "a TaskExecutor lost")  # fmt: skip
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
     losses = [r.event for r in records if isinstance(r.event, TaskManagerLost)]
     assert [(e.resource_id, e.cause, e.cause_event_id) for e in losses] == [
         ("tm-2", "The heartbeat of TaskManager with id tm-2 timed out.", tick.event_id)

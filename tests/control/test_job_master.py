@@ -839,17 +839,9 @@ def test_jm_4_a_task_manager_left_without_slots_is_disconnected():
     tm-0 go: it is no longer registered and hears that the JobMaster disconnected."""
     c = JobCluster(task_executors=1, slots=1)
     c.submit([vertex("only", 1)], restart=fixed_delay(attempts=3, delay_ms=86_400_000))
-    deployment = c.deployments()[0]
-    attempt, allocation = deployment.execution_attempt_id, deployment.allocation_id
-    failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
-                     cause="slot broke", resource_id="tm-0")  # fmt: skip
-    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
-        pooled(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
-               allocation_id=allocation, cause="slot broke"),
-        pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
-               cause="slot broke"),
-        pooled(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
-        status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
+    derived, slot_broke = _fail_the_slot_of(c, c.deployments()[0])
+    assert_derived(derived, [
+        *slot_broke,
         expect(JobManagerDisconnected, job_id=JOB, job_master_id=JM, resource_id="tm-0",
                cause="No more slots registered at JobMaster tm-0."),
     ])  # fmt: skip
@@ -870,18 +862,25 @@ def test_jm_5_a_task_manager_still_holding_partitions_is_kept():
     c.report(src.execution_attempt_id, ExecutionState.FINISHED)
     sink = c.deployments()[1]
     assert (sink.vertex_id, sink.resource_id) == ("sink", "tm-0")
-    attempt, allocation = sink.execution_attempt_id, sink.allocation_id
+    derived, slot_broke = _fail_the_slot_of(c, sink)
+    assert_derived(derived, slot_broke)
+    assert "tm-0" in c.jm.pool.registered_task_managers
+
+
+def _fail_the_slot_of(c: JobCluster, deployment: TaskDeploymentRequested) -> tuple[list, list]:
+    """What `deployment`'s slot failing on tm-0 derives, and what it derives whatever tm-0
+    still holds: the request failed, the slot freed, tm-0 reported empty, the job restarting."""
+    attempt, allocation = deployment.execution_attempt_id, deployment.allocation_id
     failed = c.clock(AllocationFailed, job_id=JOB, allocation_id=allocation,
                      cause="slot broke", resource_id="tm-0")  # fmt: skip
-    assert_derived(derived_from(c.run([failed]), failed, PRODUCER), [
+    return derived_from(c.run([failed]), failed, PRODUCER), [
         pooled(SlotRequestFailed, job_id=JOB, slot_request_id=attempt,
                allocation_id=allocation, cause="slot broke"),
         pooled(SlotFreeRequested, job_id=JOB, resource_id="tm-0", allocation_id=allocation,
                cause="slot broke"),
         pooled(LastSlotOfTaskManagerFreed, job_id=JOB, resource_id="tm-0"),
         status(JobStatus.RUNNING, JobStatus.RESTARTING, f"{attempt}: slot broke"),
-    ])  # fmt: skip
-    assert "tm-0" in c.jm.pool.registered_task_managers
+    ]  # fmt: skip
 
 
 def test_jm_10_global_aggregates_fold_each_value_per_name():

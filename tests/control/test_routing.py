@@ -30,7 +30,7 @@ from jobledger.services.kafka import PARTITIONER, transactional_producer
 from jobledger.services.kafka_topics import await_metadata
 
 from ..support.events import profile
-from ..support.runtime_harness import RuntimeThread, read, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, read, wait_until_decided
 
 REGISTERED = TaskManagerRegistered(
     event_id="tm-reg", event_time=1, producer="t", resource_id="tm-x", address="a",
@@ -105,7 +105,7 @@ def test_an_event_off_its_route_is_dead_lettered_with_the_reason_and_replay_agre
         (TopicRole.JOB, right, _leadership("job-7", "lead-right")),
     ])  # fmt: skip
     with RuntimeThread(cluster) as runtime:
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         live = {key: w.driver.to_dict() for key, w in runtime.workers.items()}
 
     dead = sorted(
@@ -138,7 +138,7 @@ def test_one_event_id_on_two_partitions_is_two_inputs_live_and_in_replay(cluster
         (TopicRole.JOB, partition_of(job, 3), _leadership(job, "same-id")) for job in jobs
     ])  # fmt: skip
     with RuntimeThread(cluster) as runtime:
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         live = {j for w in runtime.workers.values() for j in w.driver.job_masters}
 
     assert live == set(jobs)

@@ -34,7 +34,7 @@ from jobledger.services.kafka_topics import committed_offsets
 
 from ..conftest import new_cluster
 from ..support.jobs import JM, JOB, JobCluster, fixed_delay, vertex
-from ..support.runtime_harness import RuntimeThread, read, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, read, wait_until_decided
 from ..support.strategies import Palette, at_edges, models
 
 SERDE = EventSerde()
@@ -105,7 +105,7 @@ def test_every_record_is_dead_lettered_with_a_reason_or_reduced(kafka_bootstrap,
 
     with RuntimeThread(cluster) as runtime:
         _wait_until_committed(cluster, ends, runtime)
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
 
     dead = {
         (r.event.source_topic, r.event.source_partition, r.event.source_offset): r.event

@@ -42,7 +42,7 @@ from jobledger.services.kafka import SERVICES_GROUP_PREFIX, transactional_produc
 from jobledger.services.kafka_topics import committed_offsets
 
 from ..support.jobs import JM, JOB, JobCluster, fails_first_attempt_of, fixed_delay, vertex
-from ..support.runtime_harness import RuntimeThread, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, wait_until_decided
 
 
 class _Marker:
@@ -474,6 +474,66 @@ def test_a_snapshot_of_an_earlier_schema_is_upcast(tmp_path, monkeypatch):
     assert restored.driver.job_masters[JOB].status == cluster.jm.status
 
 
+PRE_SPLIT = "73fc78d7c06de966"
+"""The last snapshot schema before the slot states moved to `slot_states.py`."""
+
+SPLIT_NAMED = "e391b88a1496afcd"
+"""A schema written while the slot states were named after `slot_states.py`, unpinned."""
+
+
+def _full_names(schema, namespace=None) -> dict[str, str]:
+    """Every named type defined in `schema`: its name -> its full name."""
+    names = {}
+    if isinstance(schema, list):
+        for branch in schema:
+            names |= _full_names(branch, namespace)
+    elif isinstance(schema, dict):
+        if schema.get("type") in ("record", "enum", "fixed"):
+            namespace = schema.get("namespace", namespace)
+            names[schema["name"]] = f"{namespace}.{schema['name']}"
+        for child in [schema.get(k) for k in ("type", "items", "values")]:
+            names |= _full_names(child, namespace)
+        for field in schema.get("fields", []):
+            names |= _full_names(field["type"], namespace)
+    return names
+
+
+def test_a_type_moved_between_modules_keeps_the_name_snapshots_wrote_it_under():
+    """One rule for moved types (`wire_namespace`): every type the pre-split schema names,
+    the current schema names alike, records and enums, so moving code changes no schema."""
+    before = _full_names(json.loads((snapshot.HISTORY / f"{PRE_SPLIT}.avsc").read_text()))
+    now = _full_names(current_schema())
+    shared = before.keys() & now.keys()
+    assert {"Slot", "SlotRequest", "SlotState", "TaskSlot", "TaskSlotState"} <= shared
+    assert {name: now[name] for name in shared} == {name: before[name] for name in shared}
+
+
+def test_a_snapshot_written_before_the_split_restores_the_state():
+    """A snapshot written with the pre-split schema restores the slots and slot tables
+    (where the moved types are) as they were; the state as queries see it is equal too
+    (the fields added since take their defaults, which the queries do not show)."""
+    cluster = _cluster_mid_job()
+    datum = _datum(encode(Snapshot(cluster.driver, 7)))
+
+    restored = decode(_old_payload(f"{PRE_SPLIT}.avsc", datum))
+
+    assert restored.next_offset == 7
+    assert restored.driver.task_executors == cluster.driver.task_executors
+    assert (restored.driver.resource_manager.task_executors
+            == cluster.driver.resource_manager.task_executors)  # fmt: skip
+    assert restored.driver.to_dict() == cluster.driver.to_dict()
+
+
+def test_a_snapshot_naming_the_slot_states_by_their_new_module_restores_the_state():
+    """Snapshots written while the moved enums went unpinned still load, whole."""
+    cluster = _cluster_mid_job()
+    datum = _datum(encode(Snapshot(cluster.driver, 7)))
+
+    restored = decode(_old_payload(f"{SPLIT_NAMED}.avsc", datum))
+
+    assert restored.driver == cluster.driver
+
+
 def _record(schema, name):
     """The definition of the named record `name` inside `schema`."""
     if isinstance(schema, dict):
@@ -535,10 +595,10 @@ def test_a_state_larger_than_a_kafka_message_is_snapshotted_and_rebuilt(cluster)
     producer.commit_transaction(30)
 
     with RuntimeThread(cluster, snapshot_every=1) as first:
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         assert first.failure is None, first.failure
     with RuntimeThread(cluster, snapshot_every=1) as second:
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         workers = dict(second.workers)
         assert second.failure is None, second.failure
 

@@ -30,8 +30,8 @@ from ..support.runtime_harness import (
     duplicates,
     read,
     service_process,
+    wait_until_decided,
     wait_until_owning,
-    wait_until_quiet,
 )
 
 pytestmark = pytest.mark.broker
@@ -40,9 +40,9 @@ pytestmark = pytest.mark.broker
 def play_scenario(cluster) -> None:
     clock = Clock()
     append(cluster, scenario.start_cluster(clock))
-    wait_until_quiet(cluster)
+    wait_until_decided(cluster)
     append(cluster, scenario.finish_job_a(clock) + scenario.lose_tm_4(clock))
-    records = wait_until_quiet(cluster)
+    records = wait_until_decided(cluster)
     append(cluster, scenario.re_request_failed(clock, [r.event for r in records]))
 
 
@@ -56,7 +56,7 @@ def assert_healthy(records) -> None:
 def test_the_runtime_processes_the_scenario_exactly_once(cluster):
     with RuntimeThread(cluster) as runtime:
         play_scenario(cluster)
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         states = {key: w.driver.to_dict() for key, w in runtime.workers.items()}
     assert_healthy(records)
     final = replay(records).driver
@@ -83,7 +83,7 @@ def test_garbage_and_unknown_events_are_dead_lettered_and_processing_goes_on(clu
     producer.produce(topic, key=b"tm-x", value=serde.encode(good, topic))
     producer.commit_transaction(30)
     with RuntimeThread(cluster):
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
     assert "TaskManagerRegistrationAccepted" in [r.event.type_name() for r in records]
     consumer = read_committed_consumer(cluster.bootstrap)
     dead_topic = topic_name(TopicRole.DEAD_LETTER, cluster.prefix)
@@ -102,12 +102,12 @@ def test_garbage_and_unknown_events_are_dead_lettered_and_processing_goes_on(clu
 def test_a_new_owner_rebuilds_from_snapshot_plus_tail_to_the_state_of_a_full_replay(cluster):
     with RuntimeThread(cluster, snapshot_every=7):
         play_scenario(cluster)
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
     with RuntimeThread(cluster, snapshot_every=7) as second:
         deadline = time.monotonic() + 60
         while len(second.workers) < 7 and time.monotonic() < deadline:
             time.sleep(0.2)
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         workers = dict(second.workers)
     full = replay(records).driver.to_dict()
     assert any(w.rebuilt_from_snapshot_at for w in workers.values()), "no snapshot was used"
@@ -131,7 +131,7 @@ def test_kill_9_in_the_middle_of_batches_loses_and_duplicates_nothing(
     second = service_process(cluster, str(tmp_path), "--batch-size", "3")
     try:
         wait_until_owning(second)
-        records = wait_until_quiet(cluster, settle_s=8)
+        records = wait_until_decided(cluster)
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0, "SIGTERM finishes the transaction and exits cleanly"
@@ -168,7 +168,7 @@ def test_a_zombie_instance_is_fenced(cluster, broker_aborts_dangling_transaction
 
     with RuntimeThread(cluster) as old:
         append(cluster, scenario.start_cluster(Clock()))
-        wait_until_quiet(cluster)
+        wait_until_decided(cluster)
         worker = next(iter(old.workers.values()))
         zombie = worker.producer
         zombie.begin_transaction()
@@ -199,7 +199,7 @@ def test_the_clock_fires_timeouts_through_the_log_and_replay_fires_them_again(cl
                 break
             time.sleep(0.5)
         runtime.config = RuntimeConfig(timer_interval_ms=0)
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
     names = [r.event.type_name() for r in records]
     assert "TimerFired" in names and "SlotRequestTimedOut" in names
     _, divergence = verify(records)
@@ -226,7 +226,7 @@ def test_health_lines_say_what_is_owned_its_offset_lag_and_throughput(cluster, c
     caplog.set_level("INFO", logger="jobledger.runtime")
     with RuntimeThread(cluster, health_interval_s=0.3):
         play_scenario(cluster)
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         time.sleep(1)
     rm_topic = topic_name(TopicRole.RESOURCE_MANAGER, cluster.prefix)
     rm_end = 1 + max(r.offset for r in records if r.role is TopicRole.RESOURCE_MANAGER)
@@ -266,7 +266,7 @@ def test_a_refused_commit_loses_no_decision_and_duplicates_none(cluster):
             worker.producer = RefusedCommits(worker.producer)
             refused.append(worker.producer)
         append(cluster, scenario.start_cluster(Clock()))
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
         assert runtime.failure is None
         states = {key: w.driver.to_dict() for key, w in runtime.workers.items()}
     assert any(p.refusals == 0 for p in refused), "no commit was refused: the test tests nothing"

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobledger.schemas import EventSerde
-from jobledger.schemas.tasks import ResultPartitionsReleased
+from jobledger.schemas.tasks import ResultPartitionsReleased, TaskCancellationRequested
 from jobledger.schemas.topics import TopicRole, topic_name
 from jobledger.schemas.types import JobStatus
 from jobledger.services import client_properties
@@ -388,7 +388,8 @@ def _wait_for(condition: Callable[[], bool], log: Path, limit_s: float = 60) -> 
 def _forged_releases_delete_nothing(secured, prefix: str, runner_log: Path) -> None:
     """A victim job's result topic, then releases of it the services did not sign, written
     as a client may: unsigned, signed by the client, and naming the services' key over a
-    signature of the client's. Each is one warning line of the runner's; the topic stays."""
+    signature of the client's, and a cancellation the client signed. Each is one warning line
+    of the runner's; the topic stays."""
     victim = f"{prefix}result.victim.a.b"
     runner = AdminClient({**secured.config("runner"), "log_level": 0})
     runner.create_topics([NewTopic(victim, 1, 1)])[victim].result(30)
@@ -407,23 +408,35 @@ def _forged_releases_delete_nothing(secured, prefix: str, runner_log: Path) -> N
         "client": by_client,
         "services' id": {**by_client, SIGNER_HEADER: keys["services"].key_id.encode()},
     }
+    cancel = TaskCancellationRequested(
+        event_id=uuid.uuid4().hex, event_time=int(time.time() * 1000), producer="mallory",
+        job_id="victim", resource_id="runner-0", execution_attempt_id="a-victim",
+    )  # fmt: skip
+    cancel_value, cancel_kind = EventSerde().encode(cancel, topic), cancel.type_name()
     producer = Producer({**secured.config("client"), "log_level": 0})
     for headers in forged.values():
         producer.produce(topic, key=b"runner-0", value=value,
                          headers=[(TYPE_HEADER, kind.encode()), *headers.items()])  # fmt: skip
+    signed = keys["client"].headers(topic, b"runner-0", cancel_value, cancel_kind)
+    producer.produce(topic, key=b"runner-0", value=cancel_value,
+                     headers=[(TYPE_HEADER, cancel_kind.encode()), *signed.items()])  # fmt: skip
     assert producer.flush(30) == 0
-    ignored = "ignored a release of job victim's result topics: "
+    ignored = "jobledger.runner ignored "
 
     def refusals() -> list[str]:
         lines = runner_log.read_text().splitlines()
         return [line.split(ignored, 1)[1] for line in lines if ignored in line]
 
-    _wait_for(lambda: len(refusals()) >= len(forged), runner_log)
+    _wait_for(lambda: len(refusals()) >= len(forged) + 1, runner_log)
     services_id = keys["services"].key_id
+    release_of = "ResultPartitionsReleased for job victim: "
     assert refusals() == [
-        "unsigned record (no jobledger.signer/jobledger.signature header)",
-        "written by client (client): only the services release",
-        f"bad signature for key {services_id} (services): the record is not what that key signed",
+        f"{release_of}unsigned record (no jobledger.signer/jobledger.signature header)",
+        f"{release_of}written by client (client): only the services decide",
+        f"{release_of}bad signature for key {services_id} (services): the record is not what "
+        "that key signed",
+        "TaskCancellationRequested for attempt a-victim of job victim: written by client "
+        "(client): only the services decide",
     ]
     assert _result_topics(secured, prefix, "victim") == [victim]
 

@@ -23,7 +23,7 @@ from jobledger.services.control.driver import ReducerDriver
 from ..support.events import ANY, Clock
 from ..support.golden_logs import LOGS
 from ..support.jobs import vertex
-from ..support.runtime_harness import RuntimeThread, append, wait_until_quiet
+from ..support.runtime_harness import RuntimeThread, append, wait_until_decided
 
 
 def _submitted(clock: Clock, **header) -> JobSubmitted:
@@ -171,7 +171,7 @@ def test_the_services_dead_letter_a_forged_decision_and_verify_stays_clean(clust
     append(cluster, [forged, lead, real])
 
     with RuntimeThread(cluster):
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
 
     [dead] = [r.event for r in records if isinstance(r.event, DeadLettered)]
     assert (dead.source_offset, dead.reason) == (
@@ -196,7 +196,7 @@ def test_the_services_dead_letter_a_clients_timer_and_time_does_not_move(cluster
     append(cluster, [lead, submitted, forged])
 
     with RuntimeThread(cluster):
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
 
     [dead] = [r.event for r in records if isinstance(r.event, DeadLettered)]
     assert (dead.source_offset, dead.reason) == (

@@ -13,149 +13,53 @@ test)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaException,
-    Message,
     Producer,
-    TopicPartition,
 )
 
-from jobledger.schemas import Event, EventSerde
+from jobledger.schemas import Event
 from jobledger.schemas.cluster import TaskManagerRegistered
-from jobledger.schemas.deadletters import DeadLettered
 from jobledger.schemas.jobs import (
     JobCancellationRequested,
     JobMasterLeadershipGranted,
     JobStatusChanged,
-    JobSubmitted,
 )
 from jobledger.schemas.tasks import (
-    TaskDeploymentRequested,
     TaskExecutionStateChanged,
     TaskFinalStateReported,
-    TaskSubmissionAccepted,
 )
 from jobledger.schemas.timers import CLOCK, TimerFired
-from jobledger.schemas.topics import TopicRole, topic_name
+from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState, JobStatus, OwnerKind
-from jobledger.services import kafka
-from jobledger.services.client.dispatcher import now_ms, submission
-from jobledger.services.kafka import SERVICES_GROUP_PREFIX, produce_event
-from jobledger.services.signing import SigningKey
+from jobledger.services.client.dispatcher import now_ms
+from jobledger.services.kafka import SERVICES_GROUP_PREFIX
 
+from ..support.attack_cluster import (
+    SERDE,
+    SecuredCluster,
+    Writer,
+    dead_letters,
+    new_event,
+    secured_cluster,
+    services_on,
+    start_victim_job,
+)
 from ..support.events import ANY
-from ..support.jobs import vertex
 from ..support.secure_cluster import SecureBroker, cli
 
 pytestmark = pytest.mark.broker
 
-SERDE = EventSerde()
 TE = "runner-0"
 """The victim's TaskExecutor: the `runner` principal's (it owns `runner-*`)."""
-
-
-def _event(cls: type[Event], producer: str, **fields: Any) -> Event:
-    return cls(event_id=uuid.uuid4().hex, event_time=now_ms(), producer=producer, **fields)
-
-
-@dataclass
-class Writer:
-    """A transactional producer on one principal's Kafka credentials, signing with `key` (or
-    not at all); each write is a transaction of its own, and says where its record went."""
-
-    secured: SecureBroker
-    prefix: str
-    principal: str
-    key: SigningKey | None
-    delivered: list[tuple[str, int, int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        ids = {"client": "jobledger-cli-", "runner": f"jobledger-runner-{self.prefix}"}
-        config = self.secured.config(self.principal)
-        self.producer = kafka.producer(
-            config.pop("bootstrap.servers"), f"{ids[self.principal]}{uuid.uuid4()}",
-            extra={**config, "log_level": 0, "on_delivery": self._delivered}, signer=self.key,
-        )  # fmt: skip
-
-    def _delivered(self, error: object, msg: Message) -> None:
-        if error is None:
-            self.delivered.append((msg.topic(), msg.partition(), msg.offset()))
-
-    def write(self, *events: Event) -> list[tuple[str, int, int]]:
-        self.delivered.clear()
-        self.producer.begin_transaction()
-        for event in events:
-            produce_event(self.producer, self.prefix, event, SERDE)
-        self.producer.commit_transaction(30)
-        return list(self.delivered)
-
-    def write_raw(self, topic: str, key: bytes, value: bytes, headers: dict) -> tuple:
-        self.delivered.clear()
-        self.producer.begin_transaction()
-        self.producer.produce(topic, key=key, value=value, headers=headers)
-        self.producer.commit_transaction(30)
-        return self.delivered[0]
-
-
-@dataclass
-class SecuredCluster:
-    secured: SecureBroker
-    prefix: str
-    keys: dict[str, SigningKey]
-    names: dict[str, str]
-    """The attackers' principals: mallory, rogue and eve, with a tag of this test's."""
-    workdir: Path
-
-    def as_(self, principal: str, key: str | None = None) -> list[str]:
-        folder = self.secured.home / "secure"
-        return ["--bootstrap", self.secured.bootstrap, "--topic-prefix", self.prefix,
-                "-F", str(folder / f"{principal}.properties"),
-                "--signing-key", str(folder / f"{key or principal}.key")]  # fmt: skip
-
-    def writer(self, principal: str, key: str | None) -> Writer:
-        signer = self.keys[key] if key else None
-        return Writer(self.secured, self.prefix, principal, signer)
-
-    def topic(self, role: TopicRole) -> str:
-        return topic_name(role, self.prefix)
-
-    def reader(self) -> Consumer:
-        return Consumer({
-            **self.secured.config("client"), "group.id": f"jobledger-reader-{uuid.uuid4()}",
-            "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": 0,
-        })  # fmt: skip
-
-    def read(self, role: TopicRole, until, limit_s: float = 60.0) -> list[Event]:
-        """The events of `role`'s topic from its start until `until(events)` holds."""
-        consumer, topic = self.reader(), self.topic(role)
-        try:
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-            events: list[Event] = []
-            deadline = time.monotonic() + limit_s
-            while not until(events):
-                assert time.monotonic() < deadline, f"{topic}: not there in {limit_s:.0f} s"
-                for msg in consumer.consume(500, 0.2):
-                    if msg.error() is None:
-                        events.append(SERDE.decode(msg.value(), msg.topic()))
-            return events
-        finally:
-            consumer.close()
 
 
 @pytest.fixture
@@ -167,94 +71,12 @@ def cluster(secured: SecureBroker, tmp_path: Path) -> Iterator[SecuredCluster]:
         yield c
 
 
-def secured_cluster(
-    secured: SecureBroker, tmp_path: Path, attackers: bool = True
-) -> SecuredCluster:
-    """A fresh prefix with its ACLs, and (unless told not) the attackers' keys (eve's
-    revoked)."""
-    prefix = f"att{uuid.uuid4().hex[:6]}."
-    granted = secured.run("broker", "--secure", "--detach", "--topic-prefix", prefix)
-    assert granted.returncode == 0, granted.stderr
-    tag = uuid.uuid4().hex[:6]
-    names = {"mallory": f"mallory-{tag}", "rogue": f"rogue-{tag}", "eve": f"eve-{tag}"}
-    if not attackers:
-        names = {}
-    for who, role in (("mallory", "client"), ("rogue", "runner"), ("eve", "client")):
-        if who in names:
-            made = secured.run("keys", "new", names[who], "--role", role)
-            assert made.returncode == 0, made.stderr
-    if names:
-        assert secured.run("keys", "revoke", names["eve"]).returncode == 0
-    folder = secured.home / "secure"
-    keys = {who: SigningKey.load(folder / f"{name}.key") for who, name in names.items()}
-    keys |= {p: SigningKey.load(folder / f"{p}.key") for p in ("client", "runner", "services")}
-    return SecuredCluster(secured, prefix, keys, names, tmp_path)
-
-
-@contextlib.contextmanager
-def services_on(c: SecuredCluster, *options: str) -> Iterator[None]:
-    """`c`'s topics created, and `services run` on them (with `options`) checking every input
-    against the keyring, for as long as the block runs."""
-    secured = c.secured
-    created = secured.run("topics", "create", *c.as_("admin"))
-    assert created.returncode == 0, created.stderr
-    log = open(c.workdir / "services.log", "wb")  # noqa: SIM115 (the child keeps it)
-    services = subprocess.Popen(
-        [sys.executable, "-m", "jobledger.cli", "services", "run", *c.as_("services"),
-         "--keyring", str(secured.home / "secure" / "keyring.json"), *options],
-        stdout=log, stderr=log, env=secured_env(secured),
-    )  # fmt: skip
-    try:
-        yield
-    finally:
-        services.terminate()
-        try:
-            services.wait(60)
-        except subprocess.TimeoutExpired:
-            services.kill()
-
-
-def secured_env(secured: SecureBroker) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "JOBLEDGER_BOOTSTRAP"}
-    env["JOBLEDGER_HOME"] = str(secured.home)
-    return env
-
-
-def dead_letters(c: SecuredCluster, positions: dict[str, tuple]) -> dict[str, str]:
-    """The reason each record at `positions` (attack -> (topic, partition, offset)) was
-    dead-lettered for, once the services have dead-lettered them all."""
-    wanted = {where: attack for attack, where in positions.items()}
-
-    def judged(events: list[Event]) -> bool:
-        found = {(e.source_topic, e.source_partition, e.source_offset) for e in events
-                 if isinstance(e, DeadLettered)}  # fmt: skip
-        return set(wanted) <= found
-
-    letters = c.read(TopicRole.DEAD_LETTER, judged)
-    return {
-        wanted[where]: e.reason
-        for e in letters
-        if (where := (e.source_topic, e.source_partition, e.source_offset)) in wanted
-    }
-
-
 def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(cluster):
     c = cluster
     runner, client = c.writer("runner", "runner"), c.writer("client", "client")
-    runner.write(_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
-                        number_of_slots=2, resource_profile=ANY))  # fmt: skip
-    job = _event(JobSubmitted, "cli", job_id=uuid.uuid4().hex, job_name="victim",
-                 vertices=[vertex("v", 2)])  # fmt: skip
-    client.write(*submission(job, "cli"))
-
-    def deployed(events: list[Event]) -> bool:
-        return sum(isinstance(e, TaskSubmissionAccepted) and e.job_id == job.job_id
-                   for e in events) == 2  # fmt: skip
-
-    events = c.read(TopicRole.TASK_EXECUTOR, deployed)
-    deployments = [
-        e for e in events if isinstance(e, TaskDeploymentRequested) and e.job_id == job.job_id
-    ]
+    runner.write(new_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
+                           number_of_slots=2, resource_profile=ANY))  # fmt: skip
+    job, deployments = start_victim_job(c, client)
     assert sorted(d.resource_id for d in deployments) == [TE, TE]
     first, jm = deployments[0].execution_attempt_id, deployments[0].job_master_id
     mallory, rogue, eve = (c.writer("client", who) for who in ("mallory", "rogue", "eve"))
@@ -262,25 +84,25 @@ def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(clu
     names = c.names
 
     def report(state: ExecutionState, attempt: str = first, **more: Any) -> Event:
-        return _event(TaskExecutionStateChanged, "runner", job_id=job.job_id, job_master_id=jm,
-                      execution_attempt_id=attempt, execution_state=state, resource_id=TE,
-                      **more)  # fmt: skip
+        return new_event(TaskExecutionStateChanged, "runner", job_id=job.job_id, job_master_id=jm,
+                         execution_attempt_id=attempt, execution_state=state, resource_id=TE,
+                         **more)  # fmt: skip
 
     finish = [
         report(s, d.execution_attempt_id)
         for d in deployments
         for s in (ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
     ]
-    forged_decision = _event(JobStatusChanged, "jobmaster", job_id=job.job_id,
-                             from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
-                             cause_event_id=uuid.uuid4().hex)  # fmt: skip
+    forged_decision = new_event(JobStatusChanged, "jobmaster", job_id=job.job_id,
+                                from_status=JobStatus.RUNNING, to_status=JobStatus.FINISHED,
+                                cause_event_id=uuid.uuid4().hex)  # fmt: skip
     tick = TimerFired(event_id=uuid.uuid4().hex, event_time=now_ms() + 2 * 3600_000,
                       producer=CLOCK, scope=OwnerKind.JOB, owner_id=job.job_id)  # fmt: skip
-    rogue_te = _event(TaskManagerRegistered, "runner", resource_id="tm-rogue",
-                      address="evil", number_of_slots=16, resource_profile=ANY)  # fmt: skip
-    cancel = _event(JobCancellationRequested, "mallory", job_id=job.job_id)
-    seize = _event(JobMasterLeadershipGranted, "mallory", job_id=job.job_id,
-                   job_master_id="jm-mallory")  # fmt: skip
+    rogue_te = new_event(TaskManagerRegistered, "runner", resource_id="tm-rogue",
+                         address="evil", number_of_slots=16, resource_profile=ANY)  # fmt: skip
+    cancel = new_event(JobCancellationRequested, "mallory", job_id=job.job_id)
+    seize = new_event(JobMasterLeadershipGranted, "mallory", job_id=job.job_id,
+                      job_master_id="jm-mallory")  # fmt: skip
     who_m, who_r = f"{names['mallory']} (client)", f"{names['rogue']} (runner)"
     client_only = "a client writes only submissions and requests about its jobs"
     attacks: dict[str, tuple[Writer, list[Event]]] = {
@@ -347,9 +169,9 @@ def test_every_attack_is_refused_with_its_reason_and_the_victim_job_finishes(clu
     for d in deployments:
         runner.write(*(report(s, d.execution_attempt_id) for s in (
             ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)),
-            _event(TaskFinalStateReported, "runner", job_id=job.job_id, resource_id=TE,
-                   execution_attempt_id=d.execution_attempt_id,
-                   execution_state=ExecutionState.FINISHED))  # fmt: skip
+            new_event(TaskFinalStateReported, "runner", job_id=job.job_id, resource_id=TE,
+                      execution_attempt_id=d.execution_attempt_id,
+                      execution_state=ExecutionState.FINISHED))  # fmt: skip
     waited = c.secured.run("job", "wait", job.job_id, *c.as_("client"), "--timeout", "60")
     assert waited.stdout.startswith(f"job {job.job_id} FINISHED at "), waited.stderr
 
@@ -421,17 +243,13 @@ def test_the_services_checkpoints_make_an_export_that_audits_clean(secured, tmp_
     keyring = str(c.secured.home / "secure" / "keyring.json")
     with services_on(c, "--timer-interval-ms", "0"):
         runner, client = c.writer("runner", "runner"), c.writer("client", "client")
-        runner.write(_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
-                            number_of_slots=2, resource_profile=ANY))  # fmt: skip
-        job = _event(JobSubmitted, "cli", job_id=uuid.uuid4().hex, job_name="audited",
-                     vertices=[vertex("v", 2)])  # fmt: skip
-        client.write(*submission(job, "cli"))
-        c.read(TopicRole.TASK_EXECUTOR, lambda events: sum(
-            isinstance(e, TaskSubmissionAccepted) for e in events) == 2)  # fmt: skip
+        runner.write(new_event(TaskManagerRegistered, "runner", resource_id=TE, address="test",
+                               number_of_slots=2, resource_profile=ANY))  # fmt: skip
+        job, _ = start_victim_job(c, client, "audited")
         first = c.secured.run("checkpoint", "--once", *c.as_("services"))
         assert first.returncode == 0, first.stderr
         where = c.writer("client", None).write(
-            _event(JobCancellationRequested, "cli", job_id=job.job_id))[0]  # fmt: skip
+            new_event(JobCancellationRequested, "cli", job_id=job.job_id))[0]  # fmt: skip
         assert "unsigned record" in dead_letters(c, {"unsigned": where})["unsigned"]
     # the services stopped: every input of the export has its decisions in it
     second = c.secured.run("checkpoint", "--once", *c.as_("services"))

@@ -30,17 +30,21 @@ from jobledger.schemas.tasks import (
     TaskDeploymentRequested,
     TaskExecutionStateChanged,
     TaskFinalStateReported,
-    TaskSubmissionAccepted,
 )
 from jobledger.schemas.topics import TopicRole
 from jobledger.schemas.types import ExecutionState
-from jobledger.services.client.dispatcher import submission
 from jobledger.services.signing import SigningKey
 
+from ..support.attack_cluster import (
+    SecuredCluster,
+    Writer,
+    dead_letters,
+    new_event,
+    services_on,
+    start_victim_job,
+)
 from ..support.events import ANY
-from ..support.jobs import vertex
 from ..support.secure_cluster import SecureBroker
-from .test_attacks import SecuredCluster, Writer, _event, dead_letters, services_on
 
 pytestmark = pytest.mark.broker
 
@@ -75,34 +79,19 @@ def te_id(c: SecuredCluster, who: str) -> str:
 
 def register(writer: Writer, resource_id: str, instance: str, at: int | None = None) -> tuple:
     """A registration of `instance` (at event time `at`, else now) and where it went."""
-    event = _event(TaskManagerRegistered, "runner", resource_id=resource_id, address="test",
-                   number_of_slots=2, resource_profile=ANY, instance_id=instance)  # fmt: skip
+    event = new_event(TaskManagerRegistered, "runner", resource_id=resource_id, address="test",
+                      number_of_slots=2, resource_profile=ANY, instance_id=instance)  # fmt: skip
     if at is not None:
         event = event.model_copy(update={"event_time": at})
     [where] = writer.write(event)
     return event, where
 
 
-def start_victim_job(c: SecuredCluster, client: Writer) -> tuple[JobSubmitted, list]:
-    """A job of two subtasks, once both are deployed (to the victim's TaskExecutor)."""
-    job = _event(JobSubmitted, "cli", job_id=uuid.uuid4().hex, job_name="victim",
-                 vertices=[vertex("v", 2)])  # fmt: skip
-    client.write(*submission(job, "cli"))
-
-    def deployed(events: list[Event]) -> bool:
-        return sum(isinstance(e, TaskSubmissionAccepted) and e.job_id == job.job_id
-                   for e in events) == 2  # fmt: skip
-
-    events = c.read(TopicRole.TASK_EXECUTOR, deployed)
-    return job, [e for e in events
-                 if isinstance(e, TaskDeploymentRequested) and e.job_id == job.job_id]  # fmt: skip
-
-
 def report(job: JobSubmitted, d: TaskDeploymentRequested, state: ExecutionState,
            **more: Any) -> TaskExecutionStateChanged:  # fmt: skip
-    return _event(TaskExecutionStateChanged, "runner", job_id=job.job_id,
-                  job_master_id=d.job_master_id, execution_attempt_id=d.execution_attempt_id,
-                  execution_state=state, resource_id=d.resource_id, **more)  # fmt: skip
+    return new_event(TaskExecutionStateChanged, "runner", job_id=job.job_id,
+                     job_master_id=d.job_master_id, execution_attempt_id=d.execution_attempt_id,
+                     execution_state=state, resource_id=d.resource_id, **more)  # fmt: skip
 
 
 def finish_and_story(c: SecuredCluster, victim: Writer, job: JobSubmitted, deployments: list):
@@ -110,9 +99,9 @@ def finish_and_story(c: SecuredCluster, victim: Writer, job: JobSubmitted, deplo
     for d in deployments:
         victim.write(*(report(job, d, s) for s in (
             ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)),
-            _event(TaskFinalStateReported, "runner", job_id=job.job_id, resource_id=d.resource_id,
-                   execution_attempt_id=d.execution_attempt_id,
-                   execution_state=ExecutionState.FINISHED))  # fmt: skip
+            new_event(TaskFinalStateReported, "runner", job_id=job.job_id,
+                      resource_id=d.resource_id, execution_attempt_id=d.execution_attempt_id,
+                      execution_state=ExecutionState.FINISHED))  # fmt: skip
 
     def ended(events: list[Event]) -> bool:
         return any(isinstance(e, JobStatusChanged) and e.job_id == job.job_id
@@ -142,12 +131,13 @@ def test_a_runner_speaks_only_for_the_task_executors_the_keyring_states(cluster)
     d = deployments[0]
     forged = {
         "fail its task": report(job, d, ExecutionState.FAILED, error="boom"),
-        "end its task": _event(TaskFinalStateReported, "runner", job_id=job.job_id,
-                               resource_id=victim_te, execution_attempt_id=d.execution_attempt_id,
-                               execution_state=ExecutionState.FAILED),
-        "beat for it": _event(TaskManagerHeartbeat, "runner", resource_id=victim_te,
-                              instance_id=instance),
-        "register it as another instance": _event(
+        "end its task": new_event(TaskFinalStateReported, "runner", job_id=job.job_id,
+                                  resource_id=victim_te,
+                                  execution_attempt_id=d.execution_attempt_id,
+                                  execution_state=ExecutionState.FAILED),
+        "beat for it": new_event(TaskManagerHeartbeat, "runner", resource_id=victim_te,
+                                 instance_id=instance),
+        "register it as another instance": new_event(
             TaskManagerRegistered, "runner", resource_id=victim_te, address="evil",
             number_of_slots=2, resource_profile=ANY, instance_id=uuid.uuid4().hex),
     }  # fmt: skip
@@ -180,7 +170,7 @@ def test_a_captured_registration_re_sent_past_the_dedup_window_is_rejected(clust
     assert {d.resource_id for d in deployments} == {victim_te}
     mine = uuid.uuid4().hex
     register(attacker, attacker_te, mine)
-    beats = [_event(TaskManagerHeartbeat, "runner", resource_id=attacker_te, instance_id=mine)
+    beats = [new_event(TaskManagerHeartbeat, "runner", resource_id=attacker_te, instance_id=mine)
              for _ in range(WINDOW + 100)]  # fmt: skip
     attacker.write(*beats)
     attacker.write_raw(topic, *captured)

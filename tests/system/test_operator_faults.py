@@ -34,6 +34,7 @@ from ..support.runtime_harness import (
     append,
     read,
     service_process,
+    wait_until_decided,
     wait_until_owning,
     wait_until_quiet,
 )
@@ -234,6 +235,7 @@ def test_a_stuck_send_offsets_is_left_behind_and_the_input_decided_once(
         stuck.release.set()
         second = _register(cluster, clock, "tm-2")
         _wait_for_answer(cluster, second)
+        # quiet, not decided: it watches for the left-behind producer's late writes, no commit marks
         records = wait_until_quiet(cluster)
 
     assert "leaving that producer behind and fencing it with a new one" in caplog.text
@@ -299,7 +301,7 @@ def test_a_producer_whose_commit_timed_out_is_never_used_again_and_its_late_comm
         second = _register(cluster, clock, "tm-2")
         _wait_for_answer(cluster, second)
         replaced = runtime.workers[(rm_topic, 0)].producer
-        records = wait_until_quiet(cluster)
+        records = wait_until_decided(cluster)
 
     assert late.timed_out and late.used_after == [] and replaced is not late
     assert "its producer is replaced" in caplog.text
@@ -346,7 +348,7 @@ def test_a_new_producer_waits_for_a_broker_that_is_gone_and_goes_on_once_it_is_b
                 time.sleep(0.2)
             own_broker.start()
             _wait_for_answer(cluster, registered, limit_s=90)
-            records = wait_until_quiet(cluster)
+            records = wait_until_decided(cluster)
             assert runtime.failure is None
     finally:
         if own_broker.proc is None:
@@ -407,6 +409,7 @@ def test_a_stalled_instance_that_wakes_after_losing_its_partitions_corrupts_noth
         first.send_signal(signal.SIGCONT)
         _wait_for_answer(cluster, _register(cluster, clock, "tm-3"))
         time.sleep(5)  # the woken one rejoins, or stops
+        # quiet, not decided: it watches for the woken instance's late writes, which no commit marks
         records = wait_until_quiet(cluster)
 
         assert first.poll() in (None, HALTED)
