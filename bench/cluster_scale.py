@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -53,6 +54,7 @@ from pathlib import Path
 
 from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import EventSerde, topic_name
@@ -104,6 +106,56 @@ PROBE = "probe"
 # -- the processes ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Loop:
+    """One instance's transaction loop as counters (two of them make a window's figures): per
+    role, the transactions it committed and the seconds their commits took (`services run
+    --metrics-port`: a transaction per owned partition with output, per loop), the decisions
+    they held; its CPU seconds; the partitions it owns."""
+
+    transactions: dict[str, float]
+    commit_s: dict[str, float]
+    decisions: dict[str, float]
+    cpu_s: float
+    owned: frozenset[str]
+
+    @classmethod
+    def scraped(cls, port: int, cpu_s: float, owned: set[str]) -> Loop:
+        url = f"http://{broker.LOOPBACK}:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        found: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                role = sample.labels.get("role")
+                if role is not None:
+                    found.setdefault(sample.name, {})[role] = sample.value
+        return cls(
+            found.get("jobledger_services_commit_latency_seconds_count", {}),
+            found.get("jobledger_services_commit_latency_seconds_sum", {}),
+            found.get("jobledger_services_decisions_total", {}),
+            cpu_s,
+            frozenset(owned),
+        )
+
+    def since(self, before: Loop, seconds: float) -> dict[str, object]:
+        """The window from `before`: per second, and each commit's mean ms."""
+
+        def per_s(now: dict[str, float], then: dict[str, float]) -> dict[str, float]:
+            return {r: round((v - then.get(r, 0)) / seconds, 1) for r, v in now.items()}
+
+        transactions = per_s(self.transactions, before.transactions)
+        commit = per_s(self.commit_s, before.commit_s)
+        return {
+            "owned": sorted(self.owned),
+            "decisions_per_s": per_s(self.decisions, before.decisions),
+            "transactions_per_s": transactions,
+            "commit_ms": {r: round(1000 * commit[r] / t, 2) for r, t in transactions.items() if t},
+            "commit_share": round(sum(commit.values()), 3),
+            "cpu_share": round((self.cpu_s - before.cpu_s) / seconds, 3),
+        }
+
+
 @dataclass
 class Cluster:
     """n `services run` instances and one stand-in process on fresh topics."""
@@ -129,8 +181,10 @@ class Cluster:
 
     def start(self) -> None:
         options = tuple(self.args.services_arg)
-        self.instances = [Services(f"s{k}", self.env, self.dir, options=options)
-                          for k in range(self.n)]  # fmt: skip
+        self.metrics_ports = [broker.free_port() for _ in range(self.n)]
+        self.instances = [Services(f"s{k}", self.env, self.dir,
+                                   options=(*options, "--metrics-port", str(port)))
+                          for k, port in enumerate(self.metrics_ports)]  # fmt: skip
         for instance in self.instances:
             instance.start()
         if not until(lambda: ownership_settled(self.instances, self.args.partitions), 180):
@@ -167,6 +221,16 @@ class Cluster:
             except OSError:
                 out.append(0.0)
         return out
+
+    def loops(self) -> list[Loop]:
+        """Each instance's loop counters so far, from its Prometheus endpoint, with its CPU
+        and the partitions it owns."""
+        return [
+            Loop.scraped(port, cpu, instance.ownership()[0])
+            for port, cpu, instance in zip(
+                self.metrics_ports, self.cpu_s(), self.instances, strict=True
+            )
+        ]
 
     def stop(self) -> None:
         if self.stand_in is not None and self.stand_in.poll() is None:
@@ -466,7 +530,7 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
         registered(cluster, follower, args.job_task_executors)
         windows = []
         for rate in args.rates:
-            began_ms = dispatcher.now_ms()
+            began_ms, began, loops = dispatcher.now_ms(), time.monotonic(), cluster.loops()
             submitted = submit_at(cluster, rate, args.rate_seconds)
 
             def ended(ours: dict[str, int] = submitted) -> bool:
@@ -474,6 +538,9 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
                 return all(j in follower.ends for j in ours)
 
             until(ended, args.rate_seconds + 20, every_s=0.25)
+            window = time.monotonic() - began
+            loops = [after.since(before, window)
+                     for before, after in zip(loops, cluster.loops(), strict=True)]  # fmt: skip
             ends = {j: follower.ends[j] for j in submitted if j in follower.ends}
             latencies = sorted(ends[j][1] - at for j, at in submitted.items() if j in ends)
             finished = sum(status is JobStatus.FINISHED for status, _ in ends.values())
@@ -482,7 +549,7 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
                 "rate": rate, "jobs": len(submitted), "finished": finished,
                 "p50_ms": percentile(latencies, 0.5), "p99_ms": p99,
                 "sustained": finished == len(submitted) and p99 is not None
-                and p99 <= P99_LIMIT_MS,
+                and p99 <= P99_LIMIT_MS, "loops": loops,
             }  # fmt: skip
             steps.append(step)
             windows.append((began_ms, max((t for _, t in ends.values()), default=began_ms)))
@@ -537,10 +604,58 @@ def hops(records: list[LogRecord]) -> dict[str, object]:
 # -- (c) the model ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LoopCosts:
+    """The measured costs of one instance's loop at saturation (bench/README.md, "The
+    cluster's throughput"), from the 1-instance run's fastest step: a loop takes what arrived
+    (up to `--batch-size` inputs) and commits one transaction per owned partition with input,
+    one after another; what is not commit is reducing."""
+
+    commit_s: float
+    """Seconds one transaction's commit holds the loop (the commit latency histogram's mean):
+    the per-owned-partition cost of a loop."""
+    decisions_per_loop: float
+    """Decisions a loop carries at saturation: decisions/s over loops/s, a loop being one
+    transaction per owned partition (transactions/s over partitions owned)."""
+    reduce_s: float
+    """Seconds of loop per decision outside commits (reducing, encoding, polling): the loop's
+    time less its commits, over its decisions."""
+    cpu_s: float
+    """CPU seconds per decision (/proc): what bounds instances sharing the machine's cores."""
+
+    @classmethod
+    def measured(cls, loop: dict[str, object]) -> LoopCosts | None:
+        decisions = sum(loop["decisions_per_s"].values())  # type: ignore[union-attr]
+        transactions = sum(loop["transactions_per_s"].values())  # type: ignore[union-attr]
+        committing = float(loop["commit_share"])  # type: ignore[arg-type]
+        if not decisions or not transactions:
+            return None
+        return cls(
+            commit_s=committing / transactions,
+            decisions_per_loop=decisions * len(loop["owned"]) / transactions,  # type: ignore[arg-type]
+            reduce_s=max(0.0, 1 - committing) / decisions,
+            cpu_s=float(loop["cpu_share"]) / decisions,  # type: ignore[arg-type]
+        )
+
+    def decisions_per_s(self, owned: int) -> float:
+        """One saturated instance owning `owned` partitions: a loop of `owned` commits and
+        `decisions_per_loop` reductions."""
+        return 1 / (self.reduce_s + owned * self.commit_s / self.decisions_per_loop)
+
+    def as_json(self) -> dict[str, float]:
+        return {
+            "commit_ms": round(1000 * self.commit_s, 2),
+            "decisions_per_loop": round(self.decisions_per_loop),
+            "reduce_ms_per_decision": round(1000 * self.reduce_s, 3),
+            "cpu_ms_per_decision": round(1000 * self.cpu_s, 3),
+        }
+
+
 def model_check(parts: dict[int, dict[str, object]]) -> dict[str, object]:
-    """The model of bench/README.md against each n > 1: decisions/s at saturation (the
-    fastest step run) = one instance's x min(n, cores free) x partitions served, bounded by
-    the ResourceManager partition's ceiling; within 20%?"""
+    """The model of bench/README.md against each n: decisions/s at saturation (the fastest
+    step run) = the sum over the instances of one saturated loop's decisions/s at the
+    partitions it owns (`LoopCosts`, measured on 1 instance), bounded by the cores (CPU per
+    decision) and by the ResourceManager partition's ceiling; within 20%?"""
     if 1 not in parts:
         return {}
     cores = os.cpu_count() or 1
@@ -552,18 +667,29 @@ def model_check(parts: dict[int, dict[str, object]]) -> dict[str, object]:
     one = saturated(parts[1])
     if one is None:
         return {}
+    costs = LoopCosts.measured(one["loops"][0])  # type: ignore[index]
+    if costs is None:
+        return {}
+    alone = costs.decisions_per_s(len(one["loops"][0]["owned"]))  # type: ignore[index]
     rm_ceiling = parts[1].get("rm_ceiling_records_per_s")
-    checks = {}
+    checks: dict[str, object] = {"costs": costs.as_json()}
     for n, p in sorted(parts.items()):
         measured = saturated(p)
         if measured is None:
             continue
+        owned = [len(loop["owned"]) for loop in measured["loops"]]  # type: ignore[union-attr]
+        speedup = sum(costs.decisions_per_s(k) for k in owned) / alone
+        predicted = one["decisions_per_s"] * speedup
+        bounds = {"cores": cores / costs.cpu_s}
         rm_share = one["rm_partition_decisions_per_s"] / max(1, one["decisions_per_s"])
-        predicted = one["decisions_per_s"] * min(n, cores)
         if rm_ceiling and rm_share:
-            predicted = min(predicted, rm_ceiling / rm_share)
+            bounds["resource_manager"] = rm_ceiling / rm_share
+        predicted = min(predicted, *bounds.values())
         error = (measured["decisions_per_s"] - predicted) / predicted if predicted else None
-        checks[n] = {
+        checks[str(n)] = {
+            "owned_partitions": owned,
+            "loop_speedup": round(speedup, 2),
+            "bounds_decisions_per_s": {k: round(v) for k, v in bounds.items()},
             "predicted_decisions_per_s": round(predicted),
             "measured_decisions_per_s": measured["decisions_per_s"],
             "error": round(error, 2) if error is not None else None,
@@ -626,7 +752,7 @@ def main() -> int:
         "te_slots": args.te_slots, "cores": os.cpu_count(), "work": str(work),
         "load_average_at_end": os.getloadavg()[0],
         "instances": {str(n): p for n, p in parts.items()},
-        "model_check": {str(n): c for n, c in model_check(parts).items()},
+        "model_check": model_check(parts),
     }  # fmt: skip
     if failure:
         summary["failure"] = failure[:2000]
