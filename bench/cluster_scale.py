@@ -20,14 +20,18 @@ Per `--instances` count n, each part on fresh topics of one broker (`--nodes 3`:
   `--rates` for `--rate-seconds` on `--job-task-executors` stand-ins: the sustained rate is the
   highest whose p99 from submission (the client's clock as it commits) to FINISHED (the
   broker's time of `JobStatusChanged FINISHED`) is within 2 s and whose jobs all finished. The
-  rate rises on until the services no longer keep up (a job unfinished 20 s after its step, or
-  a p99 past 10 s), so the last step measures the decisions per second at saturation. The
-  hops of a job's path (broker ms from a cause to its decision) say where its time went. Per
-  step, decisions per second (records a reducer wrote, read back from the log) on the
-  ResourceManager's partition, the busiest other partition, and per instance.
+  rate rises on until the services no longer keep up (a job unfinished 20 s after its step),
+  so the last step measures the decisions per second at saturation. The hops of a job's path
+  (broker ms from a cause to its decision) say where its time went. Per step, decisions per
+  second (records a reducer wrote, read back from the log) on the ResourceManager's
+  partition, the busiest other partition, and per instance; and each instance's loop (its
+  `--metrics-port`, scraped before and after the step): transactions and the seconds their
+  commits took, decisions, CPU, and its thread's time on a core and waiting for one
+  (/proc/PID/schedstat).
 - (c) is (a) and (b) side by side for each n, with the model of bench/README.md ("The
   cluster's throughput") checked against them: its prediction for n instances from the
-  1-instance figures, against what n measured.
+  1-instance loop's measured costs and the partitions each instance owns, against what n
+  measured.
 
 Last line JSON. Every child is killed in a finally, with all it started.
 """
@@ -96,9 +100,10 @@ START_LIMIT_S = 600.0
 """How long the stand-ins' registrations and the services' ownership may take (100,000
 registrations through one partition take minutes on a busy 2-core machine)."""
 P99_LIMIT_MS = 2_000
-KEPT_UP_P99_MS = 10_000
-"""The rate rises past P99_LIMIT_MS until a step's jobs do not all finish or their p99 passes
-this: the last steps measure the decisions per second at saturation, which the model needs."""
+"""The sustained rate's p99. The rate rises past it until a step's jobs do not all finish 20 s
+after it: the last steps measure the decisions per second at saturation, which the model
+needs (a p99 of seconds is not saturation: one instance's loop of 17 commits makes every hop
+of a job slow long before it runs out of time)."""
 BEAT_TYPES = {k.type_name().encode() for k in (TaskManagerHeartbeat, TaskManagerHeartbeatsReported)}
 PROBE = "probe"
 
@@ -118,9 +123,13 @@ class Loop:
     decisions: dict[str, float]
     cpu_s: float
     owned: frozenset[str]
+    on_core_s: float
+    """The loop's thread (the process' main thread, /proc/PID/schedstat): seconds on a core."""
+    runqueue_s: float
+    """... and seconds it was runnable but waited for a core (the machine's contention)."""
 
     @classmethod
-    def scraped(cls, port: int, cpu_s: float, owned: set[str]) -> Loop:
+    def scraped(cls, pid: int, port: int, cpu_s: float, owned: set[str]) -> Loop:
         url = f"http://{broker.LOOPBACK}:{port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as answer:
             text = answer.read().decode()
@@ -136,6 +145,7 @@ class Loop:
             found.get("jobledger_services_decisions_total", {}),
             cpu_s,
             frozenset(owned),
+            *schedstat(pid),
         )
 
     def since(self, before: Loop, seconds: float) -> dict[str, object]:
@@ -153,7 +163,18 @@ class Loop:
             "commit_ms": {r: round(1000 * commit[r] / t, 2) for r, t in transactions.items() if t},
             "commit_share": round(sum(commit.values()), 3),
             "cpu_share": round((self.cpu_s - before.cpu_s) / seconds, 3),
+            "loop_on_core_share": round((self.on_core_s - before.on_core_s) / seconds, 3),
+            "loop_runqueue_share": round((self.runqueue_s - before.runqueue_s) / seconds, 3),
         }
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds the process' main thread ran on a core, and waited runnable for one."""
+    try:
+        on_core, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_core) / 1e9, int(waiting) / 1e9
 
 
 @dataclass
@@ -182,6 +203,7 @@ class Cluster:
     def start(self) -> None:
         options = tuple(self.args.services_arg)
         self.metrics_ports = [broker.free_port() for _ in range(self.n)]
+        options += ("--batch-size", str(self.args.batch_size))
         self.instances = [Services(f"s{k}", self.env, self.dir,
                                    options=(*options, "--metrics-port", str(port)))
                           for k, port in enumerate(self.metrics_ports)]  # fmt: skip
@@ -226,7 +248,7 @@ class Cluster:
         """Each instance's loop counters so far, from its Prometheus endpoint, with its CPU
         and the partitions it owns."""
         return [
-            Loop.scraped(port, cpu, instance.ownership()[0])
+            Loop.scraped(instance.pid, port, cpu, instance.ownership()[0])
             for port, cpu, instance in zip(
                 self.metrics_ports, self.cpu_s(), self.instances, strict=True
             )
@@ -479,6 +501,8 @@ def probe_lags_ms(cluster: Cluster, ended_ms: int) -> tuple[list[int], list[int]
 
 
 BEAT_PROBE = TaskManagerHeartbeat.type_name().encode()
+INPUT_ROLES = (TopicRole.JOB, TopicRole.TASK_EXECUTOR, TopicRole.RESOURCE_MANAGER)
+"""The topics the services read: every record on them is an input, decisions read back too."""
 
 
 # -- (b) small jobs ---------------------------------------------------------------------------
@@ -554,7 +578,7 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
             steps.append(step)
             windows.append((began_ms, max((t for _, t in ends.values()), default=began_ms)))
             print(f"  [{n}x] {rate:g} jobs/s: {step}", flush=True)
-            if finished < len(submitted) or (p99 or 0) > KEPT_UP_P99_MS:
+            if finished < len(submitted):
                 break  # past the rate the services keep up with: the decisions/s saturated
         cluster.stop()
         records = read_events(cluster.bootstrap, cluster.prefix)
@@ -571,16 +595,18 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
 def decisions(records: list[LogRecord], lo: int, hi: int, n: int) -> dict[str, object]:
     """Decisions per second in [lo, hi] (broker time): all, the ResourceManager partition's,
     the busiest other partition's, and per instance."""
+    window = [r for r in records if lo <= r.timestamp <= hi]
     per = Counter(
-        (r.role.value, r.partition) for r in records
-        if lo <= r.timestamp <= hi and r.event.cause_event_id is not None
-        and r.event.producer in DECIDING_PRODUCERS
+        (r.role.value, r.partition) for r in window
+        if r.event.cause_event_id is not None and r.event.producer in DECIDING_PRODUCERS
     )  # fmt: skip
+    inputs = sum(r.role in INPUT_ROLES for r in window)
     span = max(0.001, (hi - lo) / 1000)
     rm = per.pop((TopicRole.RESOURCE_MANAGER.value, 0), 0)
     busiest = max(per.values(), default=0)
     total = rm + sum(per.values())
     return {
+        "decisions_per_input": round(total / max(1, inputs), 3),
         "decisions_per_s": round(total / span),
         "rm_partition_decisions_per_s": round(rm / span),
         "busiest_other_partition_decisions_per_s": round(busiest / span),
@@ -606,90 +632,117 @@ def hops(records: list[LogRecord]) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class LoopCosts:
-    """The measured costs of one instance's loop at saturation (bench/README.md, "The
-    cluster's throughput"), from the 1-instance run's fastest step: a loop takes what arrived
-    (up to `--batch-size` inputs) and commits one transaction per owned partition with input,
-    one after another; what is not commit is reducing."""
+    """The measured costs of one instance's loop (bench/README.md, "The cluster's
+    throughput"), from the 1-instance run's fastest step. A loop takes what has arrived, up to
+    `--batch-size` inputs, reduces them, and commits one transaction per owned partition that
+    had input, one after another: saturated, a loop is a full batch and a commit per owned
+    partition."""
 
     commit_s: float
     """Seconds one transaction's commit holds the loop (the commit latency histogram's mean):
-    the per-owned-partition cost of a loop."""
+    the cost of each owned partition, per loop."""
     decisions_per_loop: float
-    """Decisions a loop carries at saturation: decisions/s over loops/s, a loop being one
-    transaction per owned partition (transactions/s over partitions owned)."""
-    reduce_s: float
-    """Seconds of loop per decision outside commits (reducing, encoding, polling): the loop's
-    time less its commits, over its decisions."""
+    """Decisions of a full batch: `--batch-size` x decisions per input (from the log)."""
+    on_core_s: float
+    """Seconds the loop's thread runs on a core per decision (reducing, encoding, polling)."""
+    runqueue_s: float
+    """Seconds it waits for a core per decision (the machine's other work)."""
     cpu_s: float
-    """CPU seconds per decision (/proc): what bounds instances sharing the machine's cores."""
+    """The process' CPU seconds per decision, all threads (librdkafka's too)."""
 
     @classmethod
-    def measured(cls, loop: dict[str, object]) -> LoopCosts | None:
-        decisions = sum(loop["decisions_per_s"].values())  # type: ignore[union-attr]
-        transactions = sum(loop["transactions_per_s"].values())  # type: ignore[union-attr]
-        committing = float(loop["commit_share"])  # type: ignore[arg-type]
+    def measured(cls, step: dict[str, object], batch_size: int) -> LoopCosts | None:
+        [loop] = step["loops"]  # type: ignore[misc]
+        decisions = sum(loop["decisions_per_s"].values())
+        transactions = sum(loop["transactions_per_s"].values())
         if not decisions or not transactions:
             return None
         return cls(
-            commit_s=committing / transactions,
-            decisions_per_loop=decisions * len(loop["owned"]) / transactions,  # type: ignore[arg-type]
-            reduce_s=max(0.0, 1 - committing) / decisions,
-            cpu_s=float(loop["cpu_share"]) / decisions,  # type: ignore[arg-type]
+            commit_s=loop["commit_share"] / transactions,
+            decisions_per_loop=batch_size * step["decisions_per_input"],  # type: ignore[operator]
+            on_core_s=loop["loop_on_core_share"] / decisions,
+            runqueue_s=loop["loop_runqueue_share"] / decisions,
+            cpu_s=loop["cpu_share"] / decisions,
         )
 
     def decisions_per_s(self, owned: int) -> float:
-        """One saturated instance owning `owned` partitions: a loop of `owned` commits and
-        `decisions_per_loop` reductions."""
-        return 1 / (self.reduce_s + owned * self.commit_s / self.decisions_per_loop)
+        """One saturated instance owning `owned` partitions: per loop, `owned` commits and a
+        full batch's decisions on the loop's thread."""
+        per_loop = self.decisions_per_loop * (self.on_core_s + self.runqueue_s)
+        return self.decisions_per_loop / (per_loop + owned * self.commit_s)
 
     def as_json(self) -> dict[str, float]:
         return {
             "commit_ms": round(1000 * self.commit_s, 2),
             "decisions_per_loop": round(self.decisions_per_loop),
-            "reduce_ms_per_decision": round(1000 * self.reduce_s, 3),
+            "on_core_ms_per_decision": round(1000 * self.on_core_s, 3),
+            "runqueue_ms_per_decision": round(1000 * self.runqueue_s, 3),
             "cpu_ms_per_decision": round(1000 * self.cpu_s, 3),
         }
 
 
-def model_check(parts: dict[int, dict[str, object]]) -> dict[str, object]:
-    """The model of bench/README.md against each n: decisions/s at saturation (the fastest
-    step run) = the sum over the instances of one saturated loop's decisions/s at the
-    partitions it owns (`LoopCosts`, measured on 1 instance), bounded by the cores (CPU per
-    decision) and by the ResourceManager partition's ceiling; within 20%?"""
+def shares(step: dict[str, object], partitions: dict[str, int]) -> dict[str, float]:
+    """Each owned partition's share of the decisions (a role's share, spread evenly over its
+    partitions: jobs and TaskExecutors hash over them), keyed by `partition_of`."""
+    [loop] = step["loops"]  # type: ignore[misc]
+    total = sum(loop["decisions_per_s"].values()) or 1
+    by_role = {role: d / total for role, d in loop["decisions_per_s"].items()}
+    return {partition_of(name): by_role.get(role_of(name), 0) / partitions[role_of(name)]
+            for name in loop["owned"]}  # fmt: skip
+
+
+def partition_of(owned: str) -> str:
+    """`<role>/<partition>` of a partition as the services log it (`<prefix><role>/<n>`): the
+    same in every run, whatever its topics' prefix."""
+    return owned.rsplit(".", 1)[-1]
+
+
+def role_of(owned: str) -> str:
+    return partition_of(owned).split("/")[0]
+
+
+def model_check(parts: dict[int, dict[str, object]], batch_size: int) -> dict[str, object]:
+    """The model of bench/README.md against each n: an instance's decisions/s at saturation
+    from the 1-instance loop's measured costs (`LoopCosts`) and the partitions it owns; a job
+    needs decisions on every instance's partitions, so the cluster decides at the rate its
+    busiest instance saturates at (its decisions/s over its share of all decisions), bounded
+    by the ResourceManager partition's ceiling. Checked against the fastest step measured;
+    within 20%?"""
     if 1 not in parts:
         return {}
-    cores = os.cpu_count() or 1
 
     def saturated(p: dict[str, object]) -> dict[str, object] | None:
         steps = p.get("jobs", {}).get("steps", [])  # type: ignore[union-attr]
         return max(steps, key=lambda s: s.get("decisions_per_s", 0), default=None)
 
     one = saturated(parts[1])
-    if one is None:
+    costs = LoopCosts.measured(one, batch_size) if one else None
+    if one is None or costs is None:
         return {}
-    costs = LoopCosts.measured(one["loops"][0])  # type: ignore[index]
-    if costs is None:
-        return {}
-    alone = costs.decisions_per_s(len(one["loops"][0]["owned"]))  # type: ignore[index]
+    [loop] = one["loops"]  # type: ignore[misc]
+    counts = Counter(role_of(name) for name in loop["owned"])
+    share = shares(one, counts)
     rm_ceiling = parts[1].get("rm_ceiling_records_per_s")
     checks: dict[str, object] = {"costs": costs.as_json()}
     for n, p in sorted(parts.items()):
         measured = saturated(p)
         if measured is None:
             continue
-        owned = [len(loop["owned"]) for loop in measured["loops"]]  # type: ignore[union-attr]
-        speedup = sum(costs.decisions_per_s(k) for k in owned) / alone
-        predicted = one["decisions_per_s"] * speedup
-        bounds = {"cores": cores / costs.cpu_s}
+        owned = [[partition_of(x) for x in loop["owned"]]
+                 for loop in measured["loops"]]  # type: ignore[union-attr]  # fmt: skip
+        instances = [costs.decisions_per_s(len(names)) / sum(share.get(x, 0) for x in names)
+                     for names in owned if any(share.get(x, 0) for x in names)]  # fmt: skip
+        predicted = min(instances)
+        bounds = {}
         rm_share = one["rm_partition_decisions_per_s"] / max(1, one["decisions_per_s"])
         if rm_ceiling and rm_share:
-            bounds["resource_manager"] = rm_ceiling / rm_share
-        predicted = min(predicted, *bounds.values())
+            bounds["resource_manager"] = round(rm_ceiling / rm_share)
+            predicted = min(predicted, bounds["resource_manager"])
         error = (measured["decisions_per_s"] - predicted) / predicted if predicted else None
         checks[str(n)] = {
-            "owned_partitions": owned,
-            "loop_speedup": round(speedup, 2),
-            "bounds_decisions_per_s": {k: round(v) for k, v in bounds.items()},
+            "owned_partitions": [len(names) for names in owned],
+            "saturates_at_decisions_per_s": [round(x) for x in instances],
+            "bounds_decisions_per_s": bounds,
             "predicted_decisions_per_s": round(predicted),
             "measured_decisions_per_s": measured["decisions_per_s"],
             "error": round(error, 2) if error is not None else None,
@@ -717,6 +770,8 @@ def main() -> int:
                         help="an argument of `services run`, e.g. "
                         "--services-arg=--snapshot-interval-s=3600")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=8, help="of the job and TE topics")
+    parser.add_argument("--batch-size", type=int, default=500,
+                        help="the services' --batch-size: inputs a loop takes at most")  # fmt: skip
     parser.add_argument("--nodes", type=int, choices=(1, 3), default=1)
     parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
     args = parser.parse_args()
@@ -752,7 +807,7 @@ def main() -> int:
         "te_slots": args.te_slots, "cores": os.cpu_count(), "work": str(work),
         "load_average_at_end": os.getloadavg()[0],
         "instances": {str(n): p for n, p in parts.items()},
-        "model_check": model_check(parts),
+        "model_check": model_check(parts, args.batch_size),
     }  # fmt: skip
     if failure:
         summary["failure"] = failure[:2000]
