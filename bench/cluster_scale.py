@@ -152,14 +152,16 @@ class Loop:
         """The window from `before`: per second, and each commit's mean ms."""
 
         def per_s(now: dict[str, float], then: dict[str, float]) -> dict[str, float]:
-            return {r: round((v - then.get(r, 0)) / seconds, 1) for r, v in now.items()}
+            return {r: (v - then.get(r, 0)) / seconds for r, v in now.items()}
 
         transactions = per_s(self.transactions, before.transactions)
         commit = per_s(self.commit_s, before.commit_s)
         return {
             "owned": sorted(self.owned),
-            "decisions_per_s": per_s(self.decisions, before.decisions),
-            "transactions_per_s": transactions,
+            "decisions_per_s": {
+                r: round(v, 1) for r, v in per_s(self.decisions, before.decisions).items()
+            },
+            "transactions_per_s": {r: round(v, 2) for r, v in transactions.items()},
             "commit_ms": {r: round(1000 * commit[r] / t, 2) for r, t in transactions.items() if t},
             "commit_share": round(sum(commit.values()), 3),
             "cpu_share": round((self.cpu_s - before.cpu_s) / seconds, 3),
@@ -203,7 +205,6 @@ class Cluster:
     def start(self) -> None:
         options = tuple(self.args.services_arg)
         self.metrics_ports = [broker.free_port() for _ in range(self.n)]
-        options += ("--batch-size", str(self.args.batch_size))
         self.instances = [Services(f"s{k}", self.env, self.dir,
                                    options=(*options, "--metrics-port", str(port)))
                           for k, port in enumerate(self.metrics_ports)]  # fmt: skip
@@ -501,8 +502,6 @@ def probe_lags_ms(cluster: Cluster, ended_ms: int) -> tuple[list[int], list[int]
 
 
 BEAT_PROBE = TaskManagerHeartbeat.type_name().encode()
-INPUT_ROLES = (TopicRole.JOB, TopicRole.TASK_EXECUTOR, TopicRole.RESOURCE_MANAGER)
-"""The topics the services read: every record on them is an input, decisions read back too."""
 
 
 # -- (b) small jobs ---------------------------------------------------------------------------
@@ -595,18 +594,16 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
 def decisions(records: list[LogRecord], lo: int, hi: int, n: int) -> dict[str, object]:
     """Decisions per second in [lo, hi] (broker time): all, the ResourceManager partition's,
     the busiest other partition's, and per instance."""
-    window = [r for r in records if lo <= r.timestamp <= hi]
     per = Counter(
-        (r.role.value, r.partition) for r in window
-        if r.event.cause_event_id is not None and r.event.producer in DECIDING_PRODUCERS
+        (r.role.value, r.partition) for r in records
+        if lo <= r.timestamp <= hi and r.event.cause_event_id is not None
+        and r.event.producer in DECIDING_PRODUCERS
     )  # fmt: skip
-    inputs = sum(r.role in INPUT_ROLES for r in window)
     span = max(0.001, (hi - lo) / 1000)
     rm = per.pop((TopicRole.RESOURCE_MANAGER.value, 0), 0)
     busiest = max(per.values(), default=0)
     total = rm + sum(per.values())
     return {
-        "decisions_per_input": round(total / max(1, inputs), 3),
         "decisions_per_s": round(total / span),
         "rm_partition_decisions_per_s": round(rm / span),
         "busiest_other_partition_decisions_per_s": round(busiest / span),
@@ -632,26 +629,32 @@ def hops(records: list[LogRecord]) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class LoopCosts:
-    """The measured costs of one instance's loop (bench/README.md, "The cluster's
-    throughput"), from the 1-instance run's fastest step. A loop takes what has arrived, up to
-    `--batch-size` inputs, reduces them, and commits one transaction per owned partition that
-    had input, one after another: saturated, a loop is a full batch and a commit per owned
-    partition."""
+    """One instance's loop at saturation (bench/README.md, "The cluster's throughput"), from
+    the 1-instance run's fastest step: each second of it is spent committing or not, and
+    both are measured per decision. A loop takes what has arrived (up to `--batch-size`
+    inputs) and commits one transaction per owned partition that had input, one after
+    another: fewer partitions owned, as many inputs per loop, fewer transactions per decision.
+    The rest (reducing, encoding, polling, waiting for a core) is the same per decision
+    however many partitions it owns."""
 
     commit_s: float
-    """Seconds one transaction's commit holds the loop (the commit latency histogram's mean):
-    the cost of each owned partition, per loop."""
-    decisions_per_loop: float
-    """Decisions of a full batch: `--batch-size` x decisions per input (from the log)."""
+    """Seconds one transaction's commit holds the loop (the commit latency histogram's mean)."""
+    transactions_per_decision: float
+    """... and how many a decision costs, owning `owned` partitions: the per-owned-partition
+    cost of a loop is commit_s x transactions_per_decision / owned per decision."""
+    owned: int
+    rest_s: float
+    """Seconds of loop per decision outside commits: the loop's time less its commits, over
+    its decisions."""
     on_core_s: float
-    """Seconds the loop's thread runs on a core per decision (reducing, encoding, polling)."""
+    """Of which the loop's thread ran on a core (/proc/PID/schedstat) ..."""
     runqueue_s: float
-    """Seconds it waits for a core per decision (the machine's other work)."""
+    """... and waited runnable for one (the machine's other work)."""
     cpu_s: float
     """The process' CPU seconds per decision, all threads (librdkafka's too)."""
 
     @classmethod
-    def measured(cls, step: dict[str, object], batch_size: int) -> LoopCosts | None:
+    def measured(cls, step: dict[str, object]) -> LoopCosts | None:
         [loop] = step["loops"]  # type: ignore[misc]
         decisions = sum(loop["decisions_per_s"].values())
         transactions = sum(loop["transactions_per_s"].values())
@@ -659,22 +662,28 @@ class LoopCosts:
             return None
         return cls(
             commit_s=loop["commit_share"] / transactions,
-            decisions_per_loop=batch_size * step["decisions_per_input"],  # type: ignore[operator]
+            transactions_per_decision=transactions / decisions,
+            owned=len(loop["owned"]),
+            rest_s=max(0.0, 1 - loop["commit_share"]) / decisions,
             on_core_s=loop["loop_on_core_share"] / decisions,
             runqueue_s=loop["loop_runqueue_share"] / decisions,
             cpu_s=loop["cpu_share"] / decisions,
         )
 
     def decisions_per_s(self, owned: int) -> float:
-        """One saturated instance owning `owned` partitions: per loop, `owned` commits and a
-        full batch's decisions on the loop's thread."""
-        per_loop = self.decisions_per_loop * (self.on_core_s + self.runqueue_s)
-        return self.decisions_per_loop / (per_loop + owned * self.commit_s)
+        """One saturated instance owning `owned` partitions."""
+        per_partition = self.commit_s * self.transactions_per_decision / self.owned
+        return 1 / (self.rest_s + owned * per_partition)
 
     def as_json(self) -> dict[str, float]:
         return {
             "commit_ms": round(1000 * self.commit_s, 2),
-            "decisions_per_loop": round(self.decisions_per_loop),
+            "transactions_per_decision": round(self.transactions_per_decision, 4),
+            "owned": self.owned,
+            "commit_ms_per_decision_per_owned_partition": round(
+                1000 * self.commit_s * self.transactions_per_decision / self.owned, 4
+            ),
+            "rest_ms_per_decision": round(1000 * self.rest_s, 3),
             "on_core_ms_per_decision": round(1000 * self.on_core_s, 3),
             "runqueue_ms_per_decision": round(1000 * self.runqueue_s, 3),
             "cpu_ms_per_decision": round(1000 * self.cpu_s, 3),
@@ -701,7 +710,7 @@ def role_of(owned: str) -> str:
     return partition_of(owned).split("/")[0]
 
 
-def model_check(parts: dict[int, dict[str, object]], batch_size: int) -> dict[str, object]:
+def model_check(parts: dict[int, dict[str, object]]) -> dict[str, object]:
     """The model of bench/README.md against each n: an instance's decisions/s at saturation
     from the 1-instance loop's measured costs (`LoopCosts`) and the partitions it owns; a job
     needs decisions on every instance's partitions, so the cluster decides at the rate its
@@ -716,7 +725,7 @@ def model_check(parts: dict[int, dict[str, object]], batch_size: int) -> dict[st
         return max(steps, key=lambda s: s.get("decisions_per_s", 0), default=None)
 
     one = saturated(parts[1])
-    costs = LoopCosts.measured(one, batch_size) if one else None
+    costs = LoopCosts.measured(one) if one else None
     if one is None or costs is None:
         return {}
     [loop] = one["loops"]  # type: ignore[misc]
@@ -770,8 +779,6 @@ def main() -> int:
                         help="an argument of `services run`, e.g. "
                         "--services-arg=--snapshot-interval-s=3600")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=8, help="of the job and TE topics")
-    parser.add_argument("--batch-size", type=int, default=500,
-                        help="the services' --batch-size: inputs a loop takes at most")  # fmt: skip
     parser.add_argument("--nodes", type=int, choices=(1, 3), default=1)
     parser.add_argument("--bootstrap", help="an already running Kafka (default: start one)")
     args = parser.parse_args()
@@ -807,7 +814,7 @@ def main() -> int:
         "te_slots": args.te_slots, "cores": os.cpu_count(), "work": str(work),
         "load_average_at_end": os.getloadavg()[0],
         "instances": {str(n): p for n, p in parts.items()},
-        "model_check": model_check(parts, args.batch_size),
+        "model_check": model_check(parts),
     }  # fmt: skip
     if failure:
         summary["failure"] = failure[:2000]
