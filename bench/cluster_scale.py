@@ -115,7 +115,7 @@ PROBE = "probe"
 class Loop:
     """One instance's transaction loop as counters (two of them make a window's figures): per
     role, the transactions it committed and the seconds their commits took (`services run
-    --metrics-port`: a transaction per owned partition with output, per loop), the decisions
+    --metrics-port`: a transaction per owned partition with input, per loop), the decisions
     they held; its CPU seconds; the partitions it owns."""
 
     transactions: dict[str, float]
@@ -647,9 +647,9 @@ class LoopCosts:
     """Seconds of loop per decision outside commits: the loop's time less its commits, over
     its decisions."""
     on_core_s: float
-    """Of which the loop's thread ran on a core (/proc/PID/schedstat) ..."""
+    """Seconds the loop's thread ran on a core per decision (/proc/PID/schedstat) ..."""
     runqueue_s: float
-    """... and waited runnable for one (the machine's other work)."""
+    """... and waited runnable for one (the machine's other work), inside commits or not."""
     cpu_s: float
     """The process' CPU seconds per decision, all threads (librdkafka's too)."""
 
