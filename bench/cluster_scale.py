@@ -20,14 +20,18 @@ Per `--instances` count n, each part on fresh topics of one broker (`--nodes 3`:
   `--rates` for `--rate-seconds` on `--job-task-executors` stand-ins: the sustained rate is the
   highest whose p99 from submission (the client's clock as it commits) to FINISHED (the
   broker's time of `JobStatusChanged FINISHED`) is within 2 s and whose jobs all finished. The
-  rate rises on until the services no longer keep up (a job unfinished 20 s after its step, or
-  a p99 past 10 s), so the last step measures the decisions per second at saturation. The
-  hops of a job's path (broker ms from a cause to its decision) say where its time went. Per
-  step, decisions per second (records a reducer wrote, read back from the log) on the
-  ResourceManager's partition, the busiest other partition, and per instance.
+  rate rises on until the services no longer keep up (a job unfinished 20 s after its step),
+  so the last step measures the decisions per second at saturation. The hops of a job's path
+  (broker ms from a cause to its decision) say where its time went. Per step, decisions per
+  second (records a reducer wrote, read back from the log) on the ResourceManager's
+  partition, the busiest other partition, and per instance; and each instance's loop (its
+  `--metrics-port`, scraped before and after the step): transactions and the seconds their
+  commits took, decisions, CPU, and its thread's time on a core and waiting for one
+  (/proc/PID/schedstat).
 - (c) is (a) and (b) side by side for each n, with the model of bench/README.md ("The
   cluster's throughput") checked against them: its prediction for n instances from the
-  1-instance figures, against what n measured.
+  1-instance loop's measured costs and the partitions each instance owns, against what n
+  measured.
 
 Last line JSON. Every child is killed in a finally, with all it started.
 """
@@ -44,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -53,6 +58,7 @@ from pathlib import Path
 
 from brokers import bench_broker
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.projections.log.log_file import LogRecord, read_events
 from jobledger.schemas import EventSerde, topic_name
@@ -94,14 +100,83 @@ START_LIMIT_S = 600.0
 """How long the stand-ins' registrations and the services' ownership may take (100,000
 registrations through one partition take minutes on a busy 2-core machine)."""
 P99_LIMIT_MS = 2_000
-KEPT_UP_P99_MS = 10_000
-"""The rate rises past P99_LIMIT_MS until a step's jobs do not all finish or their p99 passes
-this: the last steps measure the decisions per second at saturation, which the model needs."""
+"""The sustained rate's p99. The rate rises past it until a step's jobs do not all finish 20 s
+after it: the last steps measure the decisions per second at saturation, which the model
+needs (a p99 of seconds is not saturation: one instance's loop of 17 commits makes every hop
+of a job slow long before it runs out of time)."""
 BEAT_TYPES = {k.type_name().encode() for k in (TaskManagerHeartbeat, TaskManagerHeartbeatsReported)}
 PROBE = "probe"
 
 
 # -- the processes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One instance's transaction loop as counters (two of them make a window's figures): per
+    role, the transactions it committed and the seconds their commits took (`services run
+    --metrics-port`: a transaction per owned partition with input, per loop), the decisions
+    they held; its CPU seconds; the partitions it owns."""
+
+    transactions: dict[str, float]
+    commit_s: dict[str, float]
+    decisions: dict[str, float]
+    cpu_s: float
+    owned: frozenset[str]
+    on_core_s: float
+    """The loop's thread (the process' main thread, /proc/PID/schedstat): seconds on a core."""
+    runqueue_s: float
+    """... and seconds it was runnable but waited for a core (the machine's contention)."""
+
+    @classmethod
+    def scraped(cls, pid: int, port: int, cpu_s: float, owned: set[str]) -> Loop:
+        url = f"http://{broker.LOOPBACK}:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        found: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                role = sample.labels.get("role")
+                if role is not None:
+                    found.setdefault(sample.name, {})[role] = sample.value
+        return cls(
+            found.get("jobledger_services_commit_latency_seconds_count", {}),
+            found.get("jobledger_services_commit_latency_seconds_sum", {}),
+            found.get("jobledger_services_decisions_total", {}),
+            cpu_s,
+            frozenset(owned),
+            *schedstat(pid),
+        )
+
+    def since(self, before: Loop, seconds: float) -> dict[str, object]:
+        """The window from `before`: per second, and each commit's mean ms."""
+
+        def per_s(now: dict[str, float], then: dict[str, float]) -> dict[str, float]:
+            return {r: (v - then.get(r, 0)) / seconds for r, v in now.items()}
+
+        transactions = per_s(self.transactions, before.transactions)
+        commit = per_s(self.commit_s, before.commit_s)
+        return {
+            "owned": sorted(self.owned),
+            "decisions_per_s": {
+                r: round(v, 1) for r, v in per_s(self.decisions, before.decisions).items()
+            },
+            "transactions_per_s": {r: round(v, 2) for r, v in transactions.items()},
+            "commit_ms": {r: round(1000 * commit[r] / t, 2) for r, t in transactions.items() if t},
+            "commit_share": round(sum(commit.values()), 3),
+            "cpu_share": round((self.cpu_s - before.cpu_s) / seconds, 3),
+            "loop_on_core_share": round((self.on_core_s - before.on_core_s) / seconds, 3),
+            "loop_runqueue_share": round((self.runqueue_s - before.runqueue_s) / seconds, 3),
+        }
+
+
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds the process' main thread ran on a core, and waited runnable for one."""
+    try:
+        on_core, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(on_core) / 1e9, int(waiting) / 1e9
 
 
 @dataclass
@@ -129,8 +204,10 @@ class Cluster:
 
     def start(self) -> None:
         options = tuple(self.args.services_arg)
-        self.instances = [Services(f"s{k}", self.env, self.dir, options=options)
-                          for k in range(self.n)]  # fmt: skip
+        self.metrics_ports = [broker.free_port() for _ in range(self.n)]
+        self.instances = [Services(f"s{k}", self.env, self.dir,
+                                   options=(*options, "--metrics-port", str(port)))
+                          for k, port in enumerate(self.metrics_ports)]  # fmt: skip
         for instance in self.instances:
             instance.start()
         if not until(lambda: ownership_settled(self.instances, self.args.partitions), 180):
@@ -167,6 +244,16 @@ class Cluster:
             except OSError:
                 out.append(0.0)
         return out
+
+    def loops(self) -> list[Loop]:
+        """Each instance's loop counters so far, from its Prometheus endpoint, with its CPU
+        and the partitions it owns."""
+        return [
+            Loop.scraped(instance.pid, port, cpu, instance.ownership()[0])
+            for port, cpu, instance in zip(
+                self.metrics_ports, self.cpu_s(), self.instances, strict=True
+            )
+        ]
 
     def stop(self) -> None:
         if self.stand_in is not None and self.stand_in.poll() is None:
@@ -466,7 +553,7 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
         registered(cluster, follower, args.job_task_executors)
         windows = []
         for rate in args.rates:
-            began_ms = dispatcher.now_ms()
+            began_ms, began, loops = dispatcher.now_ms(), time.monotonic(), cluster.loops()
             submitted = submit_at(cluster, rate, args.rate_seconds)
 
             def ended(ours: dict[str, int] = submitted) -> bool:
@@ -474,6 +561,9 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
                 return all(j in follower.ends for j in ours)
 
             until(ended, args.rate_seconds + 20, every_s=0.25)
+            window = time.monotonic() - began
+            loops = [after.since(before, window)
+                     for before, after in zip(loops, cluster.loops(), strict=True)]  # fmt: skip
             ends = {j: follower.ends[j] for j in submitted if j in follower.ends}
             latencies = sorted(ends[j][1] - at for j, at in submitted.items() if j in ends)
             finished = sum(status is JobStatus.FINISHED for status, _ in ends.values())
@@ -482,12 +572,12 @@ def jobs(args: argparse.Namespace, env: dict[str, str], work: Path, n: int) -> d
                 "rate": rate, "jobs": len(submitted), "finished": finished,
                 "p50_ms": percentile(latencies, 0.5), "p99_ms": p99,
                 "sustained": finished == len(submitted) and p99 is not None
-                and p99 <= P99_LIMIT_MS,
+                and p99 <= P99_LIMIT_MS, "loops": loops,
             }  # fmt: skip
             steps.append(step)
             windows.append((began_ms, max((t for _, t in ends.values()), default=began_ms)))
             print(f"  [{n}x] {rate:g} jobs/s: {step}", flush=True)
-            if finished < len(submitted) or (p99 or 0) > KEPT_UP_P99_MS:
+            if finished < len(submitted):
                 break  # past the rate the services keep up with: the decisions/s saturated
         cluster.stop()
         records = read_events(cluster.bootstrap, cluster.prefix)
@@ -537,33 +627,131 @@ def hops(records: list[LogRecord]) -> dict[str, object]:
 # -- (c) the model ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LoopCosts:
+    """One instance's loop at saturation (bench/README.md, "The cluster's throughput"), from
+    the 1-instance run's fastest step: each second of it is spent committing or not, and
+    both are measured per decision. A loop takes what has arrived (up to `--batch-size`
+    inputs) and commits one transaction per owned partition that had input, one after
+    another: fewer partitions owned, as many inputs per loop, fewer transactions per decision.
+    The rest (reducing, encoding, polling, waiting for a core) is the same per decision
+    however many partitions it owns."""
+
+    commit_s: float
+    """Seconds one transaction's commit holds the loop (the commit latency histogram's mean)."""
+    transactions_per_decision: float
+    """... and how many a decision costs, owning `owned` partitions: the per-owned-partition
+    cost of a loop is commit_s x transactions_per_decision / owned per decision."""
+    owned: int
+    rest_s: float
+    """Seconds of loop per decision outside commits: the loop's time less its commits, over
+    its decisions."""
+    on_core_s: float
+    """Seconds the loop's thread ran on a core per decision (/proc/PID/schedstat) ..."""
+    runqueue_s: float
+    """... and waited runnable for one (the machine's other work), inside commits or not."""
+    cpu_s: float
+    """The process' CPU seconds per decision, all threads (librdkafka's too)."""
+
+    @classmethod
+    def measured(cls, step: dict[str, object]) -> LoopCosts | None:
+        [loop] = step["loops"]  # type: ignore[misc]
+        decisions = sum(loop["decisions_per_s"].values())
+        transactions = sum(loop["transactions_per_s"].values())
+        if not decisions or not transactions:
+            return None
+        return cls(
+            commit_s=loop["commit_share"] / transactions,
+            transactions_per_decision=transactions / decisions,
+            owned=len(loop["owned"]),
+            rest_s=max(0.0, 1 - loop["commit_share"]) / decisions,
+            on_core_s=loop["loop_on_core_share"] / decisions,
+            runqueue_s=loop["loop_runqueue_share"] / decisions,
+            cpu_s=loop["cpu_share"] / decisions,
+        )
+
+    def decisions_per_s(self, owned: int) -> float:
+        """One saturated instance owning `owned` partitions."""
+        per_partition = self.commit_s * self.transactions_per_decision / self.owned
+        return 1 / (self.rest_s + owned * per_partition)
+
+    def as_json(self) -> dict[str, float]:
+        return {
+            "commit_ms": round(1000 * self.commit_s, 2),
+            "transactions_per_decision": round(self.transactions_per_decision, 4),
+            "owned": self.owned,
+            "commit_ms_per_decision_per_owned_partition": round(
+                1000 * self.commit_s * self.transactions_per_decision / self.owned, 4
+            ),
+            "rest_ms_per_decision": round(1000 * self.rest_s, 3),
+            "on_core_ms_per_decision": round(1000 * self.on_core_s, 3),
+            "runqueue_ms_per_decision": round(1000 * self.runqueue_s, 3),
+            "cpu_ms_per_decision": round(1000 * self.cpu_s, 3),
+        }
+
+
+def shares(step: dict[str, object], partitions: dict[str, int]) -> dict[str, float]:
+    """Each owned partition's share of the decisions (a role's share, spread evenly over its
+    partitions: jobs and TaskExecutors hash over them), keyed by `partition_of`."""
+    [loop] = step["loops"]  # type: ignore[misc]
+    total = sum(loop["decisions_per_s"].values()) or 1
+    by_role = {role: d / total for role, d in loop["decisions_per_s"].items()}
+    return {partition_of(name): by_role.get(role_of(name), 0) / partitions[role_of(name)]
+            for name in loop["owned"]}  # fmt: skip
+
+
+def partition_of(owned: str) -> str:
+    """`<role>/<partition>` of a partition as the services log it (`<prefix><role>/<n>`): the
+    same in every run, whatever its topics' prefix."""
+    return owned.rsplit(".", 1)[-1]
+
+
+def role_of(owned: str) -> str:
+    return partition_of(owned).split("/")[0]
+
+
 def model_check(parts: dict[int, dict[str, object]]) -> dict[str, object]:
-    """The model of bench/README.md against each n > 1: decisions/s at saturation (the
-    fastest step run) = one instance's x min(n, cores free) x partitions served, bounded by
-    the ResourceManager partition's ceiling; within 20%?"""
+    """The model of bench/README.md against each n: an instance's decisions/s at saturation
+    from the 1-instance loop's measured costs (`LoopCosts`) and the partitions it owns; a job
+    needs decisions on every instance's partitions, so the cluster decides at the rate its
+    busiest instance saturates at (its decisions/s over its share of all decisions), bounded
+    by the ResourceManager partition's ceiling. Checked against the fastest step measured;
+    within 20%?"""
     if 1 not in parts:
         return {}
-    cores = os.cpu_count() or 1
 
     def saturated(p: dict[str, object]) -> dict[str, object] | None:
         steps = p.get("jobs", {}).get("steps", [])  # type: ignore[union-attr]
         return max(steps, key=lambda s: s.get("decisions_per_s", 0), default=None)
 
     one = saturated(parts[1])
-    if one is None:
+    costs = LoopCosts.measured(one) if one else None
+    if one is None or costs is None:
         return {}
+    [loop] = one["loops"]  # type: ignore[misc]
+    counts = Counter(role_of(name) for name in loop["owned"])
+    share = shares(one, counts)
     rm_ceiling = parts[1].get("rm_ceiling_records_per_s")
-    checks = {}
+    checks: dict[str, object] = {"costs": costs.as_json()}
     for n, p in sorted(parts.items()):
         measured = saturated(p)
         if measured is None:
             continue
+        owned = [[partition_of(x) for x in loop["owned"]]
+                 for loop in measured["loops"]]  # type: ignore[union-attr]  # fmt: skip
+        instances = [costs.decisions_per_s(len(names)) / sum(share.get(x, 0) for x in names)
+                     for names in owned if any(share.get(x, 0) for x in names)]  # fmt: skip
+        predicted = min(instances)
+        bounds = {}
         rm_share = one["rm_partition_decisions_per_s"] / max(1, one["decisions_per_s"])
-        predicted = one["decisions_per_s"] * min(n, cores)
         if rm_ceiling and rm_share:
-            predicted = min(predicted, rm_ceiling / rm_share)
+            bounds["resource_manager"] = round(rm_ceiling / rm_share)
+            predicted = min(predicted, bounds["resource_manager"])
         error = (measured["decisions_per_s"] - predicted) / predicted if predicted else None
-        checks[n] = {
+        checks[str(n)] = {
+            "owned_partitions": [len(names) for names in owned],
+            "saturates_at_decisions_per_s": [round(x) for x in instances],
+            "bounds_decisions_per_s": bounds,
             "predicted_decisions_per_s": round(predicted),
             "measured_decisions_per_s": measured["decisions_per_s"],
             "error": round(error, 2) if error is not None else None,
@@ -626,7 +814,7 @@ def main() -> int:
         "te_slots": args.te_slots, "cores": os.cpu_count(), "work": str(work),
         "load_average_at_end": os.getloadavg()[0],
         "instances": {str(n): p for n, p in parts.items()},
-        "model_check": {str(n): c for n, c in model_check(parts).items()},
+        "model_check": model_check(parts),
     }  # fmt: skip
     if failure:
         summary["failure"] = failure[:2000]
