@@ -100,9 +100,10 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
         "ResourceManager at once (0: no bound); the rest wait in its pool and go as these are "
         "answered, so one giant job queues no more than this ahead of other jobs' requests"),
     "jobledger.scheduler.max-pending-deployments": (
-        _count, "0", "deployments one job has unreported at once (0: no bound); the rest "
-        "wait and go as these report, so one giant job queues no more than this ahead of "
-        "other jobs' records at the TaskExecutors"),
+        _count, str(JobMasterConfig.max_pending_deployments), "deployments one job has "
+        "unreported at once (0: no bound); the rest wait and go as these report, so one giant "
+        "job queues no more than this ahead of other jobs' records at the TaskExecutors; a "
+        "log written with another window (0 before it was the default) replays with it"),
     "task.deployment.timeout": (
         duration_ms, "2 min", "how long a deployed task may take to report INITIALIZING before "
         "it fails and runs elsewhere (Flink's submitTask RPC timeout plays this part)"),
