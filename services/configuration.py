@@ -110,6 +110,10 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
     "taskmanager.slot.timeout": (
         duration_ms, "10 s", "how long a TaskExecutor keeps an allocated slot unused"),
     "heartbeat.timeout": (duration_ms, "50000", "a TaskExecutor silent this long is lost"),
+    "heartbeat.interval": (
+        duration_ms, str(SlotPoolConfig.heartbeat_interval_ms), "how often a JobMaster "
+        "heartbeats its TaskManagers (0: on every tick of the services' clock, as logs written "
+        "before this option were, and replay with it)"),
     "jobledger.dedup-window": (
         _count, str(DEDUP_WINDOW), "input ids each partition remembers to drop a record "
         "delivered twice (an old record re-sent later is the reducers' to refuse)"),
@@ -200,6 +204,7 @@ class Configuration:
                 SlotPoolConfig(),
                 idle_slot_timeout_ms=self.get("slot.idle.timeout"),
                 max_pending_requests=self.get("jobledger.slot-pool.max-pending-requests"),
+                heartbeat_interval_ms=self.get("heartbeat.interval"),
             ),
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),
