@@ -143,8 +143,10 @@ class Phase:
 
 
 def cluster(parallelism: int, strategy: str) -> tuple[ReducerDriver, Inputs]:
-    """A driver with enough TaskExecutors for both vertices' subtasks; a restart after 1 ms."""
-    config = JobMasterConfig(failover_strategy=strategy)
+    """A driver with enough TaskExecutors for both vertices' subtasks; a restart after 1 ms.
+    No deployment window: Flink's benchmark deploys every task at once, and the window is
+    fairness between jobs through the services (bench/stall.py), not the reducers' cost."""
+    config = JobMasterConfig(failover_strategy=strategy, max_pending_deployments=0)
     driver, make = ReducerDriver(job_master_config=config), Inputs()
     task_executors = -(-2 * parallelism // SLOTS_PER_TASK_EXECUTOR)
     driver.run([make(TaskManagerRegistered, resource_id=f"tm-{i:05d}", address=f"tm-{i}:6122",

@@ -54,6 +54,7 @@ from jobledger.schemas.types import (
     ScheduleMode,
 )
 from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.control.job_master import JobMasterConfig
 from jobledger.services.host import gc_policy
 
 SLOTS_PER_TASK_EXECUTOR = 4
@@ -75,8 +76,10 @@ class Inputs:
 
 
 def cluster(parallelism: int) -> tuple[ReducerDriver, Inputs]:
-    """A driver with enough TaskExecutors registered for both vertices' subtasks."""
-    driver, make = ReducerDriver(), Inputs()
+    """A driver with enough TaskExecutors registered for both vertices' subtasks, and no
+    deployment window (Flink's benchmark deploys every task at once)."""
+    unbounded = JobMasterConfig(max_pending_deployments=0)
+    driver, make = ReducerDriver(job_master_config=unbounded), Inputs()
     task_executors = -(-2 * parallelism // SLOTS_PER_TASK_EXECUTOR)
     driver.run([make(TaskManagerRegistered, resource_id=f"tm-{i:05d}", address=f"tm-{i}:6122",
                      number_of_slots=SLOTS_PER_TASK_EXECUTOR, resource_profile=SLOT)

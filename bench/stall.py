@@ -12,7 +12,8 @@ quiet time: the median), then the giant job (P x P, PIPELINED, EAGER) is submitt
 the first of its slot requests (`--beside deployments`: of its deployments) is on the log the
 small job is submitted again. Printed: the quiet times, the small job's time under the giant,
 its hops (each of its records with milliseconds since its submission, from broker timestamps),
-the giant's seconds to all deployed and finished. The last line is one JSON object. Nothing is
+the giant's seconds to all deployed and to its end, and how it ended (FINISHED, or FAILED:
+a slot request or a deployment timed out). The last line is one JSON object. Nothing is
 asserted.
 """
 
@@ -82,6 +83,9 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=600.0)
     parser.add_argument("--heartbeat-interval", type=float, default=10.0,
                         help="the stand-ins' beat, s (Flink's heartbeat.interval)")  # fmt: skip
+    parser.add_argument("--timer-interval-ms", type=int,
+                        help="`services run --timer-interval-ms`: its clock's tick "
+                        "(1,000; a JobMaster heartbeats its TaskManagers every tick)")  # fmt: skip
     parser.add_argument("-D", dest="conf", metavar="KEY=VALUE", action="append", default=[])
     parser.add_argument("--bootstrap")
     args = parser.parse_args()
@@ -94,6 +98,8 @@ def main() -> int:
         env = {**os.environ, "JOBLEDGER_BOOTSTRAP": bootstrap, "JOBLEDGER_TOPIC_PREFIX": prefix,
                "JOBLEDGER_HOME": home}  # fmt: skip
         options = tuple(arg for pair in args.conf for arg in ("-D", pair))
+        if args.timer_interval_ms is not None:
+            options += ("--timer-interval-ms", str(args.timer_interval_ms))
         instances = [load.Services(f"stall-{k}", env, work, options=options)
                      for k in range(args.instances)]  # fmt: skip
         watch = load.Watch(bootstrap, prefix)
@@ -191,7 +197,8 @@ def main() -> int:
     g0 = min(r.timestamp for r in giant_records)
     deployed = max(r.timestamp for r in records if isinstance(r.event, TaskDeploymentRequested)
                    and r.event.job_id == giant.job_id)  # fmt: skip
-    finished = max(r.timestamp for r in giant_records if isinstance(r.event, JobStatusChanged))
+    ends = [r for r in giant_records if isinstance(r.event, JobStatusChanged)]
+    finished = max(r.timestamp for r in ends)
     summary = {
         "parallelism": args.parallelism,
         "instances": args.instances,
@@ -201,6 +208,7 @@ def main() -> int:
         "over_quiet_ms": beside_ms - statistics.median(quiet_ms),
         "giant_deployed_s": (deployed - g0) / 1000,
         "giant_finished_s": (finished - g0) / 1000,
+        "giant_status": max(ends, key=lambda r: (r.timestamp, r.offset)).event.to_status.value,
         "services_rss_mb": round(rss_mb),
         "work": str(work),
     }

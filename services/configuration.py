@@ -100,15 +100,20 @@ OPTIONS: dict[str, tuple[Callable[[str, str], Any], Any, str]] = {
         "ResourceManager at once (0: no bound); the rest wait in its pool and go as these are "
         "answered, so one giant job queues no more than this ahead of other jobs' requests"),
     "jobledger.scheduler.max-pending-deployments": (
-        _count, "0", "deployments one job has unreported at once (0: no bound); the rest "
-        "wait and go as these report, so one giant job queues no more than this ahead of "
-        "other jobs' records at the TaskExecutors"),
+        _count, str(JobMasterConfig.max_pending_deployments), "deployments one job has "
+        "unreported at once (0: no bound); the rest wait and go as these report, so one giant "
+        "job queues no more than this ahead of other jobs' records at the TaskExecutors; a "
+        "log written with another window (0 before it was the default) replays with it"),
     "task.deployment.timeout": (
         duration_ms, "2 min", "how long a deployed task may take to report INITIALIZING before "
         "it fails and runs elsewhere (Flink's submitTask RPC timeout plays this part)"),
     "taskmanager.slot.timeout": (
         duration_ms, "10 s", "how long a TaskExecutor keeps an allocated slot unused"),
     "heartbeat.timeout": (duration_ms, "50000", "a TaskExecutor silent this long is lost"),
+    "heartbeat.interval": (
+        duration_ms, str(SlotPoolConfig.heartbeat_interval_ms), "how often a JobMaster "
+        "heartbeats its TaskManagers (0: on every tick of the services' clock, as logs written "
+        "before this option were, and replay with it)"),
     "jobledger.dedup-window": (
         _count, str(DEDUP_WINDOW), "input ids each partition remembers to drop a record "
         "delivered twice (an old record re-sent later is the reducers' to refuse)"),
@@ -199,6 +204,7 @@ class Configuration:
                 SlotPoolConfig(),
                 idle_slot_timeout_ms=self.get("slot.idle.timeout"),
                 max_pending_requests=self.get("jobledger.slot-pool.max-pending-requests"),
+                heartbeat_interval_ms=self.get("heartbeat.interval"),
             ),
             failover_strategy=self.get("jobmanager.execution.failover-strategy"),
             restart_strategy=self.restart_strategy(),

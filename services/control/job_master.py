@@ -58,7 +58,12 @@ from .key_groups import KeyGroupRange
 from .kv_state_location_registry import KvStateLocationRegistry, KvStateRegistration
 from .queries import ArchivedExecutionGraph, JobMasterInfo, PendingRestartInfo, query
 from .reducer import Reducer, handles
-from .scheduler import DEFAULT_DEPLOYMENT_TIMEOUT_MS, NO_RESTART, Scheduler
+from .scheduler import (
+    DEFAULT_DEPLOYMENT_TIMEOUT_MS,
+    DEFAULT_MAX_PENDING_DEPLOYMENTS,
+    NO_RESTART,
+    Scheduler,
+)
 from .slot_pool import SlotPool, SlotPoolConfig
 from .tenants import principal_refusal
 
@@ -88,7 +93,7 @@ class JobMasterConfig:
     deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
     """How long a deployed attempt may take to report INITIALIZING before it fails (Flink's
     `submitTask` RPC timeout plays this part)."""
-    max_pending_deployments: int = 0
+    max_pending_deployments: int = DEFAULT_MAX_PENDING_DEPLOYMENTS
     """Deployments a job has unreported at once (`Scheduler.max_pending_deployments`)."""
     limits: JobLimits = field(default_factory=JobLimits)
     """What one JobGraph may cost (`jobledger.job.max-subtasks`, `...max-deployment-bytes`):

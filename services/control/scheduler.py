@@ -64,6 +64,12 @@ SLOT_TIMEOUT_CAUSE = "Could not allocate the required slot within slot request t
 DEFAULT_DEPLOYMENT_TIMEOUT_MS = 120_000
 """`task.deployment.timeout` unless configured (docs/operations/faults.md: how it was measured)."""
 
+DEFAULT_MAX_PENDING_DEPLOYMENTS = 100
+"""`jobledger.scheduler.max-pending-deployments` unless configured: at P=2,000 a small job
+beside a giant's deployments was 0.1-0.3 s over its quiet time with 100 (up to 1.4 s with
+250, 8.5 s with no bound), and the giant no slower than with larger windows
+(docs/operations/giant-jobs.md). A log written with another window replays with it."""
+
 DEPLOYMENT_QUEUE_ALLOWANCE_MS = 5
 """How much later the deployment deadline of an attempt starts for each of the job's
 deployments still unacknowledged when it is decided. Flink's `submitTask` RPC timeout counts
@@ -112,7 +118,7 @@ class Scheduler:
     deployment_timeout_ms: int = DEFAULT_DEPLOYMENT_TIMEOUT_MS
     """`task.deployment.timeout`: how long a deployed attempt may take to report INITIALIZING
     (Flink bounds `submitTask` by its RPC timeout)."""
-    max_pending_deployments: int = 0
+    max_pending_deployments: int = DEFAULT_MAX_PENDING_DEPLOYMENTS
     """`jobledger.scheduler.max-pending-deployments` (0: no bound): deployments beyond this
     many not yet reported wait in `deployments_waiting` and go as the earlier ones report.
     An EAGER job's last slot derived all its deployments at once, and the TaskExecutor

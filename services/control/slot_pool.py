@@ -96,6 +96,13 @@ class SlotPoolConfig:
     more: a small job's hops wait behind what the window lets queue, and with bench/stall.py
     at P=2,000 it took 4.7-5.6 s over its quiet time beside the giant at 1,000, 1.4-1.7 s at
     200, 0.7-1.1 s at 100, while the giant took 9.6-12 s, 11-12 s and 14-15 s to deploy."""
+    heartbeat_interval_ms: int = 10_000
+    """Flink's `heartbeat.interval`: how often the JobMaster heartbeats each registered
+    TaskManager with its AllocatedSlotReport (0: on every TimerFired, as every log written
+    before this option was, and replays with it). On every tick of the services' clock (1 s)
+    a giant job put one record per TaskManager on the log each second: 5,000 a second at
+    P=10,000, more than a services instance serves, and the TaskExecutor partitions fell
+    behind without bound."""
 
 
 @dataclass
@@ -130,6 +137,8 @@ class SlotPool(Reducer):
     resource_manager_id: str | None = None
     batch_timeout_check_enabled: bool = True
     registered_task_managers: dict[str, None] = field(default_factory=dict)
+    last_heartbeat: int | None = None
+    """Event time of the TimerFired that last heartbeat the registered TaskManagers."""
     waiting_for_resource_manager: OrderedDict[str, PendingRequest] = field(
         default_factory=OrderedDict
     )
@@ -361,6 +370,7 @@ class SlotPool(Reducer):
         self.job_master_id = None
         self.resource_manager_id = None
         self.registered_task_managers.clear()
+        self.last_heartbeat = None
         self.waiting_for_resource_manager.clear()
         self.pending_requests.clear()
         self.allocated_slots.clear()
@@ -824,8 +834,9 @@ class SlotPool(Reducer):
     @handles(TimerFired)
     @completes_requests
     def on_timer(self, event: TimerFired, out: Decisions) -> None:
-        """Fire every due timeout, then heartbeat each registered TaskManager with the slots
-        the pool holds there (TE-15's AllocatedSlotReport)."""
+        """Fire every due timeout, then, once per heartbeat interval, heartbeat each
+        registered TaskManager with the slots the pool holds there (TE-15's
+        AllocatedSlotReport)."""
         if not self.started:
             return
         now = event.event_time
@@ -833,6 +844,9 @@ class SlotPool(Reducer):
         self._release_idle_slots(now, out)
         if self.batch_timeout_check_enabled:
             self._check_batch_requests(now, out)
+        if not self.registered_task_managers or now < self._next_heartbeat():
+            return
+        self.last_heartbeat = now
         for resource_id in self.registered_task_managers:
             self._emit(
                 out,
@@ -848,20 +862,27 @@ class SlotPool(Reducer):
 
     def next_timer(self) -> int | None:
         """The earliest event time at which a TimerFired changes anything here (None: never,
-        0: every tick, for the heartbeats to registered TaskManagers and the batch check)."""
+        0: every tick, for the batch check)."""
         if not self.started:
             return None
         waiting = [*self.waiting_for_resource_manager.values(), *self.pending_requests.values()]
-        if self.registered_task_managers or (
-            self.batch_timeout_check_enabled and any(r.batch for r in waiting)
-        ):
+        if self.batch_timeout_check_enabled and any(r.batch for r in waiting):
             return 0
         times = [r.deadline for r in waiting if r.deadline is not None]
+        if self.registered_task_managers:
+            times.append(self._next_heartbeat())
         times += [
             since + self.config.idle_slot_timeout_ms + 1
             for _, since in self.available_slots.values()
         ]
         return min(times, default=None)
+
+    def _next_heartbeat(self) -> int:
+        """When the registered TaskManagers are heartbeat next (0: at the next TimerFired)."""
+        interval = self.config.heartbeat_interval_ms
+        if not interval or self.last_heartbeat is None:
+            return 0
+        return self.last_heartbeat + interval
 
     def _time_out_requests(self, now: int, out: Decisions) -> None:
         """A streaming request fails once its timeout passed (SP-21, SP-22)."""

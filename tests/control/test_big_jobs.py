@@ -40,7 +40,8 @@ SERDE = EventSerde()
 
 def all_to_all_log(parallelism: int) -> list[Event]:
     """A source -> sink ALL_TO_ALL job of `parallelism` x `parallelism`, deployed and run to
-    FINISHED by the stand-in runner, on TaskExecutors of 8 slots."""
+    FINISHED by the stand-in runner, on TaskExecutors of 8 slots: its deployments go a
+    window at a time, each answered as it comes (a round per window at most)."""
     cluster = JobCluster(task_executors=-(-2 * parallelism // 8), slots=8)
     cluster.submit(
         [
@@ -48,7 +49,7 @@ def all_to_all_log(parallelism: int) -> list[Event]:
             vertex("sink", parallelism, ("source", "ALL_TO_ALL", "PIPELINED")),
         ]
     )
-    cluster.play()
+    cluster.play(rounds=2 * parallelism)
     assert cluster.statuses()[-1] == "FINISHED"
     return cluster.log
 

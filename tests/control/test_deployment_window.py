@@ -52,10 +52,16 @@ def test_a_windowed_job_runs_to_finished_with_every_subtask_deployed_once():
     assert cluster.statuses()[-1] == "FINISHED"
 
 
-def test_the_window_is_an_option_and_unbounded_by_default():
+def test_the_window_is_an_option_of_100_by_default_and_0_lifts_it():
+    """100 by default (a small job beside a giant's deployments stays within 1 s of its
+    quiet time); 0, what every log before the default was written with, deploys at once."""
     config = Configuration.parse(["jobledger.scheduler.max-pending-deployments=7"])
     assert config.job_master().max_pending_deployments == 7
-    assert Configuration.parse([]).job_master().max_pending_deployments == 0
-    cluster = JobCluster(task_executors=2)
-    cluster.submit([vertex("v", 5)])
-    assert len(cluster.deployments()) == 5
+    assert Configuration.parse([]).job_master().max_pending_deployments == 100
+    cluster = JobCluster(task_executors=60)
+    cluster.submit([vertex("v", 240)])
+    assert [d.subtask_index for d in cluster.deployments()] == list(range(100))
+    unbounded = Configuration.parse(["jobledger.scheduler.max-pending-deployments=0"])
+    cluster = JobCluster(task_executors=60, config=unbounded.job_master())
+    cluster.submit([vertex("v", 240)])
+    assert len(cluster.deployments()) == 240

@@ -726,7 +726,7 @@ def test_a_slot_the_task_executor_re_allocated_supersedes_the_old_allocation(p):
     assert p.pool.holds(a1) is None and "newer" in p.pool.available_slots
 
 
-def test_te_15_every_tick_heartbeats_each_tm_with_the_slots_the_pool_holds_there(p):
+def test_te_15_a_heartbeat_tells_each_tm_the_slots_the_pool_holds_there(p):
     p.register("tm-2")
     p.request("r1")
     a1 = p.alloc("r1")
@@ -740,3 +740,32 @@ def test_te_15_every_tick_heartbeats_each_tm_with_the_slots_the_pool_holds_there
 
     # available slots first, then allocated ones (the pool's slots_of order)
     assert_derived(p.tick(50_000, heartbeats=True), [beat(TM, (3, "spare"), (1, a1)), beat("tm-2")])
+
+
+def beats(tms: list[str]) -> list:
+    return [expect(JobMasterHeartbeat, job_id=JOB, job_master_id=JM, resource_id=tm,
+                   allocated_slots=[]) for tm in tms]  # fmt: skip
+
+
+def test_the_pool_heartbeats_its_tms_once_per_heartbeat_interval_not_every_tick():
+    """Flink's `heartbeat.interval` (10 s): a tick of the services' clock (1 s) heartbeat every
+    registered TaskManager, which at P=10,000 was 5,000 records a second. The first tick
+    heartbeats, the next ones within the interval do not (and ask for no tick before it
+    ends), the one at its end does; a TaskManager registered between waits for it."""
+    p = Pool(heartbeat_interval_ms=10_000)
+    p.start()
+    assert_derived(p.tick(1_000, heartbeats=True), beats([TM]))
+    assert p.pool.next_timer() == 11_000
+    p.register("tm-2")
+    assert_derived(p.tick(2_000, heartbeats=True), [])
+    assert_derived(p.tick(10_999, heartbeats=True), [])
+    assert_derived(p.tick(11_000, heartbeats=True), beats([TM, "tm-2"]))
+    assert p.pool.next_timer() == 21_000
+
+
+def test_a_heartbeat_interval_of_0_heartbeats_on_every_tick_as_logs_before_it_were_written():
+    p = Pool(heartbeat_interval_ms=0)
+    p.start()
+    for at in (1_000, 1_001, 2_000):
+        assert_derived(p.tick(at, heartbeats=True), beats([TM]))
+        assert p.pool.next_timer() == 0

@@ -44,7 +44,12 @@ from ..support.runtime_harness import append, duplicates, read, service_process,
 
 pytestmark = pytest.mark.broker
 
-OPTIONS = ["jobledger.slot-pool.max-pending-requests=10"]
+OPTIONS = [
+    "jobledger.slot-pool.max-pending-requests=10",
+    "jobledger.scheduler.max-pending-deployments=0",
+]
+"""No task of the giant reports, so its deployments are not windowed: these tests are of its
+slot requests (tests/control/test_deployment_window.py holds the deployment window)."""
 GIANT_P = 300
 
 

@@ -29,6 +29,7 @@ def test_every_option_reaches_its_reducer():
         "heartbeat.timeout=1 h",
         "cluster.evenly-spread-out-slots=false",
         "task.deployment.timeout=45 s",
+        "heartbeat.interval=3 s",
     ])  # fmt: skip
     driver = config.new_driver()
 
@@ -42,6 +43,8 @@ def test_every_option_reaches_its_reducer():
         kind=RestartStrategyKind.FIXED_DELAY, restart_attempts=3, delay_ms=10_000
     )
     assert jm.deployment_timeout_ms == 45_000
+    assert jm.pool.heartbeat_interval_ms == 3_000
+    assert Configuration().job_master().pool.heartbeat_interval_ms == 10_000, "Flink's default"
     assert driver.task_executor_config.slot_timeout_ms == 7_000
     rm = driver.resource_manager.config
     assert (rm.placement, rm.heartbeat_timeout_ms) == (SlotPlacement.PACK, 3_600_000)
