@@ -51,7 +51,8 @@ LANGUAGES = {"java": "java", "go": "go", ".net": "dotnet", "python": "python"}
 def test_the_docs_name_only_examples_that_exist():
     for text in PAGES:
         for path in re.findall(r"\bexamples/[\w./-]*\w", text):
-            if "/target/" not in path:  # what Maven builds
+            built = "/target/" in path or path == "examples/go/goclient"  # Maven's, go build's
+            if not built:
                 assert (ROOT / path).exists(), path
         for named in re.findall(r"([\w.]+(?:/[\w.]+)*) examples?\b", text):
             for language in named.lower().split("/"):
