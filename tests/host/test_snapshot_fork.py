@@ -1,0 +1,122 @@
+"""Snapshots encoded by a forked child (services/host/snapshot_fork.py), through the
+Committer with a writer that keeps what it would commit: the child's snapshot is the state
+at the offset it was forked at, whatever the loop did since, and a child killed mid-encode
+is redone in the loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from jobledger.schemas import topic_name
+from jobledger.schemas.cluster import TaskManagerRegistered
+from jobledger.schemas.topics import TopicRole
+from jobledger.services.control.driver import ReducerDriver
+from jobledger.services.host import snapshot, snapshot_fork
+from jobledger.services.host.committer import Committer
+from jobledger.services.host.partition_worker import PartitionWorker
+from jobledger.services.host.poison import Quarantines
+from jobledger.services.host.runtime_config import RuntimeConfig
+from jobledger.services.runner import instances as runner_instances
+
+pytestmark = pytest.mark.skipif(not snapshot_fork.can_fork(), reason="no fork here")
+
+PREFIX = "forktest"
+
+
+def registered(i: int) -> TaskManagerRegistered:
+    return TaskManagerRegistered(
+        event_id=f"reg-{i}", event_time=1_000 + i, producer="runner-0", resource_id=f"te-{i}",
+        address="x", number_of_slots=4, resource_profile=runner_instances.PROFILE,
+        instance_id=f"{i:032x}",
+    )  # fmt: skip
+
+
+class KeptWriter:
+    """Keeps each unit it is given to commit: what the transaction would hold."""
+
+    def __init__(self) -> None:
+        self.units = []
+
+    def commit(self, producer, partition, unit) -> None:
+        self.units.append(unit)
+
+
+def committer_of(worker: PartitionWorker, writer: KeptWriter) -> Committer:
+    config = RuntimeConfig(snapshot_every=2, snapshot_interval_s=0, snapshot_fork_bytes=0)
+    key = (topic_name(TopicRole.RESOURCE_MANAGER, PREFIX), 0)
+    return Committer(PREFIX, config, writer, None, None, None, {key: worker}, Quarantines(PREFIX))
+
+
+def reduce(worker: PartitionWorker, start: int, count: int) -> None:
+    """Inputs start..start+count, reduced as the loop does."""
+    for i in range(start, start + count):
+        worker.driver.process(registered(i))
+        worker.next_offset = i + 1
+        worker.since_snapshot += 1
+
+
+def written_snapshot(writer: KeptWriter) -> snapshot.Snapshot | None:
+    records = [record for unit in writer.units for record in unit.snapshot]
+    if not records:
+        return None
+    assembler = snapshot.SnapshotAssembler(f"{topic_name(TopicRole.RESOURCE_MANAGER, PREFIX)}/0")
+    for key, value in records:
+        assembler.add(key, value)
+    return snapshot.decode(assembler.latest)
+
+
+def settle(committer: Committer, writer: KeptWriter) -> None:
+    """Step as the loop does until the child's snapshot is written or the child has ended
+    (bounded: a child past its deadline is killed)."""
+    while written_snapshot(writer) is None and committer.forks.busy():
+        committer.snapshot_quiet()
+        time.sleep(0.01)
+    committer.snapshot_quiet()
+
+
+def test_a_forked_snapshot_is_the_state_at_its_offset_whatever_the_loop_did_since():
+    worker = PartitionWorker(TopicRole.RESOURCE_MANAGER, 0, ReducerDriver(), None, 0)
+    writer = KeptWriter()
+    committer = committer_of(worker, writer)
+    reduce(worker, 0, 2_000)
+    at_fork = snapshot.encode(snapshot.Snapshot(worker.driver, 2_000))
+    assert committer.commit(worker, [])
+    assert writer.units[-1].snapshot == [], "the snapshot is the child's, not this transaction's"
+    assert committer.forks.busy()
+    reduce(worker, 2_000, 1)  # the loop goes on while the child encodes
+    settle(committer, writer)
+    written = written_snapshot(writer)
+    assert written is not None and written.next_offset == 2_000
+    assert snapshot.encode(written) == at_fork
+    assert written.driver.to_dict() == snapshot.decode(at_fork).driver.to_dict()
+    assert not committer.forks.busy()
+
+
+def test_a_child_killed_mid_encode_is_redone_in_the_loop_and_nothing_is_lost(monkeypatch):
+    worker = PartitionWorker(TopicRole.RESOURCE_MANAGER, 0, ReducerDriver(), None, 0)
+    writer = KeptWriter()
+    committer = committer_of(worker, writer)
+    reduce(worker, 0, 50)
+    encode = snapshot.encode
+
+    def stuck(state: snapshot.Snapshot) -> bytes:
+        data = encode(state)
+        if os.getpid() != parent:  # the child: encoded, and stopped before writing it
+            time.sleep(3600)
+        return data
+
+    parent = os.getpid()
+    monkeypatch.setattr(snapshot, "encode", stuck)
+    assert committer.commit(worker, [])
+    assert committer.forks.busy()
+    os.kill(committer.forks.pid, signal.SIGKILL)
+    settle(committer, writer)
+    written = written_snapshot(writer)
+    assert written is not None, "the snapshot was redone in the loop"
+    assert written.next_offset == 50
+    assert written.driver.to_dict() == worker.driver.to_dict()
+    assert not worker.snapshot_in_loop and not committer.forks.busy()
