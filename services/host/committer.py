@@ -87,6 +87,9 @@ class Committer:
             self.forks.drop(worker)  # this snapshot is newer than the child's
         elif finished is not None:
             records = self.chunks(worker, topic, finished.next_offset, finished.data)
+            log.info("%s/%d: writing the snapshot at offset %d a child encoded (%d bytes)",
+                     worker.role.value, worker.partition, finished.next_offset,
+                     len(finished.data))  # fmt: skip
         if not records and self.snapshot_due(worker):
             fork = self.forks.wanted(worker) and not (
                 giving_up or worker.snapshot_forced or worker.snapshot_in_loop

@@ -1,16 +1,20 @@
-"""Snapshots encoded by a forked child (services/host/snapshot_fork.py), through the
+"""Snapshots encoded by a forked child (services/host/snapshot_fork.py). Through the
 Committer with a writer that keeps what it would commit: the child's snapshot is the state
 at the offset it was forked at, whatever the loop did since, and a child killed mid-encode
-is redone in the loop."""
+is redone in the loop. Through `services run` on the broker: a restart after a SIGKILL
+rebuilds from a child's snapshot, and replay verifies what followed."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from jobledger.projections.log.replay import verify
 from jobledger.schemas import topic_name
 from jobledger.schemas.cluster import TaskManagerRegistered
 from jobledger.schemas.topics import TopicRole
@@ -21,6 +25,16 @@ from jobledger.services.host.partition_worker import PartitionWorker
 from jobledger.services.host.poison import Quarantines
 from jobledger.services.host.runtime_config import RuntimeConfig
 from jobledger.services.runner import instances as runner_instances
+
+from ..support import scenario
+from ..support.events import Clock
+from ..support.runtime_harness import (
+    append,
+    service_process,
+    until,
+    wait_until_decided,
+    wait_until_owning,
+)
 
 pytestmark = pytest.mark.skipif(not snapshot_fork.can_fork(), reason="no fork here")
 
@@ -120,3 +134,36 @@ def test_a_child_killed_mid_encode_is_redone_in_the_loop_and_nothing_is_lost(mon
     assert written.next_offset == 50
     assert written.driver.to_dict() == worker.driver.to_dict()
     assert not worker.snapshot_in_loop and not committer.forks.busy()
+
+
+@pytest.mark.broker
+def test_services_killed_after_a_forked_snapshot_rebuild_from_it_and_replay_verifies(
+    cluster, tmp_path
+):
+    """`services run` snapshotting by children only, SIGKILLed once one was written: the next
+    instance rebuilds from it plus the tail, and decides on as a full replay does."""
+    clock = Clock()
+    every = ("--snapshot-every", "5", "--snapshot-fork-bytes", "0")
+    append(cluster, scenario.start_cluster(clock))
+    first = service_process(cluster, str(tmp_path), *every)
+    try:
+        wait_until_decided(cluster)
+        until(lambda: "a child encoded" in Path(first.log_path).read_text(),
+              "a snapshot encoded by a child was written")  # fmt: skip
+        append(cluster, scenario.finish_job_a(clock))  # decided after that snapshot: a tail
+        wait_until_decided(cluster)
+    finally:
+        first.kill()
+        first.wait(10)
+    append(cluster, scenario.lose_tm_4(clock))
+    second = service_process(cluster, str(tmp_path), *every)
+    try:
+        wait_until_owning(second)
+        records = wait_until_decided(cluster)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    assert re.search(r"rebuilt \S+/\d+ from snapshot@\d+", Path(second.log_path).read_text())
+    matched, divergence = verify(records)
+    assert divergence is None, divergence.describe()
+    assert matched > 0
