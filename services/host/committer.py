@@ -92,8 +92,9 @@ class Committer:
                      len(finished.data))  # fmt: skip
         if not records and self.snapshot_due(worker):
             fork = self.forks.wanted(worker) and not (
-                giving_up or worker.snapshot_forced or worker.snapshot_in_loop
-            )
+                self.forks.busy() or giving_up or worker.snapshot_forced
+                or worker.snapshot_in_loop
+            )  # fmt: skip
             if not fork:
                 try:
                     records = self.snapshot(worker, topic)
@@ -255,12 +256,20 @@ class Committer:
             return True
         if not worker.since_snapshot:
             return False
-        if self.forks.wanted(worker) and self.forks.busy():
-            return False  # a large state waits for the child of another to end: one at a time
+        if self.forks.wanted(worker) and self.forks.busy() and not self.overdue(worker):
+            return False  # a large state waits for another's child to end: one at a time
         return bool(
             (every and worker.since_snapshot >= every)
             or (interval and time.monotonic() - worker.last_snapshot >= interval)
         )
+
+    def overdue(self, worker: PartitionWorker) -> bool:
+        """Whether `worker`'s snapshot has waited a child's deadline past its interval for
+        another's child to end: it is encoded in the loop then, so one is written within
+        the interval retention counts on (services/host/retention.py)."""
+        interval = self.config.snapshot_interval_s
+        waited = time.monotonic() - worker.last_snapshot
+        return bool(interval) and waited >= interval + self.forks.deadline_s
 
     def snapshot(self, worker: PartitionWorker, topic: str) -> list[tuple[bytes, bytes]]:
         """The worker's state as snapshot records, encoded here; the count starts again (a

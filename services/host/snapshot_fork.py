@@ -46,14 +46,16 @@ of a free core, 12 MB in ~1.6 s, while a fork of the service costs milliseconds;
 a snapshot costs the loop less than a tenth of a second, and its child's memory is not
 worth it."""
 DEFAULT_DEADLINE_S = 60.0
-"""How long a child may encode when snapshots are taken by input count alone; with a
-snapshot interval, half of it (so a snapshot due is written within the interval after,
-even when its child is killed and it is encoded in the loop: services/host/retention.py)."""
+"""How long a child may encode when snapshots are taken by input count alone."""
 
 
 def deadline_s(snapshot_interval_s: float) -> float:
-    """How long a child may encode under this snapshot interval."""
-    return snapshot_interval_s / 2 if snapshot_interval_s > 0 else DEFAULT_DEADLINE_S
+    """How long a child may encode under this snapshot interval: a third of it. A snapshot
+    due waits at most that long for another partition's child (`Committer.overdue`), its own
+    child runs at most that long, and one killed is encoded in the loop: so one is written
+    within 1.7 intervals and an encoding of its input, inside the two intervals retention
+    allows (services/host/retention.py)."""
+    return snapshot_interval_s / 3 if snapshot_interval_s > 0 else DEFAULT_DEADLINE_S
 
 
 @dataclass
