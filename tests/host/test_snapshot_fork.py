@@ -73,11 +73,14 @@ def reduce(worker: PartitionWorker, start: int, count: int) -> None:
         worker.since_snapshot += 1
 
 
-def written_snapshot(writer: KeptWriter) -> snapshot.Snapshot | None:
+def written_snapshot(
+    writer: KeptWriter, role: TopicRole = TopicRole.RESOURCE_MANAGER
+) -> snapshot.Snapshot | None:
+    """The latest snapshot of `role`'s partition 0 in what the writer was given."""
     records = [record for unit in writer.units for record in unit.snapshot]
     if not records:
         return None
-    assembler = snapshot.SnapshotAssembler(f"{topic_name(TopicRole.RESOURCE_MANAGER, PREFIX)}/0")
+    assembler = snapshot.SnapshotAssembler(f"{topic_name(role, PREFIX)}/0")
     for key, value in records:
         assembler.add(key, value)
     return snapshot.decode(assembler.latest)
@@ -134,6 +137,42 @@ def test_a_child_killed_mid_encode_is_redone_in_the_loop_and_nothing_is_lost(mon
     assert written.next_offset == 50
     assert written.driver.to_dict() == worker.driver.to_dict()
     assert not worker.snapshot_in_loop and not committer.forks.busy()
+
+
+def test_a_large_snapshot_waits_for_another_partitions_child_until_overdue_then_is_encoded_here(
+    monkeypatch,
+):
+    """One child at a time; a snapshot kept waiting past its interval and a child's deadline
+    is encoded in the loop, so retention's two intervals still cover every record."""
+    first = PartitionWorker(TopicRole.RESOURCE_MANAGER, 0, ReducerDriver(), None, 0)
+    second = PartitionWorker(TopicRole.TASK_EXECUTOR, 0, ReducerDriver(), None, 0)
+    writer = KeptWriter()
+    config = RuntimeConfig(snapshot_every=0, snapshot_interval_s=3, snapshot_fork_bytes=0)
+    workers = {(topic_name(w.role, PREFIX), 0): w for w in (first, second)}
+    committer = Committer(PREFIX, config, writer, None, None, None, workers, Quarantines(PREFIX))
+    encode, parent = snapshot.encode, os.getpid()
+
+    def stuck(state: snapshot.Snapshot) -> bytes:
+        if os.getpid() != parent:  # a child that does not end by itself
+            time.sleep(3600)
+        return encode(state)
+
+    monkeypatch.setattr(snapshot, "encode", stuck)
+    try:
+        for worker in (first, second):
+            reduce(worker, 0, 3)
+            worker.last_snapshot -= 3.5  # due by the interval, not yet by its deadline more
+        assert committer.commit(first, []) and committer.forks.busy()
+        assert not committer.snapshot_due(second)
+        assert committer.commit(second, []) and writer.units[-1].snapshot == []
+        second.last_snapshot -= 1.0  # now a child's deadline (1 s) past its interval
+        assert committer.snapshot_due(second)
+        assert committer.commit(second, [])
+        written = written_snapshot(writer, TopicRole.TASK_EXECUTOR)
+        assert writer.units[-1].snapshot and written is not None and written.next_offset == 3
+        assert committer.forks.busy(), "the first partition's child runs on"
+    finally:
+        committer.forks.close()
 
 
 @pytest.mark.broker
