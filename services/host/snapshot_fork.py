@@ -117,7 +117,11 @@ class ForkedSnapshots:
     def poll(self, owned: Iterable[PartitionWorker]) -> None:
         """Reap the child if it exited (its snapshot is then ready, or its partition is to
         snapshot in the loop); kill it if its partition is no longer owned as it was, or it
-        outlived its deadline."""
+        outlived its deadline. A finished snapshot of a partition no longer owned is dropped."""
+        owned = list(owned)
+        finished = self._finished
+        if finished is not None and not any(worker is finished.worker for worker in owned):
+            self._finished = None
         child = self._child
         if child is None:
             return

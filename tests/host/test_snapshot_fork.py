@@ -175,6 +175,24 @@ def test_a_large_snapshot_waits_for_another_partitions_child_until_overdue_then_
         committer.forks.close()
 
 
+def test_a_partition_no_longer_owned_as_it_was_loses_its_child_and_its_finished_snapshot():
+    """Given up, or gone back to its last commit (a new worker): the child is killed, its
+    snapshot dropped, and the next partition may fork."""
+    worker = PartitionWorker(TopicRole.RESOURCE_MANAGER, 0, ReducerDriver(), None, 0)
+    reduce(worker, 0, 3)
+    forks = snapshot_fork.ForkedSnapshots(0, 60)
+    forks.start(worker)
+    forks.poll([])
+    assert not forks.busy()
+    forks.start(worker)
+    while not forks.ready(worker) and forks.busy():
+        forks.poll([worker])
+        time.sleep(0.01)
+    assert forks.ready(worker)
+    forks.poll([PartitionWorker(TopicRole.RESOURCE_MANAGER, 0, ReducerDriver(), None, 0)])
+    assert not forks.busy() and forks.take(worker) is None
+
+
 @pytest.mark.broker
 def test_services_killed_after_a_forked_snapshot_rebuild_from_it_and_replay_verifies(
     cluster, tmp_path
