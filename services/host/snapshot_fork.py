@@ -41,10 +41,10 @@ log = logging.getLogger("jobledger.snapshot")
 
 FORK_ABOVE_BYTES = 1_000_000
 """A partition whose last snapshot was at least this large is snapshotted by a child.
-Measured (bench/README.md, cluster_scale): 1.2 MB (10,000 TaskExecutors) encodes in ~0.12 s
-of a free core, 12 MB in ~1.6 s, while a fork of the service costs milliseconds; below this
-a snapshot costs the loop less than a tenth of a second, and its child's memory is not
-worth it."""
+Measured in one process: a ResourceManager of 10,000 TaskExecutors is 1.2 MB, 0.12 s of a
+free core to encode (0.26 s at load 16); of 100,000, 12.4 MB and 1.6 s; forking a 270 MB
+process holds it 3-18 ms. Below this a snapshot costs the loop about a tenth of a second,
+and a child's copied pages are not worth it."""
 DEFAULT_DEADLINE_S = 60.0
 """How long a child may encode when snapshots are taken by input count alone."""
 
