@@ -14,6 +14,7 @@ from jobledger.services.control.event_time import MAX_AHEAD_MS
 from jobledger.services.host import gc_policy, retention
 from jobledger.services.host.errors import ServiceHalted
 from jobledger.services.host.metrics import ServiceMetrics
+from jobledger.services.host.snapshot_fork import FORK_ABOVE_BYTES
 from jobledger.services.host.transaction_loop import RuntimeConfig, ServiceRuntime
 
 from .logging_setup import configure_logging
@@ -48,6 +49,11 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--snapshot-interval-s", type=positive_float, default=60.0,
         help="seconds between snapshots",
+    )  # fmt: skip
+    c.add_argument(
+        "--snapshot-fork-bytes", type=int, default=FORK_ABOVE_BYTES, metavar="BYTES",
+        help="encode a partition's snapshot in a forked child, off the loop, once its last "
+        "snapshot was this large (0: always; -1: never)",
     )  # fmt: skip
     c.add_argument(
         "--timer-interval-ms", type=non_negative_int, default=1_000,
@@ -88,6 +94,7 @@ def cmd_services_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         snapshot_every=args.snapshot_every,
         snapshot_interval_s=args.snapshot_interval_s,
+        snapshot_fork_bytes=args.snapshot_fork_bytes if args.snapshot_fork_bytes >= 0 else None,
         timer_interval_ms=args.timer_interval_ms,
         stop_deadline_s=args.stop_deadline_s,
         session_timeout_ms=args.session_timeout_ms,

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from jobledger.schemas import topic_name
 
 from .. import kafka
-from . import gc_policy, snapshot
+from . import gc_policy, snapshot, snapshot_fork
 from .errors import ServiceHalted
 from .metrics import ServiceMetrics
 from .partition_worker import PartitionWorker
@@ -60,6 +60,10 @@ class Committer:
         self.metrics = metrics
         self.workers = workers
         self.quarantines = quarantines
+        self.forks = snapshot_fork.ForkedSnapshots(
+            config.snapshot_fork_bytes, snapshot_fork.deadline_s(config.snapshot_interval_s)
+        )
+        """The child encoding a large partition's snapshot off the loop, if one is."""
         self._abandoned: list[Producer] = []
         """Producers left behind with a thread stuck inside (never closed under it)."""
 
@@ -77,15 +81,29 @@ class Committer:
         did not commit: the worker went back to its last commit (unless given up)."""
         topic = topic_name(worker.role, self.prefix)
         records: list[tuple[bytes, bytes]] = []
-        if self.snapshot_due(worker):
-            try:
-                records = self.snapshot(worker, topic)
-            except Exception as exc:
-                if infrastructure(exc):
-                    raise
-                if not giving_up:
-                    self.snapshot_refused(worker, exc)
-                return False
+        fork = False
+        finished = self.forks.take(worker)
+        if worker.snapshot_forced or worker.snapshot_in_loop:
+            self.forks.drop(worker)  # this snapshot is newer than the child's
+        elif finished is not None:
+            records = self.chunks(worker, topic, finished.next_offset, finished.data)
+            log.info("%s/%d: writing the snapshot at offset %d a child encoded (%d bytes)",
+                     worker.role.value, worker.partition, finished.next_offset,
+                     len(finished.data))  # fmt: skip
+        if not records and self.snapshot_due(worker):
+            fork = self.forks.wanted(worker) and not (
+                self.forks.busy() or giving_up or worker.snapshot_forced
+                or worker.snapshot_in_loop
+            )  # fmt: skip
+            if not fork:
+                try:
+                    records = self.snapshot(worker, topic)
+                except Exception as exc:
+                    if infrastructure(exc):
+                        raise
+                    if not giving_up:
+                        self.snapshot_refused(worker, exc)
+                    return False
         unit = PartitionCommit(
             outputs, TopicPartition(topic, worker.partition, worker.next_offset), records
         )
@@ -95,6 +113,9 @@ class Committer:
         worker.awaited = False
         worker.committed_offset = worker.next_offset
         self.quarantines.of(worker).committed(worker.next_offset)
+        if fork:  # the child's image is the state exactly at the offset just committed
+            self.forks.start(worker)
+            self.snapshot_taken(worker)
         return True
 
     def snapshot_refused(self, worker: PartitionWorker, exc: Exception) -> None:
@@ -222,28 +243,53 @@ class Committer:
         snapshot was looked for only as an input was processed, so a partition that went
         quiet kept its last inputs uncovered for good, and a retention (services/host/
         retention.py) deleting them left every later restart rebuilding without them."""
+        self.forks.poll(list(self.workers.values()))
         for worker in list(self.workers.values()):
-            if worker.since_snapshot and self.snapshot_due(worker):
+            if self.forks.ready(worker) or (
+                (worker.since_snapshot or worker.snapshot_in_loop) and self.snapshot_due(worker)
+            ):
                 self.commit(worker, [])
 
     def snapshot_due(self, worker: PartitionWorker) -> bool:
         every, interval = self.config.snapshot_every, self.config.snapshot_interval_s
-        if worker.snapshot_forced:
+        if worker.snapshot_forced or worker.snapshot_in_loop:
             return True
         if not worker.since_snapshot:
             return False
+        if self.forks.wanted(worker) and self.forks.busy() and not self.overdue(worker):
+            return False  # a large state waits for another's child to end: one at a time
         return bool(
             (every and worker.since_snapshot >= every)
             or (interval and time.monotonic() - worker.last_snapshot >= interval)
         )
 
+    def overdue(self, worker: PartitionWorker) -> bool:
+        """Whether `worker`'s snapshot has waited a child's deadline past its interval for
+        another's child to end: it is encoded in the loop then, so one is written within
+        the interval retention counts on (services/host/retention.py)."""
+        interval = self.config.snapshot_interval_s
+        waited = time.monotonic() - worker.last_snapshot
+        return bool(interval) and waited >= interval + self.forks.deadline_s
+
     def snapshot(self, worker: PartitionWorker, topic: str) -> list[tuple[bytes, bytes]]:
-        """The worker's state as snapshot records; the count starts again (a transaction that
-        fails rebuilds the worker, and its count with it)."""
+        """The worker's state as snapshot records, encoded here; the count starts again (a
+        transaction that fails rebuilds the worker, and its count with it)."""
         data = snapshot.encode(snapshot.Snapshot(worker.driver, worker.next_offset))
-        worker.snapshot_bytes = len(data)
-        records = snapshot.chunk_records(f"{topic}/{worker.partition}", worker.next_offset, data)
-        worker.since_snapshot = 0
+        self.snapshot_taken(worker)
         worker.snapshot_forced = False
+        worker.snapshot_in_loop = False
+        return self.chunks(worker, topic, worker.next_offset, data)
+
+    @staticmethod
+    def snapshot_taken(worker: PartitionWorker) -> None:
+        """The next snapshot is due an interval (or `snapshot_every` inputs) from now."""
+        worker.since_snapshot = 0
         worker.last_snapshot = time.monotonic()
-        return list(records)
+
+    @staticmethod
+    def chunks(
+        worker: PartitionWorker, topic: str, next_offset: int, data: bytes
+    ) -> list[tuple[bytes, bytes]]:
+        """Snapshot `data` of the state at `next_offset` as the records that carry it."""
+        worker.snapshot_bytes = len(data)
+        return snapshot.chunk_records(f"{topic}/{worker.partition}", next_offset, data)

@@ -41,6 +41,9 @@ class PartitionWorker:
     snapshot_forced: bool = False
     """A poisoned input was dead-lettered: its transaction snapshots the partition, so no
     rebuild reduces that input again (`poison.py`)."""
+    snapshot_in_loop: bool = False
+    """The child encoding its last snapshot failed (`snapshot_fork`): the next snapshot is
+    due now, and encoded in the loop, where an encoding that raises poisons an input."""
     committed_offset: int = field(init=False)
     """The input offset its last transaction committed (where it was rebuilt to, at first)."""
 

@@ -5,8 +5,12 @@ A restart rebuilds each input partition from its latest snapshot plus the record
 services snapshot a partition once `snapshot_interval_s` has passed with inputs since its
 last snapshot, whether or not more inputs come (transaction_loop.py), so while they run no
 record waits longer than that interval, plus a poll and a transaction, for a snapshot that
-covers it. A retention below twice the interval could delete a record before that; one of at
-least twice the interval cannot while the services run (how long they may be stopped is the
+covers it. A large state's snapshot is encoded by a forked child and written a few
+transactions after the offset it covers (snapshot_fork.py): it may wait a third of an
+interval for another partition's child, its child may take another third, and a child that
+fails is encoded in the loop, so the wait is at most 1.7 intervals plus an encoding. A
+retention below twice the interval could delete a record before that; one of at least
+twice the interval cannot while the services run (how long they may be stopped is the
 operator's margin on top: docs/operations/retention.md).
 
 Kafka deletes whole closed segments whose newest record is older than `retention.ms`, so a
@@ -20,7 +24,8 @@ from dataclasses import dataclass
 
 SAFETY_FACTOR = 2
 """Retention must be at least this many snapshot intervals: one for the interval itself,
-one for the poll, the transaction and a partition's move to another instance."""
+one for the poll, the transaction, a forked child's encoding (at most two thirds of an
+interval) and a partition's move to another instance."""
 
 RETENTION_CONFIG = "retention.ms"
 

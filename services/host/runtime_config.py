@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import kafka
 from ..control.event_time import MAX_AHEAD_MS
+from .snapshot_fork import FORK_ABOVE_BYTES
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class RuntimeConfig:
     snapshot_interval_s: float = 60.0
     """...or once this long has passed with inputs since the last one, whether more inputs
     come or not (0: never); what a safe retention is measured by (retention.py)."""
+    snapshot_fork_bytes: int | None = FORK_ABOVE_BYTES
+    """A partition whose last snapshot was at least this large is snapshotted by a forked
+    child, off the loop (`snapshot_fork.py`; 0: every partition; None: none)."""
     timer_interval_ms: int = 1_000
     """Look this often for owners whose deadline has come, and append a TimerFired for each
     (0: no clock)."""

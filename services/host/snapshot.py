@@ -113,6 +113,12 @@ def write_schema_file() -> list[Path]:
     return written
 
 
+def warm() -> None:
+    """Build the schema and its codecs now: a forked child (`snapshot_fork`) then finds
+    them built, instead of building them again in every child."""
+    _parsed_current()
+
+
 def encode(snapshot: Snapshot) -> bytes:
     fingerprint, parsed = _parsed_current()
     out = io.BytesIO()

@@ -250,6 +250,7 @@ class ServiceRuntime:
             log.exception("the service runtime stopped on an error")
             raise
         finally:
+            self.committer.forks.close()
             self.consumer.close()
             self.rebuilder.close()
             log.info("stopped")
