@@ -46,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
@@ -57,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers import bench_broker
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.projections.log.log_file import LogRecord, read_events
@@ -92,6 +91,7 @@ from jobledger.services.runner.heartbeats import heartbeats_reported
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import stand_in  # noqa: E402
+from bench.follower import TopicFollower  # noqa: E402
 from bench.load import NO_RESTART, Services, ownership_settled  # noqa: E402
 from bench.soak import until  # noqa: E402
 from tests.support.processes import kill_tree  # noqa: E402
@@ -274,48 +274,26 @@ class Cluster:
                 kill_tree(instance.pid)
 
 
-class Follower:
-    """Follows the TaskExecutor and job topics in a thread, decoding nothing but job ends:
-    acceptances are counted by key (the TaskExecutor), so the bench does not eat the CPU it
-    measures."""
+class Follower(TopicFollower):
+    """Decodes nothing but job ends: acceptances are counted by key (the TaskExecutor)."""
+
+    wait_ms = 20
+    ACCEPTED = TaskManagerRegistrationAccepted.type_name().encode()
+    STATUS = JobStatusChanged.type_name().encode()
 
     def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
         self.accepted: set[bytes] = set()
         self.ends: dict[str, tuple[JobStatus, int]] = {}
-        self.error: BaseException | None = None
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.serde = EventSerde()
+        super().__init__(cluster.bootstrap, cluster.prefix)
 
-    def _run(self) -> None:
-        accepted = TaskManagerRegistrationAccepted.type_name().encode()
-        status = JobStatusChanged.type_name().encode()
-        serde = EventSerde()
-        consumer = read_committed_consumer(self.cluster.bootstrap, extra={"fetch.wait.max.ms": 20})
-        try:
-            topics = [self.cluster.topic(r) for r in (TopicRole.JOB, TopicRole.TASK_EXECUTOR)]
-            consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING)
-                             for t in topics for p in partitions_of(consumer, t)])  # fmt: skip
-            while not self.stopping.is_set():
-                for msg in consumer.consume(1000, 0.1):
-                    if msg.error():
-                        continue
-                    kind = dict(msg.headers() or []).get(TYPE_HEADER)
-                    if kind == accepted:
-                        self.accepted.add(msg.key())
-                    elif kind == status:
-                        e = serde.decode(msg.value(), msg.topic())
-                        if e.to_status in GLOBALLY_TERMINAL and e.producer in DECIDING_PRODUCERS:
-                            self.ends[e.job_id] = (e.to_status, msg.timestamp()[1])
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            consumer.close()
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(30)
+    def seen(self, kind: bytes | None, msg: Message) -> None:
+        if kind == self.ACCEPTED:
+            self.accepted.add(msg.key())
+        elif kind == self.STATUS:
+            e = self.serde.decode(msg.value(), msg.topic())
+            if e.to_status in GLOBALLY_TERMINAL and e.producer in DECIDING_PRODUCERS:
+                self.ends[e.job_id] = (e.to_status, msg.timestamp()[1])
 
 
 def registered(cluster: Cluster, follower: Follower, count: int) -> float:

@@ -57,19 +57,18 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from brokers import bench_broker
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import Message
 
 from jobledger.cli import demo
 from jobledger.projections.log.log_file import LogRecord, read_events
-from jobledger.schemas import EventSerde, topic_name
+from jobledger.schemas import EventSerde
 from jobledger.schemas.cluster import (
     TaskManagerConnectionClosed,
     TaskManagerLost,
@@ -104,15 +103,14 @@ from jobledger.services.client import dispatcher
 from jobledger.services.control.driver import DECIDING_PRODUCERS
 from jobledger.services.control.job_status import GLOBALLY_TERMINAL
 from jobledger.services.kafka import (
-    TYPE_HEADER,
-    read_committed_consumer,
     transactional_producer,
 )
-from jobledger.services.kafka_topics import create_topics, partitions_of
+from jobledger.services.kafka_topics import create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' and the other benchmarks' helpers
 from bench import stand_in  # noqa: E402
+from bench.follower import TopicFollower  # noqa: E402
 from bench.recovery import Instance  # noqa: E402
 from bench.soak import Children, until  # noqa: E402
 from tests.support.processes import kill_tree  # noqa: E402
@@ -237,50 +235,27 @@ def wide_job(job_id: str, parallelism: int, eager: bool) -> JobSubmitted:
 # -- one phase --------------------------------------------------------------------------------
 
 
-@dataclass
-class Watch:
-    """Follows the job and TaskExecutor topics in a thread, decoding only what says a job
-    ended and which TaskExecutors are registered (the bench must not eat the CPU it
-    measures): the rest is read once, when the phase is over."""
+class Watch(TopicFollower):
+    """Decodes only what says a job ended and which TaskExecutors are registered: the rest
+    is read once, when the phase is over."""
 
-    bootstrap: str
-    prefix: str
-    ends: dict[str, JobStatus] = field(default_factory=dict)
-    registered: set[str] = field(default_factory=set)
-    error: BaseException | None = None
+    WANTED = frozenset({JobStatusChanged.type_name().encode(),
+                        TaskManagerRegistrationAccepted.type_name().encode()})  # fmt: skip
 
-    def __post_init__(self) -> None:
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.ends: dict[str, JobStatus] = {}
+        self.registered: set[str] = set()
+        self.serde = EventSerde()
+        super().__init__(bootstrap, prefix)
 
-    def _run(self) -> None:
-        wanted = {JobStatusChanged.type_name().encode(),
-                  TaskManagerRegistrationAccepted.type_name().encode()}  # fmt: skip
-        serde = EventSerde()
-        consumer = read_committed_consumer(self.bootstrap, extra={"fetch.wait.max.ms": 50})
-        try:
-            topics = [topic_name(role, self.prefix)
-                      for role in (TopicRole.JOB, TopicRole.TASK_EXECUTOR)]  # fmt: skip
-            consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING)
-                             for t in topics for p in partitions_of(consumer, t)])  # fmt: skip
-            while not self.stopping.is_set():
-                for msg in consumer.consume(500, 0.2):
-                    if msg.error() or dict(msg.headers() or []).get(TYPE_HEADER) not in wanted:
-                        continue
-                    e = serde.decode(msg.value(), msg.topic())
-                    if isinstance(e, TaskManagerRegistrationAccepted):
-                        self.registered.add(e.resource_id)
-                    elif e.to_status in GLOBALLY_TERMINAL and e.producer in DECIDING_PRODUCERS:
-                        self.ends[e.job_id] = e.to_status
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            consumer.close()
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(30)
+    def seen(self, kind: bytes | None, msg: Message) -> None:
+        if kind not in self.WANTED:
+            return
+        e = self.serde.decode(msg.value(), msg.topic())
+        if isinstance(e, TaskManagerRegistrationAccepted):
+            self.registered.add(e.resource_id)
+        elif e.to_status in GLOBALLY_TERMINAL and e.producer in DECIDING_PRODUCERS:
+            self.ends[e.job_id] = e.to_status
 
 
 def vm_hwm_kb(pid: int) -> int | None:
