@@ -87,7 +87,7 @@ from confluent_kafka.admin import ResourceType as Resource
 from jobledger.schemas.topics import INPUT_ROLES, TopicRole, topic_name
 
 from ..home import home
-from ..kafka import SERVICES_GROUP_PREFIX
+from ..kafka import CLIENT_LOGGING, SERVICES_GROUP_PREFIX
 from ..signing import ROLES, Keyring, SigningKey
 from . import tls
 from .loopback import BrokerError
@@ -298,9 +298,12 @@ def acl_bindings(prefix: str) -> list[AclBinding]:
 
 def grant(made: Secrets, bootstrap: str, prefix: str, timeout_s: float = 30.0) -> int:
     """Create the ACLs for topic prefix `prefix` as `admin` (creating one that exists changes
-    nothing); return how many there are."""
+    nothing); return how many there are. librdkafka's own lines go to the services' logger
+    (its note of a background event purged at close once reached the terminal)."""
     bindings = acl_bindings(prefix)
-    admin = AdminClient({**client_config(made, "admin"), "bootstrap.servers": bootstrap})
+    admin = AdminClient(
+        {**client_config(made, "admin"), "bootstrap.servers": bootstrap, **CLIENT_LOGGING}
+    )
     try:
         for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
             future.result()
