@@ -77,6 +77,9 @@ class Finished:
 
 
 def can_fork() -> bool:
+    """Whether this platform forks. Not `parallel.can_fork`, which also wants no other
+    thread running: a service has librdkafka's and the metrics server's, and this child
+    touches nothing they may hold (it encodes, writes a file and exits)."""
     return hasattr(os, "fork")
 
 
